@@ -1,0 +1,66 @@
+"""Turn TensorFlow errors raised by a compiled step into errors that name the user's cell line.
+
+TensorFlow reports both graph-building errors ("in user code: File ..., line N") and runtime
+errors ("Detected at node X defined at (most recent call last): File ..., line N") with the
+Python frames that created the failing op. Frames in the generated step file are mapped back to
+the cell through ``StepSource.cell_line``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import StepCodeError
+from .rewrite import StepSource
+
+_VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
+
+
+def cell_line_of(message: str, source: StepSource) -> int | None:
+    """The cell line of the innermost frame of ``source`` in the first traceback of ``message``."""
+    first_block = message.split("Detected at node", 2)
+    text = first_block[1] if len(first_block) > 1 else message
+    pattern = re.compile(r'File "' + re.escape(source.filename) + r'", line (\d+)')
+    lines = [int(m.group(1)) for m in pattern.finditer(text)]
+    for generated in reversed(lines):
+        line = source.cell_line(generated)
+        if line is not None:
+            return line
+    return None
+
+
+def _root_message(message: str) -> str:
+    """The first line that states the actual problem, without TensorFlow's graph noise."""
+    match = re.search(r"\(0\) [A-Z_]+:\s+(.*)", message)
+    if match:
+        return match.group(1).strip()
+    for line in reversed(message.strip().splitlines()):
+        line = line.strip()
+        if re.match(r"^[A-Za-z]*Error: ", line):
+            return line.split(": ", 1)[1]
+    return message.strip().splitlines()[-1] if message.strip() else ""
+
+
+def to_cell_error(err: BaseException, source: StepSource) -> StepCodeError | None:
+    """A StepCodeError pointing at the cell line behind ``err``, or None if none is found."""
+    message = str(err)
+    line = cell_line_of(message, source)
+    if line is None:
+        return None
+    text = _cell_text(source, line)
+    if _VARIABLE_ON_EVERY_CALL in message:
+        return StepCodeError(
+            "the step creates a tf.Variable, and a compiled step may not create variables "
+            "each time it runs. Create variables (models, metrics, counters) in a scope-mode "
+            "`%%distribute` cell and use them in the step.",
+            cell_line=line, line_text=text,
+        )
+    return StepCodeError(
+        f"{type(err).__name__} while running the step: {_root_message(message)}",
+        cell_line=line, line_text=text,
+    )
+
+
+def _cell_text(source: StepSource, line: int) -> str:
+    lines = source.cell.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""

@@ -1,0 +1,45 @@
+"""Errors nbdist raises at users.
+
+Every error is one paragraph: what is wrong, then what to do. They render in IPython without
+nbdist's own traceback (``_render_traceback_``, the hook IPython and ipyparallel use), so the
+user sees the message and, for step code, the line of their cell.
+"""
+
+from __future__ import annotations
+
+
+class NbdistError(Exception):
+    """Base class: a problem the user can fix; shown as a short message, not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class ConfigError(NbdistError):
+    """A bad strategy name, flag or flag combination."""
+
+
+class DeviceError(NbdistError):
+    """The requested devices do not exist, or can no longer be created in this process."""
+
+
+class StepCodeError(NbdistError):
+    """A problem in the code of a ``%%distribute --step`` cell, pointing at the cell line."""
+
+    def __init__(self, message: str, *, cell_line: int | None = None, line_text: str = ""):
+        self.cell_line = cell_line
+        self.line_text = line_text
+        if cell_line is not None:
+            where = f"cell line {cell_line}"
+            if line_text.strip():
+                where += f" `{line_text.strip()}`"
+            message = f"{where}: {message}"
+        super().__init__(message)
+
+
+class DataError(NbdistError):
+    """The ``--data`` value is missing, not a dataset, or cannot be split across replicas."""
+
+
+class RunInterrupted(NbdistError):
+    """A run stopped early (kernel interrupt or Stop button); its partial Run is kept."""

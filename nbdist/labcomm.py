@@ -1,0 +1,434 @@
+"""The kernel side of nbdist's JupyterLab extension: session state over a Jupyter comm.
+
+The kernel opens a comm with target ``"nbdist"`` (through the ``comm`` package, which
+ipykernel wires to its own comm manager) and sends::
+
+    {"type": "state", "state": STATE}          # on open, then whenever STATE changes
+
+where STATE is the dict :func:`validate_state` checks. The frontend may send::
+
+    {"type": "request", "what": "status"}      # reply: {"type": "status_text", "text": ...}
+    {"type": "request", "what": "state"}       # reply: {"type": "state", "state": STATE}
+
+A frontend that reloads (and so lost the kernel's comm) opens its own comm to the same target
+with the ``"state"`` request as its open data; the kernel keeps every open comm and sends to
+each. The kernel handles frontend messages only while it is idle (the shell channel).
+
+State messages are throttled to one per ``min_interval`` seconds (5 per second by default):
+a change that comes sooner is kept and sent by the next :meth:`LabChannel.publish` or
+:meth:`LabChannel.flush` call, or by a one-shot timer, so the latest state always arrives.
+
+Without a frontend (terminal IPython) the ``comm`` package hands out a dummy comm and all of
+this is a no-op. Nothing here raises into the caller: failures are logged once as a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["TARGET_NAME", "LabChannel", "empty_state", "validate_state"]
+
+#: The comm target the JupyterLab extension registers on every kernel.
+TARGET_NAME = "nbdist"
+#: Statuses of ``state["run"]["status"]``.
+RUN_STATUSES = ("running", "done", "interrupted", "failed")
+#: Delays (seconds) before re-opening a comm that a frontend closed; then give up until open().
+REOPEN_DELAYS = (0.0, 5.0, 30.0)
+
+_log = logging.getLogger(__name__)
+
+_STATE_KEYS = (
+    "version",
+    "strategy",
+    "magic_line",
+    "replicas",
+    "devices",
+    "workers_total",
+    "workers_alive",
+    "dead_workers",
+    "stragglers",
+    "run",
+)
+_RUN_KEYS = ("id", "status", "step", "epoch", "total_steps")
+
+
+# -- the state shape -------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_count(where: str, value: Any) -> None:
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"nbdist state: {where} must be an int >= 0, got {value!r}")
+
+
+def _check_keys(where: str, d: Any, keys: tuple[str, ...]) -> None:
+    if not isinstance(d, dict):
+        raise ValueError(f"nbdist state: {where} must be a dict, got {type(d).__name__}")
+    missing = [k for k in keys if k not in d]
+    unknown = sorted(str(k) for k in d if k not in keys)
+    if missing or unknown:
+        raise ValueError(
+            f"nbdist state: {where} has missing keys {missing} and unknown keys {unknown}; "
+            f"expected exactly {list(keys)}"
+        )
+
+
+def _check_str_list(where: str, value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"nbdist state: {where} must be a list of str, got {value!r}")
+
+
+def _check_run(run: Any) -> None:
+    _check_keys("run", run, _RUN_KEYS)
+    _check_count("run.id", run["id"])
+    if run["status"] not in RUN_STATUSES:
+        raise ValueError(
+            f"nbdist state: run.status must be one of {list(RUN_STATUSES)}, got {run['status']!r}"
+        )
+    _check_count("run.step", run["step"])
+    _check_count("run.epoch", run["epoch"])
+    if run["total_steps"] is not None:
+        _check_count("run.total_steps", run["total_steps"])
+
+
+def validate_state(d: Any) -> dict[str, Any]:
+    """Check that ``d`` is a STATE dict as the JupyterLab extension expects; return it.
+
+    Raises ``ValueError`` naming the first offending key. The check is strict (exact keys,
+    ints that are not bools, known strategy names) because the frontend rejects anything else.
+    """
+    from .spec import STRATEGY_NAMES
+
+    _check_keys("state", d, _STATE_KEYS)
+    if not isinstance(d["version"], str):
+        raise ValueError(f"nbdist state: version must be a str, got {d['version']!r}")
+    strategy, magic_line = d["strategy"], d["magic_line"]
+    if strategy is not None and strategy not in STRATEGY_NAMES:
+        raise ValueError(
+            f"nbdist state: strategy must be None or one of {list(STRATEGY_NAMES)}, "
+            f"got {strategy!r}"
+        )
+    if (strategy is None) != (magic_line is None):
+        raise ValueError(
+            "nbdist state: strategy and magic_line must both be None or both be set, got "
+            f"strategy={strategy!r}, magic_line={magic_line!r}"
+        )
+    if magic_line is not None and (
+        not isinstance(magic_line, str) or not magic_line.startswith("%distribute ")
+    ):
+        raise ValueError(
+            "nbdist state: magic_line must be a line magic such as "
+            f"'%distribute mirrored --devices 2', got {magic_line!r}"
+        )
+    for key in ("replicas", "workers_total", "workers_alive"):
+        _check_count(key, d[key])
+    if d["workers_alive"] > d["workers_total"]:
+        raise ValueError(
+            f"nbdist state: workers_alive ({d['workers_alive']}) exceeds "
+            f"workers_total ({d['workers_total']})"
+        )
+    _check_str_list("devices", d["devices"])
+    _check_str_list("stragglers", d["stragglers"])
+    dead = d["dead_workers"]
+    if not isinstance(dead, list) or not all(_is_int(w) and w >= 0 for w in dead):
+        raise ValueError(f"nbdist state: dead_workers must be a list of int >= 0, got {dead!r}")
+    if d["run"] is not None:
+        _check_run(d["run"])
+    return d
+
+
+def empty_state(version: str | None = None) -> dict[str, Any]:
+    """The state of a kernel with nbdist loaded and no strategy chosen yet."""
+    if version is None:
+        from . import __version__ as version
+    return {
+        "version": version,
+        "strategy": None,
+        "magic_line": None,
+        "replicas": 0,
+        "devices": [],
+        "workers_total": 0,
+        "workers_alive": 0,
+        "dead_workers": [],
+        "stragglers": [],
+        "run": None,
+    }
+
+
+# -- the channel -----------------------------------------------------------------------------
+
+
+def _default_comm_factory(**kwargs: Any) -> Any:
+    import comm
+
+    # Looked up at call time: ipykernel replaces comm.create_comm when it starts.
+    return comm.create_comm(**kwargs)
+
+
+def _default_comm_manager() -> Any:
+    import comm
+
+    return comm.get_comm_manager()
+
+
+class LabChannel:
+    """Sends nbdist's state to the JupyterLab extension and answers its requests.
+
+    ``state_provider()`` returns the current STATE dict; ``status_text()`` returns the text
+    of ``%distribute status``. Call :meth:`open` when the extension loads, :meth:`publish`
+    whenever the state may have changed (cheap when it has not), :meth:`flush` at the end of
+    a run, and :meth:`close` on unload. Safe to call from any thread.
+    """
+
+    def __init__(
+        self,
+        state_provider: Callable[[], dict[str, Any]],
+        status_text: Callable[[], str],
+        *,
+        min_interval: float = 0.2,
+        auto_flush: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        comm_factory: Callable[..., Any] | None = None,
+        comm_manager: Callable[[], Any] | None = None,
+    ) -> None:
+        self._state_provider = state_provider
+        self._status_text = status_text
+        self._min_interval = min_interval
+        self._auto_flush = auto_flush
+        self._clock = clock
+        self._comm_factory = comm_factory or _default_comm_factory
+        self._comm_manager = comm_manager or _default_comm_manager
+        self._lock = threading.RLock()
+        self._comms: list[Any] = []
+        self._opened = False
+        self._last_sent: dict[str, Any] | None = None
+        self._last_send_time = -float("inf")
+        self._pending: dict[str, Any] | None = None
+        self._timer: threading.Timer | None = None
+        self._reopens = 0
+        self._last_close_time = -float("inf")
+        self._warned = False
+
+    # -- public API --------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether at least one comm to a frontend is open."""
+        return bool(self._comms)
+
+    def open(self) -> None:
+        """Open the comm (sending the current state) and accept frontend-opened comms."""
+        try:
+            with self._lock:
+                self._opened = True
+                self._reopens = 0
+                self._register_target()
+                if not self._comms:
+                    self._open_comm(self._read_state() or empty_state())
+                    return
+            self.publish()
+        except Exception as exc:
+            self._warn("open", exc)
+
+    def publish(self) -> None:
+        """Read the state; send it if it changed (throttled, the latest always delivered)."""
+        try:
+            state = self._read_state()
+            if state is None:
+                return
+            with self._lock:
+                if not self._opened:
+                    return
+                if not self._comms:
+                    self._maybe_reopen(state)
+                    return
+                if state == self._last_sent:
+                    self._pending = None
+                    return
+                wait = self._last_send_time + self._min_interval - self._clock()
+                if wait <= 0:
+                    self._send_state(state)
+                else:
+                    self._pending = state
+                    self._schedule(wait)
+        except Exception as exc:
+            self._warn("publish", exc)
+
+    def flush(self) -> None:
+        """Send the current state now if the frontend does not have it, ignoring throttling."""
+        try:
+            state = self._read_state()
+            with self._lock:
+                self._cancel_timer()
+                if state is None:
+                    state, self._pending = self._pending, None
+                if state is None or not self._opened:
+                    return
+                if not self._comms:
+                    self._maybe_reopen(state)
+                elif state != self._last_sent:
+                    self._send_state(state)
+                else:
+                    self._pending = None
+        except Exception as exc:
+            self._warn("flush", exc)
+
+    def close(self) -> None:
+        """Close every comm and stop accepting new ones. ``open()`` starts again."""
+        try:
+            with self._lock:
+                self._opened = False
+                self._cancel_timer()
+                self._pending = None
+                comms, self._comms = self._comms, []
+                for c in comms:
+                    try:
+                        c.close()
+                    except Exception as exc:
+                        self._warn("close", exc)
+                try:
+                    self._comm_manager().unregister_target(TARGET_NAME, self._on_frontend_open)
+                except KeyError:
+                    pass
+        except Exception as exc:
+            self._warn("close", exc)
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _read_state(self) -> dict[str, Any] | None:
+        """The provider's state, validated and deep-copied; None (and a warning) on error."""
+        try:
+            state = validate_state(self._state_provider())
+            copied: dict[str, Any] = json.loads(json.dumps(state))
+            return copied
+        except Exception as exc:
+            self._warn("state provider", exc)
+            return None
+
+    def _register_target(self) -> None:
+        try:
+            self._comm_manager().register_target(TARGET_NAME, self._on_frontend_open)
+        except Exception as exc:
+            self._warn("register comm target", exc)
+
+    def _open_comm(self, state: dict[str, Any]) -> None:
+        c = self._comm_factory(target_name=TARGET_NAME, data={"type": "state", "state": state})
+        self._attach(c)
+        self._mark_sent(state)
+
+    def _attach(self, c: Any) -> None:
+        c.on_msg(lambda msg, c=c: self._on_msg(c, msg))
+        c.on_close(lambda msg, c=c: self._on_close(c))
+        self._comms.append(c)
+
+    def _mark_sent(self, state: dict[str, Any]) -> None:
+        self._last_sent = state
+        self._last_send_time = self._clock()
+        self._pending = None
+        self._cancel_timer()
+
+    def _send(self, data: dict[str, Any], comms: list[Any] | None = None) -> None:
+        for c in list(self._comms if comms is None else comms):
+            try:
+                c.send(data)
+            except Exception as exc:
+                self._warn("send", exc)
+
+    def _send_state(self, state: dict[str, Any], comms: list[Any] | None = None) -> None:
+        self._send({"type": "state", "state": state}, comms)
+        if comms is None:
+            self._mark_sent(state)
+
+    def _maybe_reopen(self, state: dict[str, Any]) -> None:
+        """Re-open after every frontend closed our comm, a few times with growing delays."""
+        if self._reopens >= len(REOPEN_DELAYS):
+            return
+        if self._clock() - self._last_close_time < REOPEN_DELAYS[self._reopens]:
+            return
+        self._reopens += 1
+        self._open_comm(state)
+
+    # -- the timer that delivers a throttled state -------------------------------------------
+
+    def _schedule(self, wait: float) -> None:
+        if not self._auto_flush or self._timer is not None:
+            return
+        self._timer = threading.Timer(wait, self._on_timer)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        try:
+            with self._lock:
+                self._timer = None
+                if self._pending is not None and self._comms:
+                    self._send_state(self._pending)
+        except Exception as exc:
+            self._warn("timer", exc)
+
+    # -- messages from the frontend ----------------------------------------------------------
+
+    def _on_frontend_open(self, c: Any, msg: dict[str, Any]) -> None:
+        with self._lock:
+            self._attach(c)
+            self._reopens = 0
+        self._on_msg(c, msg)
+
+    def _on_msg(self, c: Any, msg: dict[str, Any]) -> None:
+        try:
+            data = msg.get("content", {}).get("data") or {}
+            if data.get("type") != "request":
+                return
+            with self._lock:
+                self._reopens = 0  # a frontend is listening
+            what = data.get("what")
+            if what == "status":
+                self._send({"type": "status_text", "text": self._safe_status_text()}, [c])
+            elif what == "state":
+                state = self._read_state()
+                if state is not None:
+                    with self._lock:
+                        self._send_state(state, [c])
+            else:
+                _log.debug("nbdist: ignoring unknown frontend request %r", what)
+        except Exception as exc:
+            self._warn("frontend message", exc)
+
+    def _safe_status_text(self) -> str:
+        try:
+            return str(self._status_text())
+        except Exception as exc:
+            self._warn("status text", exc)
+            return f"nbdist could not produce its status: {type(exc).__name__}: {exc}"
+
+    def _on_close(self, c: Any) -> None:
+        with self._lock:
+            if c in self._comms:
+                self._comms.remove(c)
+            self._last_close_time = self._clock()
+
+    def _warn(self, what: str, exc: BaseException) -> None:
+        if not self._warned:
+            self._warned = True
+            _log.warning(
+                "nbdist: the JupyterLab status channel failed (%s: %s: %s); the extension may "
+                "show stale state. Further failures are logged at debug level.",
+                what,
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            _log.debug("nbdist: lab channel %s failed", what, exc_info=exc)

@@ -1,0 +1,155 @@
+"""The ``%distribute`` / ``%%distribute`` magics: parse, validate, hand over to the Session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .errors import ConfigError
+from .spec import STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
+
+_ACTIONS = ("status", "stop")
+
+
+@magics_class
+class DistributeMagics(Magics):
+    """Distributed TensorFlow from a notebook."""
+
+    @magic_arguments()
+    @argument(
+        "what", nargs="?", default=None,
+        help=f"A strategy ({', '.join(STRATEGY_NAMES)}) or an action: `status` (show the "
+             "strategy, replicas, devices and the equivalent TensorFlow), `stop` (forget it).",
+    )
+    @argument("--devices", type=int, default=None,
+              help="Local devices: N GPUs if present, else the CPU split into N logical "
+                   "devices (default: all GPUs, else 1 CPU).")
+    @argument("--workers", type=int, default=None,
+              help="Worker processes for multiworker/parameter_server (default: none).")
+    @argument("--ps", type=int, default=None,
+              help="Parameter servers for parameter_server (default: none).")
+    @argument("--cluster", default=None,
+              help="An ipyparallel cluster profile to run workers on (default: local).")
+    @argument("--tpu", default=None,
+              help="TPU name or grpc:// address for `tpu` (default: the local TPU VM).")
+    @argument("--step", action="store_true",
+              help="Step mode: the cell is the per-replica training step (default: scope "
+                   "mode, the cell runs under strategy.scope()).")
+    @argument("--data", default=None,
+              help="Step mode: the tf.data.Dataset to train on; `batch` is this replica's "
+                   "slice of each element (required with --step).")
+    @argument("--epochs", type=int, default=1, help="Step mode: epochs (default: 1).")
+    @argument("--steps", type=int, default=None,
+              help="Step mode: at most N steps per epoch (default: the whole dataset).")
+    @argument("--loss", default="loss",
+              help="Step mode: the variable holding the step's loss (default: loss).")
+    @argument("--grads", default=None,
+              help="Step mode: the variable holding the gradient list, for gradient norms "
+                   "(default: `grads` if the cell assigns it).")
+    @argument("--show-code", action="store_true",
+              help="Step mode: print the generated step function before running it.")
+    @argument("--timing-every", type=int, default=10,
+              help="Step mode: time the allreduce on every k-th step; 0 turns it off "
+                   "(default: 10, which keeps the measurement's cost under 1%%).")
+    @line_cell_magic
+    def distribute(self, line: str, cell: str | None = None) -> Any:
+        """Run TensorFlow under a tf.distribute strategy.
+
+        Choose the kernel's strategy (line magic)::
+
+            %distribute mirrored --devices 4    # 4 GPUs, or the CPU split into 4 devices
+            %distribute one_device
+            %distribute central_storage --devices 2
+            %distribute tpu --tpu grpc://10.0.0.2:8470
+            %distribute status                  # strategy, replicas, equivalent TensorFlow
+            %distribute stop                    # forget the strategy
+
+        Scope mode: the cell runs under ``strategy.scope()``; ``model.fit`` calls are
+        recorded into ``nbdist.runs``::
+
+            %%distribute
+            model = make_model()
+            model.compile(optimizer="adam", loss="mse")
+            model.fit(train_ds, epochs=3)
+
+        Step mode: the cell is the per-replica step; ``batch`` is this replica's part of
+        each dataset element and the cell must assign ``loss`` (and may assign ``grads``)::
+
+            %%distribute --step --data train_ds --epochs 3
+            x, y = batch
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)),
+                                                  global_batch_size=GLOBAL_BATCH)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+        A strategy may also be given on the cell line (``%%distribute mirrored --devices 2
+        --step --data ds``); it must match the kernel's strategy if one is set. Each run is
+        kept in ``nbdist.runs``; ``nbdist.runs[-1].metrics`` is a DataFrame with one row per
+        step and replica.
+        """
+        from .session import current_session
+
+        args = parse_argstring(self.distribute, line)
+        session = current_session(self.shell)
+        strategy = _strategy_spec(args)
+        if cell is None:
+            return self._line(args, strategy, session)
+        run_spec = RunSpec(
+            step=args.step, data=args.data, epochs=args.epochs, steps=args.steps,
+            loss=args.loss, grads=args.grads, show_code=args.show_code,
+            timing_every=args.timing_every, strategy=strategy,
+        )
+        header = f"%%distribute {line}".strip()
+        from .widgets.progress import ProgressLine
+
+        progress = ProgressLine(self.shell)
+        try:
+            if run_spec.step:
+                session.run_step_cell(cell, run_spec, [progress], header=header)
+                return None  # the summary is shown by `progress`; the Run is nbdist.runs[-1]
+            return session.run_scope_cell(cell, run_spec, [progress], header=header)
+        finally:
+            progress.close()
+
+    def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
+        cell_only = [f for f in ("step", "data", "steps", "grads", "show_code") if getattr(args, f)]
+        if cell_only:
+            raise ConfigError(
+                f"--{cell_only[0].replace('_', '-')} belongs on a `%%distribute` cell (two %), "
+                "not on the `%distribute` line."
+            )
+        if args.what == "status":
+            print(session.status_text())
+        elif args.what == "stop":
+            session.stop()
+            print("nbdist: strategy cleared (logical CPU devices stay until the kernel restarts).")
+        elif strategy is None:
+            raise ConfigError(
+                "Give a strategy, e.g. `%distribute mirrored --devices 2`, or `status`/`stop`. "
+                f"Strategies: {', '.join(STRATEGY_NAMES)}."
+            )
+        else:
+            handle = session.configure(strategy)
+            print(f"nbdist: {handle.spec.name} with {handle.replicas} replica(s) on "
+                  f"{', '.join(handle.devices)}")
+
+
+def _strategy_spec(args: Any) -> StrategySpec | None:
+    """The StrategySpec named on the line, or None when it names none (or an action)."""
+    placement = {f: getattr(args, f) for f in ("devices", "workers", "ps", "cluster", "tpu")}
+    if args.what in _ACTIONS:
+        if any(v is not None for v in placement.values()):
+            raise ConfigError(f"`%distribute {args.what}` takes no placement flags.")
+        return None
+    if args.what is None:
+        if any(v is not None for v in placement.values()):
+            raise ConfigError(
+                "Placement flags need a strategy name, e.g. `mirrored --devices 2`."
+            )
+        return None
+    if args.what not in STRATEGY_NAMES:
+        raise ConfigError(suggest_strategy(args.what))
+    return StrategySpec(args.what, **placement)

@@ -1,0 +1,363 @@
+"""Turn a ``%%distribute --step`` cell into the source of a per-replica step function.
+
+The cell is the body of the step. ``rewrite_step`` copies its lines (not ``ast.unparse``, so
+comments and line structure survive) into a template, each line shifted by a fixed offset so
+that an error on generated line ``L`` is cell line ``L - line_offset``::
+
+    def _nbdist_make_step(_nbdist_rt):
+        def _nbdist_step(batch):
+            batch = _nbdist_rt.begin(batch)   # lets a timed step timestamp the batch's arrival
+            <cell lines, indented by 8 spaces>
+            return _nbdist_rt.end(loss, grads)
+        return _nbdist_step
+
+Like IPython's ``ast_mod``, the helper names are renamed (``_nbdist_rt_1``...) when the cell
+uses them. Pure ``ast``/``tokenize``: this module imports neither TensorFlow nor IPython.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import keyword
+import linecache
+import tokenize
+import warnings
+from dataclasses import dataclass
+
+from .errors import ConfigError, StepCodeError
+
+_INDENT = " " * 8
+_LINE_OFFSET = 3  # template lines before the first cell line
+_STRING_STARTS = {getattr(tokenize, n, -1) for n in ("FSTRING_START", "TSTRING_START")} - {-1}
+_STRING_ENDS = {getattr(tokenize, n, -1) for n in ("FSTRING_END", "TSTRING_END")} - {-1}
+_FORBIDDEN: dict[type[ast.AST], str] = {
+    ast.Return: "return",
+    ast.Yield: "yield",
+    ast.YieldFrom: "yield from",
+    ast.Await: "await",
+    ast.AsyncFor: "async for",
+    ast.AsyncWith: "async with",
+    ast.Nonlocal: "nonlocal",
+    ast.Global: "global",
+}
+_ID_FIELDS = frozenset({"id", "arg", "name", "asname", "names", "attr", "rest", "module"})
+
+
+@dataclass(frozen=True)
+class StepSource:
+    """The generated module text for one step cell, and how to map its lines back."""
+
+    source: str
+    filename: str
+    cell: str
+    factory_name: str
+    step_name: str
+    runtime_name: str
+    loss: str
+    grads: str | None
+    line_offset: int
+
+    def cell_line(self, generated_line: int) -> int | None:
+        """Return the cell line shown at ``generated_line``, or None for a template line."""
+        line = generated_line - self.line_offset
+        return line if 1 <= line <= len(_split_lines(self.cell)) else None
+
+    def register(self) -> None:
+        """Put ``source`` into ``linecache`` so inspect, tracebacks and AutoGraph can read it."""
+        register_source(self.filename, self.source)
+
+
+def register_source(filename: str, text: str) -> None:
+    """Register ``text`` in ``linecache`` under ``filename``; ``checkcache`` keeps it."""
+    lines = [line + "\n" for line in _split_lines(text)]
+    linecache.cache[filename] = (len(text), None, lines, filename)
+
+
+def rewrite_step(
+    cell: str,
+    *,
+    filename: str,
+    loss: str = "loss",
+    grads: str | None = None,
+    batch: str = "batch",
+) -> StepSource:
+    """Return the source of a factory ``make(runtime) -> step(batch)`` built from ``cell``.
+
+    ``grads=None`` passes ``grads`` to ``runtime.end`` when the cell assigns it, else None; an
+    explicit ``grads`` name must be assigned by the cell. Raises ``StepCodeError`` (naming the
+    cell line) for code that cannot be a step body, ``ConfigError`` for a bad variable name.
+    """
+    for what, name in (("--loss", loss), ("--grads", grads), ("the batch parameter", batch)):
+        if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+            raise ConfigError(
+                f"{what} {name!r} is not a Python variable name. Give the name of a variable "
+                "of the step cell, such as `loss` or `my_grads`."
+            )
+    lines = _split_lines(cell)
+    tree = _parse(lines, filename)
+    if not tree.body:
+        raise StepCodeError(
+            "The step cell is empty: in step mode the cell is the body of the per-replica "
+            f"training step. Write the step code (it must assign `{loss}`), or run the cell "
+            "without `--step`."
+        )
+    scan = _ScopeScan()
+    scan.visit(tree)
+    if scan.problems:
+        node, kind = min(scan.problems, key=lambda p: (p[0].lineno, p[0].col_offset))
+        raise StepCodeError(_problem_message(kind, loss), **_where(node.lineno, lines))
+    if loss not in scan.assigned:
+        raise StepCodeError(
+            f"The step never assigns `{loss}`: nbdist returns it from every step to report "
+            f"it. Assign the step's loss in the cell (`{loss} = ...`), or name the variable "
+            "that holds it with `--loss NAME`."
+        )
+    if grads is None:
+        grads = "grads" if "grads" in scan.assigned else None
+    elif grads not in scan.assigned:
+        raise StepCodeError(
+            f"`--grads {grads}` was given but the step never assigns `{grads}`. Assign the "
+            f"gradients to it (`{grads} = tape.gradient({loss}, model.trainable_variables)`) "
+            "or drop `--grads`."
+        )
+    taken = _identifiers(tree) | {loss, batch} | ({grads} if grads else set())
+    factory, step, runtime = (
+        _free_name(base, taken) for base in ("_nbdist_make_step", "_nbdist_step", "_nbdist_rt")
+    )
+    source = "\n".join(
+        [
+            f"def {factory}({runtime}):",
+            f"    def {step}({batch}):",
+            f"        {batch} = {runtime}.begin({batch})",
+            *_indent_cell(lines),
+            f"        return {runtime}.end({loss}, {grads})",
+            f"    return {step}",
+            "",
+        ]
+    )
+    _check_compiles(source, filename, lines)
+    return StepSource(
+        source=source,
+        filename=filename,
+        cell=cell,
+        factory_name=factory,
+        step_name=step,
+        runtime_name=runtime,
+        loss=loss,
+        grads=grads,
+        line_offset=_LINE_OFFSET,
+    )
+
+
+def _split_lines(text: str) -> list[str]:
+    """Split on the line breaks Python itself recognises (not form feeds or U+2028)."""
+    parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return parts[:-1] if parts[-1] == "" else parts
+
+
+def _where(lineno: int | None, lines: list[str]) -> dict[str, int | str | None]:
+    """The ``cell_line``/``line_text`` keywords of a StepCodeError for a cell line."""
+    if lineno is None or not lines:
+        return {"cell_line": None, "line_text": ""}
+    lineno = min(max(lineno, 1), len(lines))
+    return {"cell_line": lineno, "line_text": lines[lineno - 1]}
+
+
+def _parse(lines: list[str], filename: str) -> ast.Module:
+    """Parse the cell on its own, so syntax errors name the cell's line numbers."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes etc. warn when the caller compiles
+            return ast.parse("\n".join(lines) + "\n", filename=filename)
+    except SyntaxError as error:
+        where = _where(error.lineno, lines)
+        what = "this line is" if where["cell_line"] else "The cell is"
+        raise StepCodeError(
+            f"{what} not valid Python ({type(error).__name__}: {error.msg}). Fix its syntax "
+            "and run the cell again.",
+            **where,
+        ) from None
+    except ValueError as error:  # null bytes on Python 3.10 (a SyntaxError later)
+        message = f"The cell cannot be parsed: {error}. Remove those characters."
+        raise StepCodeError(message) from None
+
+
+def _check_compiles(source: str, filename: str, lines: list[str]) -> None:
+    """Compile the generated module; map errors only a function body has back to the cell."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, filename, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        cell_line = None if error.lineno is None else error.lineno - _LINE_OFFSET
+        inside = cell_line is not None and 1 <= cell_line <= len(lines)
+        raise StepCodeError(
+            f"{error.msg}. The cell is compiled as the body of the step function, where this "
+            "line is not allowed: change or remove it (module-level code such as "
+            "`from __future__ import ...` or `import *` belongs in an ordinary cell).",
+            **_where(cell_line if inside else None, lines),
+        ) from None
+
+
+def _indent_cell(lines: list[str]) -> list[str]:
+    """Indent every cell line by 8 spaces except continuation lines of multi-line strings.
+
+    Leading tabs become spaces (AutoGraph refuses code mixing both in its indentation).
+    """
+    keep = _string_continuation_rows("\n".join(lines) + "\n")
+    out = []
+    for row, line in enumerate(lines, start=1):
+        if row in keep:
+            out.append(line)
+        elif not line.strip():
+            out.append("")
+        else:
+            stripped = line.lstrip(" \t\f")
+            out.append(_INDENT + " " * _indent_width(line[: len(line) - len(stripped)]) + stripped)
+    return out
+
+
+def _indent_width(lead: str) -> int:
+    """The column Python's tokenizer gives leading whitespace (tab stops of 8, \\f resets)."""
+    col = 0
+    for char in lead:
+        col = 0 if char == "\f" else (col // 8 + 1) * 8 if char == "\t" else col + 1
+    return col
+
+
+def _string_continuation_rows(text: str) -> set[int]:
+    """Rows (1-based) that continue a string token begun on an earlier row."""
+    rows: set[int] = set()
+    depth, start = 0, 0
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type in _STRING_STARTS:
+            start = tok.start[0] if depth == 0 else start
+            depth += 1
+        elif tok.type in _STRING_ENDS:
+            depth -= 1
+            if depth == 0:
+                rows.update(range(start + 1, tok.end[0] + 1))
+        elif tok.type == tokenize.STRING:
+            rows.update(range(tok.start[0] + 1, tok.end[0] + 1))
+    return rows
+
+
+def _identifiers(tree: ast.AST) -> set[str]:
+    """Every identifier the cell mentions: names, args, attributes, defs, import aliases."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        for field, value in ast.iter_fields(node):
+            if field in _ID_FIELDS:
+                for item in value if isinstance(value, list) else [value]:
+                    if isinstance(item, str):
+                        found.update(item.split("."))
+    return found
+
+
+def _free_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``... whichever the cell does not use."""
+    name, n = base, 0
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def _problem_message(kind: str, loss: str) -> str:
+    """The explanation and fix for a statement the step body cannot contain."""
+    body = (
+        "the cell is the body of the step function, which nbdist compiles with tf.function "
+        f"and which returns `{loss}` for you after the cell's last line"
+    )
+    state = (
+        "keep state in tf.Variables created in a scope-mode cell (`%%distribute` without "
+        "`--step`) and update them with `.assign(...)`"
+    )
+    if kind == "return":
+        return f"`return` cannot end a step cell: {body}. Remove the `return` statement."
+    if kind in ("yield", "yield from"):
+        return f"`{kind}` would turn the step into a generator: {body}. Remove the statement."
+    if kind == "nonlocal":
+        return f"`nonlocal` has no enclosing function to refer to: {body}. Remove it and {state}."
+    if kind == "global":
+        return (
+            "`global` cannot be used in a step: the step runs as a compiled function, so a "
+            "Python global is assigned once while tracing, not at every step. Remove the "
+            f"statement and {state}."
+        )
+    return f"`{kind}` needs an async function, but {body}. Remove `{kind}`."
+
+
+class _ScopeScan(ast.NodeVisitor):
+    """Walk the cell's own scope, skipping nested def/lambda/class/comprehension scopes.
+
+    Records the names the scope binds (``assigned``) and the statements a step body cannot
+    contain (``problems``). The parts of a nested scope that run in the cell's scope
+    (decorators, defaults, bases, a comprehension's first iterable) are still visited.
+    """
+
+    def __init__(self) -> None:
+        self.assigned: set[str] = set()
+        self.problems: list[tuple[ast.AST, str]] = []
+        self._in_comprehension = False
+
+    def visit(self, node: ast.AST) -> None:
+        kind = _FORBIDDEN.get(type(node))
+        if kind is not None:
+            self.problems.append((node, kind))
+        super().visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Store) and not self._in_comprehension:
+            self.assigned.add(node.id)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:  # a bare annotation `x: int` binds nothing
+            self.visit(node.target)
+            self.visit(node.value)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        # `:=` binds in the enclosing scope even inside a comprehension.
+        self.assigned.add(node.target.id)
+        self.visit(node.value)
+
+    def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
+        for alias in node.names:
+            if alias.name != "*":
+                self.assigned.add(alias.asname or alias.name.split(".")[0])
+
+    visit_ImportFrom = visit_Import
+
+    def _visit_all(self, nodes: list[ast.expr | None]) -> None:
+        for node in nodes:
+            if node is not None:
+                self.visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        args = node.args
+        annotations = [a.annotation for a in args.posonlyargs + args.args + args.kwonlyargs]
+        annotations += [a.annotation for a in (args.vararg, args.kwarg) if a is not None]
+        self._visit_all([*node.decorator_list, *args.defaults, *args.kw_defaults])
+        self._visit_all([*annotations, node.returns])
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._visit_all([*node.args.defaults, *node.args.kw_defaults])
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._visit_all([*node.decorator_list, *node.bases, *(k.value for k in node.keywords)])
+
+    def _visit_comprehension(self, node: ast.expr) -> None:
+        first, *_ = node.generators
+        self.visit(first.iter)
+        outer, self._in_comprehension = self._in_comprehension, True
+        for field, value in ast.iter_fields(node):
+            if field != "generators":
+                self.visit(value)
+        for gen in node.generators:
+            self._visit_all([gen.target, *gen.ifs, None if gen is first else gen.iter])
+        self._in_comprehension = outer
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_comprehension

@@ -1,0 +1,159 @@
+"""What the user asked for, validated, with no TensorFlow involved.
+
+``StrategySpec`` is the kernel's strategy choice (``%distribute mirrored --devices 4``);
+``RunSpec`` is one ``%%distribute`` cell. Both round-trip through JSON (the lab extension and
+the picker exchange them) and render back to the magic line that produces them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+
+#: One name per strategy, used by the flag, the picker, the registry and the docs.
+STRATEGY_NAMES: tuple[str, ...] = (
+    "one_device",
+    "mirrored",
+    "central_storage",
+    "multiworker",
+    "parameter_server",
+    "tpu",
+)
+
+#: The tf.distribute class behind each name.
+STRATEGY_CLASSES: dict[str, str] = {
+    "one_device": "tf.distribute.OneDeviceStrategy",
+    "mirrored": "tf.distribute.MirroredStrategy",
+    "central_storage": "tf.distribute.experimental.CentralStorageStrategy",
+    "multiworker": "tf.distribute.MultiWorkerMirroredStrategy",
+    "parameter_server": "tf.distribute.ParameterServerStrategy",
+    "tpu": "tf.distribute.TPUStrategy",
+}
+
+_MULTI_PROCESS = ("multiworker", "parameter_server")
+
+
+def suggest_strategy(name: str) -> str:
+    """Return the error text for an unknown strategy name, with the closest known name."""
+    close = difflib.get_close_matches(name.lower().replace("-", "_"), STRATEGY_NAMES, n=1)
+    hint = f" Did you mean `{close[0]}`?" if close else ""
+    return (
+        f"Unknown strategy {name!r}.{hint} Choose one of: {', '.join(STRATEGY_NAMES)} "
+        "(for example `%distribute mirrored --devices 2`)."
+    )
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """A validated strategy choice. ``devices=None`` means "all local GPUs, else 1 CPU"."""
+
+    name: str
+    devices: int | None = None
+    workers: int | None = None
+    ps: int | None = None
+    cluster: str | None = None
+    tpu: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in STRATEGY_NAMES:
+            raise ConfigError(suggest_strategy(self.name))
+        for flag in ("devices", "workers", "ps"):
+            value = getattr(self, flag)
+            if value is not None and value < 1:
+                raise ConfigError(
+                    f"--{flag} {value} is not allowed: it counts {flag} and must be at least 1 "
+                    f"(for example `%distribute {self.name} --{flag} 2`)."
+                )
+        if self.name == "one_device" and self.devices not in (None, 1):
+            raise ConfigError(
+                f"one_device runs on exactly one device, but --devices {self.devices} was "
+                "given. Drop --devices, or use `mirrored` to train on several devices."
+            )
+        if self.name not in _MULTI_PROCESS and (self.workers or self.ps or self.cluster):
+            raise ConfigError(
+                f"--workers/--ps/--cluster start separate worker processes, which `{self.name}` "
+                "does not use (it runs inside this kernel). Use `multiworker` or "
+                "`parameter_server`, or drop those flags."
+            )
+        if self.ps and self.name != "parameter_server":
+            raise ConfigError("--ps only applies to `parameter_server`.")
+        if self.tpu and self.name != "tpu":
+            raise ConfigError(
+                f"--tpu names a TPU, which `{self.name}` does not use. "
+                "Use `%distribute tpu --tpu ADDRESS`."
+            )
+        if self.name == "tpu" and self.devices is not None:
+            raise ConfigError("`tpu` uses every core of the TPU it connects to; drop --devices.")
+
+    @property
+    def tf_class(self) -> str:
+        return STRATEGY_CLASSES[self.name]
+
+    def magic_line(self) -> str:
+        """The ``%distribute`` line that produces this spec."""
+        parts = ["%distribute", self.name]
+        for flag in ("devices", "workers", "ps", "cluster", "tpu"):
+            value = getattr(self, flag)
+            if value is not None:
+                parts += [f"--{flag}", str(value)]
+        return " ".join(parts)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> StrategySpec:
+        data = json.loads(text)
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ConfigError(f"Unknown strategy fields {sorted(unknown)} in {text!r}.")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One ``%%distribute`` cell: scope mode (``step=False``) or step mode."""
+
+    step: bool = False
+    data: str | None = None
+    epochs: int = 1
+    steps: int | None = None
+    loss: str = "loss"
+    grads: str | None = None
+    show_code: bool = False
+    timing_every: int = 10
+    strategy: StrategySpec | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.step and not self.data:
+            raise ConfigError(
+                "--step needs --data NAME: the tf.data.Dataset whose elements are split across "
+                "replicas (for example `%%distribute --step --data train_ds`)."
+            )
+        if not self.step:
+            used = [f"--{n.replace('_', '-')}" for n in ("data", "steps", "grads")
+                    if getattr(self, n) is not None]
+            if used:
+                raise ConfigError(
+                    f"{' '.join(used)} only apply to step mode; add --step "
+                    "(or drop them to run the cell under the strategy's scope)."
+                )
+        if self.epochs < 1:
+            raise ConfigError(f"--epochs {self.epochs}: give at least 1 epoch.")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"--steps {self.steps}: give at least 1 step, or drop --steps.")
+        if self.timing_every < 0:
+            raise ConfigError(
+                f"--timing-every {self.timing_every}: give 0 (never time the allreduce), "
+                "1 (every step) or k (every k-th step)."
+            )
+        for flag in ("data", "loss", "grads"):
+            value = getattr(self, flag)
+            if value is not None and not value.isidentifier():
+                raise ConfigError(f"--{flag} {value!r} is not a Python variable name.")

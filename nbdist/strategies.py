@@ -1,0 +1,187 @@
+"""Build a tf.distribute strategy from a StrategySpec, on devices that really exist.
+
+MirroredStrategy does not check its devices: asked for 4 replicas when only CPU:0 exists it
+reports 4 replicas and hangs forever at the first collective. So every builder here first makes
+the devices exist (GPUs, or the CPU split into logical devices) and then checks them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError, DeviceError
+from .spec import StrategySpec
+
+TPU_PROBE_TIMEOUT_S = 60.0
+
+_TOO_LATE = (
+    "TensorFlow has already initialised its devices in this kernel with {have} CPU device(s), "
+    "so it cannot split the CPU into {want} logical devices any more (TensorFlow allows that "
+    "only before the first tensor, model or device query). Restart the kernel and run "
+    "`%distribute {name} --devices {want}` before any other TensorFlow code, or use "
+    "--devices {have} or fewer."
+)
+
+
+@dataclass(frozen=True)
+class StrategyHandle:
+    """A built strategy and what it runs on."""
+
+    spec: StrategySpec
+    strategy: Any                   # tf.distribute.Strategy
+    devices: tuple[str, ...]
+    device_kind: str                # "GPU", "CPU" (possibly logical) or "TPU"
+
+    @property
+    def replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
+
+    def equivalent_code(self) -> str:
+        """The hand-written TensorFlow that builds the same strategy."""
+        lines = ["import tensorflow as tf"]
+        if self.device_kind == "CPU" and len(self.devices) > 1:
+            lines += [
+                'cpu = tf.config.list_physical_devices("CPU")[0]',
+                "tf.config.set_logical_device_configuration(",
+                f"    cpu, [tf.config.LogicalDeviceConfiguration()] * {len(self.devices)})",
+            ]
+        devs = ", ".join(f'"{d}"' for d in self.devices)
+        name = self.spec.name
+        if name == "one_device":
+            lines.append(f'strategy = tf.distribute.OneDeviceStrategy("{self.devices[0]}")')
+        elif name == "mirrored":
+            lines.append(f"strategy = tf.distribute.MirroredStrategy([{devs}])")
+        elif name == "central_storage":
+            lines.append(
+                f"strategy = tf.distribute.experimental.CentralStorageStrategy([{devs}])"
+            )
+        elif name == "tpu":
+            lines += [
+                "resolver = tf.distribute.cluster_resolver.TPUClusterResolver("
+                f"tpu={self.spec.tpu!r})",
+                "tf.config.experimental_connect_to_cluster(resolver)",
+                "tf.tpu.experimental.initialize_tpu_system(resolver)",
+                "strategy = tf.distribute.TPUStrategy(resolver)",
+            ]
+        return "\n".join(lines)
+
+
+def build_strategy(spec: StrategySpec) -> StrategyHandle:
+    """Create the strategy ``spec`` asks for, or raise a ConfigError/DeviceError."""
+    import tensorflow as tf
+
+    if spec.name in ("multiworker", "parameter_server"):
+        raise ConfigError(
+            f"`{spec.name}` needs worker processes, which this version of nbdist does not "
+            "start yet. Use `mirrored --devices N` to train on N local (logical) devices."
+        )
+    if spec.name == "tpu":
+        return _build_tpu(spec)
+    devices, kind = ensure_local_devices(spec.devices, spec.name)
+    if spec.name == "one_device":
+        strategy = tf.distribute.OneDeviceStrategy(devices[0])
+    elif spec.name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(list(devices))
+    else:
+        strategy = tf.distribute.experimental.CentralStorageStrategy(list(devices))
+    return StrategyHandle(spec, strategy, devices, kind)
+
+
+def physical_gpus() -> list[Any]:
+    """The machine's GPUs (does not initialise TensorFlow's devices)."""
+    import tensorflow as tf
+
+    return list(tf.config.list_physical_devices("GPU"))
+
+
+def ensure_local_devices(count: int | None, name: str = "mirrored") -> tuple[tuple[str, ...], str]:
+    """Return ``count`` local device names: GPUs if any, else logical CPU devices.
+
+    ``count=None`` means every GPU, or one CPU. Splitting the CPU must happen before
+    TensorFlow initialises its devices; an existing split with enough devices is reused.
+    """
+    import tensorflow as tf
+
+    gpus = physical_gpus()
+    if gpus:
+        want = len(gpus) if count is None else count
+        if want > len(gpus):
+            raise DeviceError(
+                f"--devices {want} asks for {want} GPUs but this machine has {len(gpus)}. "
+                f"Use --devices {len(gpus)} or fewer (or omit --devices to use all of them)."
+            )
+        devices, kind = tuple(f"/device:GPU:{i}" for i in range(want)), "GPU"
+    else:
+        want = 1 if count is None else count
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        current = tf.config.get_logical_device_configuration(cpu)
+        if want > 1 and (current is None or len(current) < want):
+            try:
+                tf.config.set_logical_device_configuration(
+                    cpu, [tf.config.LogicalDeviceConfiguration()] * want
+                )
+            except RuntimeError as err:
+                have = len(tf.config.list_logical_devices("CPU"))
+                raise DeviceError(_TOO_LATE.format(have=have, want=want, name=name)) from err
+        devices, kind = tuple(f"/device:CPU:{i}" for i in range(want)), "CPU"
+    existing = {d.name for d in tf.config.list_logical_devices(kind)}
+    missing = [d for d in devices if d not in existing]
+    if missing:
+        raise DeviceError(
+            f"TensorFlow does not see {', '.join(missing)} (it has {sorted(existing)}); a "
+            "strategy over missing devices would hang at its first step. Use fewer --devices."
+        )
+    return devices, kind
+
+
+# -- TPU -----------------------------------------------------------------------------------
+
+_TPU_PROBE = """
+import sys
+import tensorflow as tf
+address = sys.argv[1] or None
+resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address)
+tf.config.experimental_connect_to_cluster(resolver)
+tf.tpu.experimental.initialize_tpu_system(resolver)
+print("NBDIST_TPU_OK", len(tf.config.list_logical_devices("TPU")))
+"""
+
+
+def probe_tpu(address: str | None, timeout: float = TPU_PROBE_TIMEOUT_S) -> str | None:
+    """Try to reach a TPU in a child process; return None if it worked, else the reason.
+
+    TensorFlow hangs forever connecting to a ``grpc://`` address with no TPU behind it, so the
+    attempt runs in a subprocess that is killed after ``timeout`` seconds.
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TPU_PROBE, address or ""],
+            capture_output=True, text=True, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return f"no answer from {address or 'the default TPU'} within {timeout:.0f} s"
+    if done.returncode == 0 and "NBDIST_TPU_OK" in done.stdout:
+        return None
+    errors = [ln for ln in done.stderr.strip().splitlines() if "Error" in ln]
+    return errors[-1].strip() if errors else f"the probe exited with code {done.returncode}"
+
+
+def _build_tpu(spec: StrategySpec) -> StrategyHandle:
+    import tensorflow as tf
+
+    reason = probe_tpu(spec.tpu)
+    if reason is not None:
+        raise DeviceError(
+            f"No TPU could be reached ({reason}). TPUs exist on Cloud TPU VMs and Colab; give "
+            "their address with `%distribute tpu --tpu ADDRESS` (or no --tpu on a TPU VM). To "
+            "run the same code here, use `%distribute mirrored --devices N`."
+        )
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=spec.tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
+    devices = tuple(d.name for d in tf.config.list_logical_devices("TPU"))
+    return StrategyHandle(spec, strategy, devices, "TPU")

@@ -1,0 +1,1 @@
+"""Metric events and the Run store."""

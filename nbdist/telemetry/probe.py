@@ -1,0 +1,147 @@
+"""In-graph instrumentation of a per-replica step: loss, gradient norm, allreduce timing.
+
+The generated step calls ``probe.begin(batch)`` first and returns ``probe.end(loss, grads)``.
+A timed probe also brackets every ``ReplicaContext.all_reduce`` the step makes (Keras
+optimizers all-reduce gradients inside ``apply_gradients``) with ``tf.timestamp`` ops ordered by
+control dependencies. Those ops serialise the step a little, so the runner compiles a timed and
+an untimed variant and times only every k-th step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import StepCodeError
+
+
+class StepProbe:
+    """The runtime object a generated step function talks to (one per compiled variant)."""
+
+    def __init__(self, *, timed: bool, loss_name: str = "loss", grads_name: str | None = None):
+        self.timed = timed
+        self.loss_name = loss_name
+        self.grads_name = grads_name
+        self.allreduce_bytes = 0        # per replica, summed over the step's all_reduce calls
+        self.allreduce_calls = 0        # all_reduce calls seen while tracing one replica
+        self._local = threading.local()  # MirroredStrategy traces each replica on its own thread
+
+    # -- called from the generated step (at trace time) -----------------------------------
+    def begin(self, batch: Any = None) -> Any:
+        import tensorflow as tf
+
+        state = self._local
+        state.reduces = []
+        state.t_begin = None
+        if not self.timed:
+            return batch
+        state.t_begin = tf.timestamp()
+        if batch is None:
+            return batch
+        with tf.control_dependencies([state.t_begin]):
+            return tf.nest.map_structure(_identity, batch)
+
+    def end(self, loss: Any, grads: Any = None) -> dict[str, Any]:
+        import tensorflow as tf
+
+        out: dict[str, Any] = {"loss": self._scalar_loss(loss)}
+        if grads is not None:
+            out["grad_norm"] = tf.linalg.global_norm(self._grad_list(grads))
+        state = self._local
+        if self.timed and getattr(state, "reduces", None):
+            out["t_begin"] = state.t_begin
+            out["t_reduce_start"] = state.reduces[0][0]
+            out["t_reduce_end"] = state.reduces[-1][1]
+        state.reduces = None
+        return out
+
+    # -- all_reduce hook -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def hooked(self) -> Iterator[None]:
+        """Time every ``ReplicaContext.all_reduce`` traced inside this context."""
+        import tensorflow as tf
+
+        cls = tf.distribute.ReplicaContext
+        own = cls.__dict__.get("all_reduce")
+        original = cls.all_reduce
+        probe = self
+
+        def timed_all_reduce(ctx: Any, reduce_op: Any, value: Any, options: Any = None) -> Any:
+            reduces = getattr(probe._local, "reduces", None)
+            if reduces is None:   # an all_reduce outside our step: leave it alone
+                return original(ctx, reduce_op, value, options)
+            tensors = [v for v in tf.nest.flatten(value) if isinstance(v, tf.Tensor)]
+            with tf.control_dependencies(tensors):
+                t0 = tf.timestamp()
+            with tf.control_dependencies([t0]):
+                value = tf.nest.map_structure(_identity, value)
+            result = original(ctx, reduce_op, value, options)
+            with tf.control_dependencies(
+                [v for v in tf.nest.flatten(result) if isinstance(v, tf.Tensor)]
+            ):
+                t1 = tf.timestamp()
+            if not reduces:
+                probe.allreduce_bytes = 0
+                probe.allreduce_calls = 0
+            reduces.append((t0, t1))
+            probe.allreduce_calls += 1
+            probe.allreduce_bytes += sum(_nbytes(t) for t in tensors)
+            return result
+
+        cls.all_reduce = timed_all_reduce
+        try:
+            yield
+        finally:
+            if own is None:
+                del cls.all_reduce
+            else:
+                cls.all_reduce = own
+
+    # -- checks ----------------------------------------------------------------------------
+    def _scalar_loss(self, loss: Any) -> Any:
+        import tensorflow as tf
+
+        try:
+            loss = tf.convert_to_tensor(loss)
+        except (TypeError, ValueError) as err:
+            raise StepCodeError(
+                f"`{self.loss_name}` must be a tensor or number, got {type(loss).__name__}. "
+                "Assign the step's loss to it, e.g. `loss = tf.nn.compute_average_loss(...)`."
+            ) from err
+        if not loss.dtype.is_floating:
+            loss = tf.cast(loss, tf.float32)
+        return tf.reduce_mean(loss) if loss.shape.rank != 0 else loss
+
+    def _grad_list(self, grads: Any) -> list[Any]:
+        import tensorflow as tf
+
+        name = self.grads_name or "grads"
+        if not isinstance(grads, (list, tuple)):
+            raise StepCodeError(
+                f"`{name}` must be a list of gradient tensors (what `tape.gradient(loss, "
+                f"model.trainable_variables)` returns), got {type(grads).__name__}. Pass the "
+                "right variable with --grads NAME, or leave gradient norms out."
+            )
+        kept = [g for g in grads if g is not None]
+        bad = [type(g).__name__ for g in kept
+               if not isinstance(g, (tf.Tensor, tf.IndexedSlices, tf.Variable))]
+        if bad or not kept:
+            what = f"it holds {sorted(set(bad))}" if bad else "every entry is None"
+            raise StepCodeError(
+                f"`{name}` must be a list of gradient tensors, but {what}. Check that the "
+                "loss depends on the variables you differentiate, or pass --grads NAME."
+            )
+        return kept
+
+
+def _identity(value: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.identity(value) if isinstance(value, tf.Tensor) else value
+
+
+def _nbytes(tensor: Any) -> int:
+    n = tensor.shape.num_elements()
+    return int(n * tensor.dtype.size) if n is not None else 0

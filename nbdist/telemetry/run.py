@@ -1,0 +1,219 @@
+"""The Run: the single store of one training run's metrics.
+
+Runners append rows (one per step and replica or worker); dashboards, the lab extension and
+users read them. Appending is one ``list.append`` of a tuple, so a reader on another thread, or a
+KeyboardInterrupt between two appends, never sees half a step.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The columns of ``Run.metrics``, in order. Times in milliseconds; NaN where not measured.
+COLUMNS: tuple[str, ...] = (
+    "step",           # global step, counted from 0 across epochs
+    "epoch",
+    "replica",        # replica index within its worker; -1: reduced over all replicas
+    "worker",         # worker (process) index; 0 for in-kernel strategies
+    "loss",
+    "grad_norm",      # global L2 norm of this replica's local (un-reduced) gradients
+    "allreduce_ms",   # the collective itself, after the slowest replica arrived
+    "wait_ms",        # time this replica waited for the slowest one before the collective
+    "compute_ms",     # replica time from batch arrival to the start of the allreduce
+    "step_ms",        # host wall time of the whole step (same for all replicas of a sync step)
+    "data_ms",        # host time spent fetching the step's batch from the input pipeline
+    "wall_time",      # seconds since the epoch when the step finished
+)
+
+STATUSES = ("running", "done", "interrupted", "stopped", "failed")
+
+_NAN = float("nan")
+
+
+@dataclass
+class Run:
+    """One ``%%distribute`` execution and everything measured during it.
+
+    ``run.metrics`` is a pandas DataFrame with one row per (step, replica or worker) and the
+    columns in ``nbdist.telemetry.run.COLUMNS`` plus any extra metrics the run reported
+    (e.g. Keras ``accuracy``). ``run.notes`` lists caveats about the numbers.
+    """
+
+    id: int
+    mode: str                                  # "step" or "fit"
+    strategy: str
+    replicas: int
+    workers: int = 1
+    devices: tuple[str, ...] = ()
+    total_steps: int | None = None
+    status: str = "running"
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+    allreduce_bytes: int | None = None         # bytes each replica contributes per allreduce
+    _rows: list[tuple] = field(default_factory=list, repr=False)
+    _extras: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # -- writing -------------------------------------------------------------------------
+    def record_step(
+        self,
+        step: int,
+        epoch: int,
+        *,
+        loss: Sequence[float],
+        step_ms: float,
+        grad_norm: Sequence[float] | None = None,
+        allreduce_ms: Sequence[float] | None = None,
+        wait_ms: Sequence[float] | None = None,
+        compute_ms: Sequence[float] | None = None,
+        data_ms: float = _NAN,
+        worker: int = 0,
+        replica: int | None = None,
+        extra: dict[str, float] | None = None,
+        wall_time: float | None = None,
+    ) -> None:
+        """Append one step: one row per entry of ``loss`` (one per replica).
+
+        ``replica=-1`` labels a single value already reduced over all replicas (Keras fit).
+        """
+        wall = time.time() if wall_time is None else wall_time
+        n = len(loss)
+
+        def col(values: Sequence[float] | None) -> Sequence[float]:
+            return [_NAN] * n if values is None else values
+
+        norms, ar, wait, comp = col(grad_norm), col(allreduce_ms), col(wait_ms), col(compute_ms)
+        rows = [
+            (step, epoch, r if replica is None else replica, worker, float(loss[r]), float(norms[r]), float(ar[r]),
+             float(wait[r]), float(comp[r]), float(step_ms), float(data_ms), wall)
+            for r in range(n)
+        ]
+        with self._lock:
+            if extra:
+                for i in range(len(self._rows), len(self._rows) + n):
+                    self._extras[i] = extra
+            self._rows.extend(rows)
+
+    def note(self, text: str) -> None:
+        """Attach a caveat about this run's numbers (shown in the summary)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
+        self.status, self.error, self.ended = status, error, time.time()
+
+    # -- reading -------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        return len(self._rows)
+
+    def rows_since(self, start: int) -> list[tuple]:
+        """Rows appended since row index ``start`` (tuples in ``COLUMNS`` order)."""
+        with self._lock:
+            return self._rows[start:]
+
+    @property
+    def steps_done(self) -> int:
+        """Number of distinct steps recorded."""
+        rows = self._rows
+        return rows[-1][0] + 1 if rows else 0
+
+    @property
+    def last(self) -> dict[str, Any]:
+        """The most recent step as a dict of per-replica means (empty before the first step)."""
+        rows = self._rows
+        if not rows:
+            return {}
+        step = rows[-1][0]
+        mine = [r for r in rows[-self.replicas * self.workers * 2:] if r[0] == step]
+        out: dict[str, Any] = {"step": step, "epoch": mine[-1][1]}
+        for i, name in enumerate(COLUMNS[4:11], start=4):
+            out[name] = _nanmean(r[i] for r in mine)
+        return out
+
+    @property
+    def metrics(self) -> pd.DataFrame:
+        import pandas as pd
+
+        with self._lock:
+            rows, extras = list(self._rows), dict(self._extras)
+        frame = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
+        if extras:
+            extra_frame = pd.DataFrame.from_dict(extras, orient="index")
+            frame = frame.join(extra_frame)
+        return frame
+
+    @property
+    def duration(self) -> float:
+        return (self.ended or time.time()) - self.started
+
+    def summary(self) -> str:
+        """A few lines: status, steps, throughput, the latest per-replica numbers, notes."""
+        last = self.last
+        steps = self.steps_done
+        rate = steps / self.duration if self.duration > 0 else _NAN
+        head = (
+            f"Run {self.id} ({self.mode}, {self.strategy}, {self.replicas} replica(s)"
+            f"{f' x {self.workers} workers' if self.workers > 1 else ''}): {self.status}, "
+            f"{steps} step(s) in {self.duration:.1f} s ({rate:.1f} steps/s)"
+        )
+        lines = [head]
+        if last:
+            parts = [f"{k} {last[k]:.4g}" for k in ("loss", "grad_norm") if _finite(last[k])]
+            parts += [f"{k} {last[k]:.2f}" for k in ("allreduce_ms", "step_ms")
+                      if _finite(last[k])]
+            lines.append(f"  last step {last['step']} (epoch {last['epoch']}): " + ", ".join(parts))
+            per_replica = self._last_losses()
+            if len(per_replica) > 1:
+                lines.append("  loss per replica: " + ", ".join(f"{v:.4g}" for v in per_replica))
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def _last_losses(self) -> list[float]:
+        rows = self._rows
+        if not rows:
+            return []
+        step = rows[-1][0]
+        return [r[4] for r in rows[-self.replicas * self.workers:] if r[0] == step]
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(self.summary())}</pre>"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _nanmean(values: Iterable[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else _NAN
+
+
+class RunList(list):
+    """``nbdist.runs``: every Run of this kernel, most recent last."""
+
+    def new(self, **kwargs: Any) -> Run:
+        run = Run(id=len(self) + 1, **kwargs)
+        self.append(run)
+        return run
+
+
+runs = RunList()

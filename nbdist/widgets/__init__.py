@@ -1,0 +1,1 @@
+"""What nbdist draws: progress, the dashboard, the strategy picker."""
