@@ -41,6 +41,10 @@ def check_dataset(dataset: Any, name: str, replicas: int, max_steps: int | None)
         )
     sizes = {s.shape[0] for s in specs if getattr(s, "shape", None) is not None
              and s.shape.rank and s.shape[0] is not None}
+    if not sizes:  # batch size not static (no drop_remainder): look at the first element
+        first = next(iter(dataset.take(1)), None)
+        sizes = {int(t.shape[0]) for t in tf.nest.flatten(first)
+                 if getattr(t, "shape", None) is not None and t.shape.rank}
     small = [b for b in sizes if b < replicas]
     if small:
         raise DataError(

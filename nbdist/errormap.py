@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import StepCodeError
+from .errors import NbdistError, StepCodeError
 from .rewrite import StepSource
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
@@ -41,8 +41,17 @@ def _root_message(message: str) -> str:
     return message.strip().splitlines()[-1] if message.strip() else ""
 
 
-def to_cell_error(err: BaseException, source: StepSource) -> StepCodeError | None:
-    """A StepCodeError pointing at the cell line behind ``err``, or None if none is found."""
+def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
+    """A StepCodeError pointing at the cell line behind ``err``, or None if none is found.
+
+    An NbdistError raised by nbdist's own code while tracing comes back wrapped by AutoGraph
+    (a StagingError whose context is ours); it is returned unwrapped.
+    """
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, NbdistError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
     message = str(err)
     line = cell_line_of(message, source)
     if line is None:

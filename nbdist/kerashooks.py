@@ -57,17 +57,25 @@ def optimizer_prebuild(pending: list[tuple[Any, list[Any]]]) -> Iterator[None]:
             cls.build = own
 
 
-def call_building_optimizers(fn: Callable[[Any], Any], arg: Any, strategy: Any) -> Any:
-    """Call a compiled step; if it tried to build an optimizer, build it eagerly and retry."""
+def call_building_optimizers(
+    make_fn: Callable[[], Callable[[Any], Any]], arg: Any, strategy: Any
+) -> tuple[Callable[[Any], Any], Any]:
+    """First call of a compiled step: build any Keras optimizer it would build, then run it.
+
+    Returns the compiled function that ran and its result. After an aborted trace the function
+    is compiled afresh, because variables created before the abort would otherwise linger in the
+    half-finished tf.function.
+    """
     tf_logger = logging.getLogger("tensorflow")
     for _ in range(8):  # one retry per optimizer the step uses
+        fn = make_fn()
         pending: list[tuple[Any, list[Any]]] = []
         level = tf_logger.level
         # MirroredStrategy's thread coordinator logs our deliberate abort at INFO level.
         tf_logger.setLevel(max(level, logging.WARNING))
         try:
             with optimizer_prebuild(pending):
-                return fn(arg)
+                return fn, fn(arg)
         except _NeedsBuild:
             pass
         except Exception:  # MirroredStrategy may wrap a replica thread's exception
@@ -79,7 +87,8 @@ def call_building_optimizers(fn: Callable[[Any], Any], arg: Any, strategy: Any) 
             for optimizer, variables in pending:
                 if not optimizer.built:
                     optimizer.build(variables)
-    return fn(arg)
+    fn = make_fn()
+    return fn, fn(arg)
 
 
 class FitRecorder:

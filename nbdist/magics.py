@@ -50,6 +50,9 @@ class DistributeMagics(Magics):
                    "(default: `grads` if the cell assigns it).")
     @argument("--show-code", action="store_true",
               help="Step mode: print the generated step function before running it.")
+    @argument("--tensorboard", default=None, metavar="DIR",
+              help="Also write the run's scalars for TensorBoard under DIR/run<id>-<time>/, "
+                   "one subdirectory per replica/worker (default: not written).")
     @argument("--timing-every", type=int, default=10,
               help="Step mode: time the allreduce on every k-th step; 0 turns it off "
                    "(default: 10, which keeps the measurement's cost under 1%%).")
@@ -103,9 +106,9 @@ class DistributeMagics(Magics):
             timing_every=args.timing_every, strategy=strategy,
         )
         header = f"%%distribute {line}".strip()
-        from .widgets.progress import ProgressLine
+        from .widgets.dashboard import observer_for
 
-        progress = ProgressLine(self.shell)
+        progress = observer_for(self.shell)   # live dashboard, or a static figure + summary
         try:
             if run_spec.step:
                 session.run_step_cell(cell, run_spec, [progress], header=header)
@@ -113,9 +116,14 @@ class DistributeMagics(Magics):
             return session.run_scope_cell(cell, run_spec, [progress], header=header)
         finally:
             progress.close()
+            if args.tensorboard:
+                from .telemetry.tensorboard import write_runs
+
+                write_runs(progress.runs, args.tensorboard)
 
     def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
-        cell_only = [f for f in ("step", "data", "steps", "grads", "show_code") if getattr(args, f)]
+        cell_only = [f for f in ("step", "data", "steps", "grads", "show_code",
+                                     "tensorboard") if getattr(args, f)]
         if cell_only:
             raise ConfigError(
                 f"--{cell_only[0].replace('_', '-')} belongs on a `%%distribute` cell (two %), "

@@ -63,11 +63,12 @@ class Session:
         if self.handle is None:
             return "nbdist: no strategy set. Try `%distribute mirrored --devices 2`."
         h = self.handle
+        split_cpu = h.device_kind == "CPU" and len(h.devices) > 1
+        logical = ", logical devices of one CPU" if split_cpu else ""
         lines = [
             f"strategy   {h.spec.name} ({h.spec.tf_class})",
             f"replicas   {h.replicas}",
-            f"devices    {', '.join(h.devices)} ({h.device_kind}"
-            f"{', logical devices of one CPU' if h.device_kind == 'CPU' and len(h.devices) > 1 else ''})",
+            f"devices    {', '.join(h.devices)} ({h.device_kind}{logical})",
             f"magic      {h.spec.magic_line()}",
             f"runs       {len(self.runs)}"
             + (f" (last: {self.runs[-1].status}, {self.runs[-1].steps_done} steps)"
@@ -117,7 +118,8 @@ class Session:
             print(source.source)
         assert spec.data is not None
         dataset = lookup_dataset(self.shell.user_ns, spec.data)
-        per_epoch = steps_per_epoch(dataset, spec.steps) if hasattr(dataset, "cardinality") else None
+        per_epoch = (steps_per_epoch(dataset, spec.steps)
+                     if hasattr(dataset, "cardinality") else None)
         run = self.runs.new(
             mode="step", strategy=handle.spec.name, replicas=handle.replicas,
             devices=handle.devices, total_steps=per_epoch * spec.epochs if per_epoch else None,

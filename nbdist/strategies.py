@@ -150,12 +150,13 @@ print("NBDIST_TPU_OK", len(tf.config.list_logical_devices("TPU")))
 """
 
 
-def probe_tpu(address: str | None, timeout: float = TPU_PROBE_TIMEOUT_S) -> str | None:
+def probe_tpu(address: str | None, timeout: float | None = None) -> str | None:
     """Try to reach a TPU in a child process; return None if it worked, else the reason.
 
     TensorFlow hangs forever connecting to a ``grpc://`` address with no TPU behind it, so the
     attempt runs in a subprocess that is killed after ``timeout`` seconds.
     """
+    timeout = TPU_PROBE_TIMEOUT_S if timeout is None else timeout
     try:
         done = subprocess.run(
             [sys.executable, "-c", _TPU_PROBE, address or ""],

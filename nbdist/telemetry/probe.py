@@ -21,6 +21,12 @@ class StepProbe:
     """The runtime object a generated step function talks to (one per compiled variant)."""
 
     def __init__(self, *, timed: bool, loss_name: str = "loss", grads_name: str | None = None):
+        import tensorflow as tf
+
+        # The step calls these from AutoGraph-converted code: keep them plain Python, so
+        # tracing is quicker and our own errors reach the user unwrapped.
+        self.begin = tf.autograph.experimental.do_not_convert(self._begin)
+        self.end = tf.autograph.experimental.do_not_convert(self._end)
         self.timed = timed
         self.loss_name = loss_name
         self.grads_name = grads_name
@@ -29,7 +35,7 @@ class StepProbe:
         self._local = threading.local()  # MirroredStrategy traces each replica on its own thread
 
     # -- called from the generated step (at trace time) -----------------------------------
-    def begin(self, batch: Any = None) -> Any:
+    def _begin(self, batch: Any = None) -> Any:
         import tensorflow as tf
 
         state = self._local
@@ -43,7 +49,7 @@ class StepProbe:
         with tf.control_dependencies([state.t_begin]):
             return tf.nest.map_structure(_identity, batch)
 
-    def end(self, loss: Any, grads: Any = None) -> dict[str, Any]:
+    def _end(self, loss: Any, grads: Any = None) -> dict[str, Any]:
         import tensorflow as tf
 
         out: dict[str, Any] = {"loss": self._scalar_loss(loss)}

@@ -95,8 +95,9 @@ class Run:
 
         norms, ar, wait, comp = col(grad_norm), col(allreduce_ms), col(wait_ms), col(compute_ms)
         rows = [
-            (step, epoch, r if replica is None else replica, worker, float(loss[r]), float(norms[r]), float(ar[r]),
-             float(wait[r]), float(comp[r]), float(step_ms), float(data_ms), wall)
+            (step, epoch, r if replica is None else replica, worker, float(loss[r]),
+             float(norms[r]), float(ar[r]), float(wait[r]), float(comp[r]), float(step_ms),
+             float(data_ms), wall)
             for r in range(n)
         ]
         with self._lock:
@@ -175,7 +176,8 @@ class Run:
             parts = [f"{k} {last[k]:.4g}" for k in ("loss", "grad_norm") if _finite(last[k])]
             parts += [f"{k} {last[k]:.2f}" for k in ("allreduce_ms", "step_ms")
                       if _finite(last[k])]
-            lines.append(f"  last step {last['step']} (epoch {last['epoch']}): " + ", ".join(parts))
+            where = f"  last step {last['step']} (epoch {last['epoch']}): "
+            lines.append(where + ", ".join(parts))
             per_replica = self._last_losses()
             if len(per_replica) > 1:
                 lines.append("  loss per replica: " + ", ".join(f"{v:.4g}" for v in per_replica))
@@ -183,6 +185,21 @@ class Run:
             lines.append(f"  error: {self.error}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+    def plot(self, **options: Any) -> Any:
+        """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
+        compute times, the global lines and flagged stragglers (see ``nbdist.widgets.figure``;
+        options: ``max_points``, ``straggler_factor``...)."""
+        from ..widgets.figure import static_figure
+
+        return static_figure(self, **options)
+
+    def to_tensorboard(self, logdir: str, name: str | None = None) -> Any:
+        """Write the metrics as TensorBoard scalars, one subdirectory per replica/worker so
+        TensorBoard overlays them; returns the run's directory (``logdir/name``)."""
+        from .tensorboard import write_run
+
+        return write_run(self, logdir, name)
 
     def _last_losses(self) -> list[float]:
         rows = self._rows

@@ -1,0 +1,210 @@
+"""The magics through a real IPython shell: happy paths and every bad input of the core."""
+
+import os
+import re
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from conftest import run_err, run_ok
+from IPython.core.error import UsageError
+
+import nbdist
+from nbdist.errors import ConfigError, DataError, DeviceError, RunInterrupted, StepCodeError
+
+SETUP = """
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH = 32
+rng = np.random.default_rng(0)
+xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
+ys = rng.normal(size=(GLOBAL_BATCH * 8, 1)).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True)
+"""
+
+BUILD = """%%distribute
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.Adam(0.01)
+"""
+
+BODY = """x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+@pytest.fixture
+def shell(ip):
+    run_ok(ip, SETUP)
+    run_ok(ip, BUILD)
+    return ip
+
+
+def step_cell(flags: str, body: str = BODY) -> str:
+    return f"%%distribute --step --data ds {flags}\n{body}"
+
+
+def assert_usable(shell):
+    run_ok(shell, step_cell("--steps 2"))
+    assert nbdist.runs[-1].status == "done"
+
+
+def test_status_shows_strategy_devices_and_equivalent_code(ip, capsys):
+    ip.run_line_magic("distribute", "status")
+    out = capsys.readouterr().out
+    assert "mirrored" in out and "replicas   4" in out and "/device:CPU:3" in out
+    assert "tf.distribute.MirroredStrategy" in out and "set_logical_device_configuration" in out
+
+
+def test_help_is_the_docstring_with_examples(ip):
+    doc = ip.find_line_magic("distribute").__doc__
+    assert "%%distribute --step --data train_ds" in doc and "--devices" in doc
+
+
+def test_step_mode_records_one_row_per_step_and_replica(shell):
+    run_ok(shell, step_cell("--epochs 2"))
+    run = nbdist.runs[-1]
+    frame = run.metrics
+    assert run.status == "done" and run.steps_done == 16 and run.total_steps == 16
+    assert len(frame) == 16 * 4 and set(frame["epoch"]) == {0, 1}
+    assert frame["loss"].notna().all() and frame["grad_norm"].notna().all()
+    assert frame["step_ms"].gt(0).all()
+    assert frame.loc[frame["step"] % 10 == 0, "allreduce_ms"].notna().all()
+
+
+def test_scope_mode_fit_is_recorded(shell):
+    run_ok(shell, """%%distribute
+model.compile(optimizer="adam", loss="mse")
+history = model.fit(ds, epochs=2, verbose=0)
+""")
+    run = nbdist.runs[-1]
+    assert run.mode == "fit" and run.status == "done" and run.steps_done == 16
+    frame = run.metrics
+    assert (frame["replica"] == -1).all() and frame["loss"].notna().all()
+    assert frame["loss"].iloc[-1] == pytest.approx(shell.user_ns["history"].history["loss"][-1])
+
+
+def test_show_code_prints_the_generated_step(shell, capsys):
+    run_ok(shell, step_cell("--steps 1 --show-code"))
+    out = capsys.readouterr().out
+    assert "def _nbdist_step(batch):" in out and "optimizer.apply_gradients" in out
+
+
+def test_inline_strategy_must_agree(shell):
+    err = run_err(shell, "%%distribute mirrored --devices 2 --step --data ds\n" + BODY)
+    assert isinstance(err, ConfigError) and "kernel's strategy" in str(err)
+    run_ok(shell, "%%distribute mirrored --devices 4 --step --data ds --steps 1\n" + BODY)
+
+
+@pytest.mark.parametrize("line, kind, words", [
+    ("mirored --devices 2", ConfigError, "Did you mean `mirrored`"),
+    ("mirrored --devices 0", ConfigError, "--devices 0"),
+    ("mirrored --devices -3", ConfigError, "--devices -3"),
+    ("mirrored --gpus 2", UsageError, "unrecognized arguments"),
+    ("mirrored --devices 8", DeviceError, "Restart the kernel"),
+    ("multiworker --workers 2", ConfigError, "does not start yet"),
+])
+def test_bad_strategy_lines(shell, line, kind, words):
+    with pytest.raises(kind, match=words):
+        shell.run_line_magic("distribute", line)
+    assert nbdist.session.current_session().handle.replicas == 4
+    assert_usable(shell)
+
+
+def test_more_gpus_than_exist(monkeypatch):
+    from nbdist import strategies
+
+    monkeypatch.setattr(strategies, "physical_gpus", lambda: ["GPU:0", "GPU:1"])
+    with pytest.raises(DeviceError, match="asks for 4 GPUs but this machine has 2"):
+        strategies.ensure_local_devices(4)
+
+
+@pytest.mark.parametrize("flags, body, kind, words", [
+    ("", BODY, UsageError, ""),   # --data with no value
+    ("--steps 1", "x = (\n", StepCodeError, "cell line 2"),
+    ("--steps 1", "x, y = batch\nprediction = model(x)\n", StepCodeError, "assign"),
+    ("--steps 1", BODY + "return loss\n", StepCodeError, "cell line 7 `return loss`"),
+    ("--steps 1", BODY + "yield loss\n", StepCodeError, "cell line 7"),
+    ("--steps 1 --grads loss", BODY, StepCodeError, "list of gradient tensors"),
+    ("--steps 1", "counter = tf.Variable(0.0)\n" + BODY, StepCodeError,
+     r"cell line 2 `counter = tf\.Variable\(0\.0\)`: the step creates a tf\.Variable"),
+    ("--steps 1", BODY + "tf.debugging.assert_all_finite(tf.math.log(-tf.abs(x) - 1.0), 'bad')\n",
+     StepCodeError, "cell line 7 .*InvalidArgumentError.*bad"),
+])
+def test_bad_step_cells(shell, flags, body, kind, words):
+    cell = f"%%distribute --step --data {flags}\n{body}" if not flags else step_cell(flags, body)
+    err = run_err(shell, cell)
+    assert isinstance(err, kind), repr(err)
+    assert re.search(words, str(err)), str(err)
+    assert_usable(shell)
+
+
+def test_step_without_data(shell):
+    err = run_err(shell, "%%distribute --step\n" + BODY)
+    assert isinstance(err, ConfigError) and "--step needs --data" in str(err)
+
+
+@pytest.mark.parametrize("setup, words", [
+    ("", "no variable `nothing_here`"),
+    ("nothing_here = [1, 2, 3]", "builtins.list, not a tf.data.Dataset"),
+    ("nothing_here = tf.data.Dataset.range(10)", "single examples"),
+    ("nothing_here = ds.unbatch().batch(2)", "fewer than the 4"),
+    ("nothing_here = ds.repeat()", "repeats forever"),
+])
+def test_bad_datasets(shell, setup, words):
+    shell.user_ns.pop("nothing_here", None)
+    run_ok(shell, setup)
+    err = run_err(shell, "%%distribute --step --data nothing_here\n" + BODY)
+    assert isinstance(err, (DataError, ConfigError)) and words in str(err), str(err)
+    assert_usable(shell)
+
+
+def test_kernel_interrupt_stops_at_a_step_boundary_and_keeps_the_partial_run(shell):
+    run_ok(shell, "long_ds = ds.repeat()")
+    timer = threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    err = run_err(shell, "%%distribute --step --data long_ds --steps 100000\n" + BODY)
+    timer.cancel()
+    assert isinstance(err, RunInterrupted), repr(err)
+    assert time.monotonic() - started < 30
+    run = nbdist.runs[-1]
+    assert run.status == "interrupted" and 0 < run.steps_done < 100000
+    assert len(run.metrics) == run.steps_done * 4   # whole steps only
+    assert_usable(shell)
+
+
+def test_tpu_without_a_tpu_fails_fast(shell):
+    started = time.monotonic()
+    with pytest.raises(DeviceError, match="No TPU could be reached"):
+        shell.run_line_magic("distribute", "stop")
+        try:
+            shell.run_line_magic("distribute", "tpu")
+        finally:
+            shell.run_line_magic("distribute", "mirrored --devices 4")
+    assert time.monotonic() - started < 60
+
+
+def test_tpu_address_that_never_answers_is_bounded(shell, monkeypatch):
+    from nbdist import strategies
+
+    monkeypatch.setattr(strategies, "TPU_PROBE_TIMEOUT_S", 15)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    address = f"grpc://127.0.0.1:{silent.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        with pytest.raises(DeviceError, match="No TPU could be reached"):
+            shell.run_line_magic("distribute", "stop")
+            try:
+                shell.run_line_magic("distribute", f"tpu --tpu {address}")
+            finally:
+                shell.run_line_magic("distribute", "mirrored --devices 4")
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 40
