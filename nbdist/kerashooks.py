@@ -20,10 +20,11 @@ from .errors import RunInterrupted
 from .telemetry.run import Run
 
 CENTRAL_STORAGE_LOSS_NOTE = (
-    "Keras 3 model.fit reports a wrong loss under CentralStorageStrategy in TensorFlow 2.21 "
-    "(it sticks, then turns NaN) although the weights train correctly; nbdist leaves `loss` "
-    "empty and keeps Keras' number in `keras_reported_loss`. Use step mode "
-    "(`%%distribute --step`) or `mirrored` for a trustworthy loss curve."
+    "Keras 3 model.fit reports a wrong per-batch loss under CentralStorageStrategy in "
+    "TensorFlow 2.21 (its running mean sticks at one value within each epoch, unlike the same "
+    "fit under MirroredStrategy) although the weights train; nbdist leaves `loss` empty and "
+    "keeps Keras' number in `keras_reported_loss`. Use step mode (`%%distribute --step`) or "
+    "`mirrored` for a trustworthy loss curve."
 )
 
 

@@ -208,3 +208,35 @@ def test_tpu_address_that_never_answers_is_bounded(shell, monkeypatch):
     finally:
         silent.close()
     assert time.monotonic() - started < 40
+
+
+def test_central_storage_fit_does_not_show_keras_wrong_loss(shell):
+    shell.run_line_magic("distribute", "stop")
+    shell.run_line_magic("distribute", "central_storage --devices 2")
+    try:
+        run_ok(shell, """%%distribute
+cs_model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+cs_model.compile(optimizer="adam", loss="mse")
+cs_model.fit(ds, epochs=1, verbose=0)
+""")
+    finally:
+        shell.run_line_magic("distribute", "stop")
+        shell.run_line_magic("distribute", "mirrored --devices 4")
+    run = nbdist.runs[-1]
+    assert run.strategy == "central_storage" and run.steps_done == 8
+    frame = run.metrics
+    assert frame["loss"].isna().all() and frame["keras_reported_loss"].notna().all()
+    assert any("CentralStorageStrategy" in note for note in run.notes)
+
+
+def test_central_storage_step_mode_records_real_losses(shell):
+    shell.run_line_magic("distribute", "stop")
+    shell.run_line_magic("distribute", "central_storage --devices 2")
+    try:
+        run_ok(shell, BUILD)
+        run_ok(shell, step_cell("--steps 4"))
+    finally:
+        shell.run_line_magic("distribute", "stop")
+        shell.run_line_magic("distribute", "mirrored --devices 4")
+    frame = nbdist.runs[-1].metrics
+    assert len(frame) == 8 and frame["loss"].notna().all() and frame["grad_norm"].gt(0).all()
