@@ -28,16 +28,32 @@ __all__ = [
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register ``%distribute`` / ``%%distribute`` (called by ``%load_ext nbdist``)."""
+    """Register ``%distribute`` / ``%%distribute`` (called by ``%load_ext nbdist``) and open
+    the comm that keeps the JupyterLab status bar up to date."""
+    from .labcomm import LabChannel
     from .magics import DistributeMagics
+    from .session import current_session
 
     ipython.register_magics(DistributeMagics)
+    session = current_session(ipython)
+    if session.lab_channel is None:
+        channel = LabChannel(session.state, session.status_text)
+        session.listeners.append(channel.publish)       # throttled; cheap when unchanged
+        ipython.events.register("post_run_cell", session.flush_listeners)
+        session.lab_channel = channel
+        channel.open()
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     from .session import current_session
 
-    current_session(ipython).stop()
+    session = current_session(ipython)
+    session.stop()
+    if session.lab_channel is not None:
+        session.lab_channel.close()
+        session.listeners.remove(session.lab_channel.publish)
+        ipython.events.unregister("post_run_cell", session.flush_listeners)
+        session.lab_channel = None
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

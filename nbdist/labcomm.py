@@ -31,137 +31,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TARGET_NAME", "LabChannel", "empty_state", "validate_state"]
+from .labstate import RUN_STATUSES, empty_state, validate_state
+
+__all__ = ["RUN_STATUSES", "TARGET_NAME", "LabChannel", "empty_state", "validate_state"]
 
 #: The comm target the JupyterLab extension registers on every kernel.
 TARGET_NAME = "nbdist"
-#: Statuses of ``state["run"]["status"]``.
-RUN_STATUSES = ("running", "done", "interrupted", "failed")
 #: Delays (seconds) before re-opening a comm that a frontend closed; then give up until open().
 REOPEN_DELAYS = (0.0, 5.0, 30.0)
 
 _log = logging.getLogger(__name__)
-
-_STATE_KEYS = (
-    "version",
-    "strategy",
-    "magic_line",
-    "replicas",
-    "devices",
-    "workers_total",
-    "workers_alive",
-    "dead_workers",
-    "stragglers",
-    "run",
-)
-_RUN_KEYS = ("id", "status", "step", "epoch", "total_steps")
-
-
-# -- the state shape -------------------------------------------------------------------------
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_count(where: str, value: Any) -> None:
-    if not _is_int(value) or value < 0:
-        raise ValueError(f"nbdist state: {where} must be an int >= 0, got {value!r}")
-
-
-def _check_keys(where: str, d: Any, keys: tuple[str, ...]) -> None:
-    if not isinstance(d, dict):
-        raise ValueError(f"nbdist state: {where} must be a dict, got {type(d).__name__}")
-    missing = [k for k in keys if k not in d]
-    unknown = sorted(str(k) for k in d if k not in keys)
-    if missing or unknown:
-        raise ValueError(
-            f"nbdist state: {where} has missing keys {missing} and unknown keys {unknown}; "
-            f"expected exactly {list(keys)}"
-        )
-
-
-def _check_str_list(where: str, value: Any) -> None:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"nbdist state: {where} must be a list of str, got {value!r}")
-
-
-def _check_run(run: Any) -> None:
-    _check_keys("run", run, _RUN_KEYS)
-    _check_count("run.id", run["id"])
-    if run["status"] not in RUN_STATUSES:
-        raise ValueError(
-            f"nbdist state: run.status must be one of {list(RUN_STATUSES)}, got {run['status']!r}"
-        )
-    _check_count("run.step", run["step"])
-    _check_count("run.epoch", run["epoch"])
-    if run["total_steps"] is not None:
-        _check_count("run.total_steps", run["total_steps"])
-
-
-def validate_state(d: Any) -> dict[str, Any]:
-    """Check that ``d`` is a STATE dict as the JupyterLab extension expects; return it.
-
-    Raises ``ValueError`` naming the first offending key. The check is strict (exact keys,
-    ints that are not bools, known strategy names) because the frontend rejects anything else.
-    """
-    from .spec import STRATEGY_NAMES
-
-    _check_keys("state", d, _STATE_KEYS)
-    if not isinstance(d["version"], str):
-        raise ValueError(f"nbdist state: version must be a str, got {d['version']!r}")
-    strategy, magic_line = d["strategy"], d["magic_line"]
-    if strategy is not None and strategy not in STRATEGY_NAMES:
-        raise ValueError(
-            f"nbdist state: strategy must be None or one of {list(STRATEGY_NAMES)}, "
-            f"got {strategy!r}"
-        )
-    if (strategy is None) != (magic_line is None):
-        raise ValueError(
-            "nbdist state: strategy and magic_line must both be None or both be set, got "
-            f"strategy={strategy!r}, magic_line={magic_line!r}"
-        )
-    if magic_line is not None and (
-        not isinstance(magic_line, str) or not magic_line.startswith("%distribute ")
-    ):
-        raise ValueError(
-            "nbdist state: magic_line must be a line magic such as "
-            f"'%distribute mirrored --devices 2', got {magic_line!r}"
-        )
-    for key in ("replicas", "workers_total", "workers_alive"):
-        _check_count(key, d[key])
-    if d["workers_alive"] > d["workers_total"]:
-        raise ValueError(
-            f"nbdist state: workers_alive ({d['workers_alive']}) exceeds "
-            f"workers_total ({d['workers_total']})"
-        )
-    _check_str_list("devices", d["devices"])
-    _check_str_list("stragglers", d["stragglers"])
-    dead = d["dead_workers"]
-    if not isinstance(dead, list) or not all(_is_int(w) and w >= 0 for w in dead):
-        raise ValueError(f"nbdist state: dead_workers must be a list of int >= 0, got {dead!r}")
-    if d["run"] is not None:
-        _check_run(d["run"])
-    return d
-
-
-def empty_state(version: str | None = None) -> dict[str, Any]:
-    """The state of a kernel with nbdist loaded and no strategy chosen yet."""
-    if version is None:
-        from . import __version__ as version
-    return {
-        "version": version,
-        "strategy": None,
-        "magic_line": None,
-        "replicas": 0,
-        "devices": [],
-        "workers_total": 0,
-        "workers_alive": 0,
-        "dead_workers": [],
-        "stragglers": [],
-        "run": None,
-    }
-
 
 # -- the channel -----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class Session:
         self.handle: StrategyHandle | None = None
         self.runs = runs
         self.listeners: list[Callable[[], None]] = []   # called when the state changes
+        self.lab_channel: Any = None                     # nbdist.labcomm.LabChannel, if open
         self._cells = 0
 
     # -- strategy --------------------------------------------------------------------------
@@ -161,6 +162,11 @@ class Session:
         return result
 
     # -- listeners -------------------------------------------------------------------------
+    def flush_listeners(self, *_: Any) -> None:
+        """After each cell: make sure the lab extension has the latest state."""
+        if self.lab_channel is not None:
+            self.lab_channel.flush()
+
     def _changed(self) -> None:
         for listener in list(self.listeners):
             try:

@@ -88,6 +88,22 @@ history = model.fit(ds, epochs=2, verbose=0)
     assert frame["loss"].iloc[-1] == pytest.approx(shell.user_ns["history"].history["loss"][-1])
 
 
+def test_python_control_flow_on_tensors_works_in_the_step(shell):
+    run_ok(shell, step_cell("--steps 3", """x, y = batch
+with tf.GradientTape() as tape:
+    err = tf.square(model(x) - y)[:, 0]
+    if tf.reduce_mean(err) > 1000.0:      # a tensor condition: AutoGraph makes it tf.cond
+        err = err / 1000.0
+    total = tf.constant(0.0)
+    for i in tf.range(3):                 # a loop over a tensor: tf.while_loop
+        total += tf.cast(i, tf.float32) * 0.0
+    loss = tf.nn.compute_average_loss(err + total, global_batch_size=GLOBAL_BATCH)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""))
+    assert nbdist.runs[-1].status == "done" and nbdist.runs[-1].steps_done == 3
+
+
 def test_show_code_prints_the_generated_step(shell, capsys):
     run_ok(shell, step_cell("--steps 1 --show-code"))
     out = capsys.readouterr().out

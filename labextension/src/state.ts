@@ -1,0 +1,275 @@
+/**
+ * The kernel's nbdist state as it arrives over the "nbdist" comm: types, validation of
+ * incoming messages and the text of the status bar item. No DOM, no JupyterLab imports.
+ *
+ * The Python side of this contract is `nbdist/labcomm.py` (`validate_state`).
+ */
+
+/** Statuses of `state.run.status` (`nbdist.telemetry.run.STATUSES`). */
+export const RUN_STATUSES = [
+  'running',
+  'done',
+  'interrupted',
+  'stopped',
+  'failed'
+] as const;
+
+export type RunStatus = (typeof RUN_STATUSES)[number];
+
+/** The current (or last) run of the kernel. */
+export interface IRunState {
+  id: number;
+  status: RunStatus;
+  step: number;
+  epoch: number;
+  total_steps: number | null;
+}
+
+/** What the kernel sends in `{"type": "state", "state": STATE}`. */
+export interface INbdistState {
+  version: string;
+  strategy: string | null;
+  magic_line: string | null;
+  replicas: number;
+  devices: string[];
+  workers_total: number;
+  workers_alive: number;
+  dead_workers: number[];
+  stragglers: string[];
+  run: IRunState | null;
+}
+
+/** A message from the kernel, once validated. */
+export type NbdistMessage =
+  | { type: 'state'; state: INbdistState }
+  | { type: 'status_text'; text: string };
+
+/** A message or state that does not have the agreed shape. */
+export class StateError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'StateError';
+  }
+}
+
+type Dict = { [key: string]: unknown };
+
+function isDict(value: unknown): value is Dict {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) {
+    return 'nothing';
+  }
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return String(value);
+  }
+}
+
+function fail(where: string, expected: string, value: unknown): never {
+  throw new StateError(
+    `nbdist state: ${where} must be ${expected}, got ${describe(value)}`
+  );
+}
+
+function count(where: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
+    fail(where, 'an integer >= 0', value);
+  }
+  return value;
+}
+
+function stringOrNull(where: string, value: unknown): string | null {
+  if (value !== null && typeof value !== 'string') {
+    fail(where, 'a string or null', value);
+  }
+  return value;
+}
+
+function stringList(where: string, value: unknown): string[] {
+  if (!Array.isArray(value) || !value.every(v => typeof v === 'string')) {
+    fail(where, 'a list of strings', value);
+  }
+  return [...value];
+}
+
+function validateRun(value: unknown): IRunState | null {
+  if (value === null) {
+    return null;
+  }
+  if (!isDict(value)) {
+    fail('run', 'an object or null', value);
+  }
+  const status = value.status;
+  if (!RUN_STATUSES.includes(status as RunStatus)) {
+    fail('run.status', `one of ${RUN_STATUSES.join(', ')}`, status);
+  }
+  return {
+    id: count('run.id', value.id),
+    status: status as RunStatus,
+    step: count('run.step', value.step),
+    epoch: count('run.epoch', value.epoch),
+    total_steps:
+      value.total_steps === null
+        ? null
+        : count('run.total_steps', value.total_steps)
+  };
+}
+
+/**
+ * Check an incoming state and return a clean copy of it. Unknown keys are ignored (a newer
+ * kernel may send more); missing keys and wrong types raise a `StateError`.
+ */
+export function validateState(value: unknown): INbdistState {
+  if (!isDict(value)) {
+    fail('state', 'an object', value);
+  }
+  if (typeof value.version !== 'string') {
+    fail('version', 'a string', value.version);
+  }
+  const strategy = stringOrNull('strategy', value.strategy);
+  const magicLine = stringOrNull('magic_line', value.magic_line);
+  if (strategy === '') {
+    fail('strategy', 'a strategy name or null', strategy);
+  }
+  if ((strategy === null) !== (magicLine === null)) {
+    throw new StateError(
+      'nbdist state: strategy and magic_line must both be null or both be set'
+    );
+  }
+  if (magicLine !== null && !/^%distribute\s+\S/.test(magicLine)) {
+    fail('magic_line', 'a "%distribute ..." line', magicLine);
+  }
+  const workersTotal = count('workers_total', value.workers_total);
+  const workersAlive = count('workers_alive', value.workers_alive);
+  if (workersAlive > workersTotal) {
+    fail('workers_alive', `at most workers_total (${workersTotal})`, workersAlive);
+  }
+  const dead = value.dead_workers;
+  if (
+    !Array.isArray(dead) ||
+    !dead.every(w => typeof w === 'number' && Number.isInteger(w) && w >= 0)
+  ) {
+    fail('dead_workers', 'a list of integers >= 0', dead);
+  }
+  return {
+    version: value.version,
+    strategy,
+    magic_line: magicLine,
+    replicas: count('replicas', value.replicas),
+    devices: stringList('devices', value.devices),
+    workers_total: workersTotal,
+    workers_alive: workersAlive,
+    dead_workers: [...(dead as number[])],
+    stragglers: stringList('stragglers', value.stragglers),
+    run: validateRun(value.run)
+  };
+}
+
+/** Validate the `data` of a comm message (or of the comm's open message). */
+export function parseMessage(data: unknown): NbdistMessage {
+  if (!isDict(data)) {
+    fail('message', 'an object', data);
+  }
+  if (data.type === 'state') {
+    return { type: 'state', state: validateState(data.state) };
+  }
+  if (data.type === 'status_text') {
+    if (typeof data.text !== 'string') {
+      fail('status_text.text', 'a string', data.text);
+    }
+    return { type: 'status_text', text: data.text };
+  }
+  return fail('message type', '"state" or "status_text"', data.type);
+}
+
+/** Whether the kernel has chosen a strategy (so a cell can be distributed with it). */
+export function hasStrategy(
+  state: INbdistState | null
+): state is INbdistState & { strategy: string; magic_line: string } {
+  return state !== null && state.strategy !== null && state.magic_line !== null;
+}
+
+/** Whether the status bar item should turn red: a dead worker or a straggler. */
+export function isAlert(state: INbdistState | null): boolean {
+  return (
+    state !== null &&
+    (state.dead_workers.length > 0 || state.stragglers.length > 0)
+  );
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+function formatRun(run: IRunState | null): string | null {
+  if (run === null) {
+    return null;
+  }
+  if (run.status === 'running') {
+    return run.total_steps === null
+      ? `step ${run.step}`
+      : `step ${run.step}/${run.total_steps}`;
+  }
+  if (run.status === 'done') {
+    return null;
+  }
+  return `run ${run.id} ${run.status}`;
+}
+
+/** The status bar text, e.g. `nbdist: mirrored ×2` or `nbdist: multiworker ×2 · workers 1/2`. */
+export function formatStatus(state: INbdistState): string {
+  if (state.strategy === null) {
+    return 'nbdist: no strategy';
+  }
+  const parts = [`nbdist: ${state.strategy} ×${state.replicas}`];
+  if (state.workers_total > 0) {
+    parts.push(`workers ${state.workers_alive}/${state.workers_total}`);
+  }
+  if (state.dead_workers.length > 0) {
+    parts.push(`${state.dead_workers.length} dead`);
+  }
+  if (state.stragglers.length > 0) {
+    parts.push(plural(state.stragglers.length, 'straggler'));
+  }
+  const run = formatRun(state.run);
+  if (run !== null) {
+    parts.push(run);
+  }
+  return parts.join(' · ');
+}
+
+/** The status bar item's tooltip: everything the text leaves out. */
+export function formatTooltip(state: INbdistState): string {
+  const lines = [`nbdist ${state.version}`];
+  if (state.magic_line === null) {
+    lines.push('No strategy: run %distribute to choose one.');
+  } else {
+    lines.push(state.magic_line);
+    lines.push(
+      `${plural(state.replicas, 'replica')}` +
+        (state.devices.length ? ` on ${state.devices.join(', ')}` : '')
+    );
+  }
+  if (state.workers_total > 0) {
+    lines.push(`Workers alive: ${state.workers_alive}/${state.workers_total}`);
+  }
+  if (state.dead_workers.length > 0) {
+    lines.push(`Dead workers: ${state.dead_workers.join(', ')}`);
+  }
+  if (state.stragglers.length > 0) {
+    lines.push(`Stragglers: ${state.stragglers.join(', ')}`);
+  }
+  if (state.run !== null) {
+    const r = state.run;
+    const total = r.total_steps === null ? '' : `/${r.total_steps}`;
+    lines.push(
+      `Run ${r.id}: ${r.status}, epoch ${r.epoch}, step ${r.step}${total}`
+    );
+  }
+  lines.push('Click for %distribute status');
+  return lines.join('\n');
+}

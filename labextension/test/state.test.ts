@@ -1,0 +1,176 @@
+import { readFileSync } from 'fs';
+import { join } from 'path';
+
+import { describe, expect, it } from 'vitest';
+
+import {
+  INbdistState,
+  RUN_STATUSES,
+  StateError,
+  formatStatus,
+  formatTooltip,
+  hasStrategy,
+  isAlert,
+  parseMessage,
+  validateState
+} from '../src/state';
+
+const fixtures = JSON.parse(
+  readFileSync(join(__dirname, 'fixtures', 'states.json'), 'utf8')
+) as {
+  run_statuses: string[];
+  valid: unknown[];
+  invalid: Array<{ why: string; state: unknown }>;
+};
+
+const base: INbdistState = {
+  version: '0.1.0',
+  strategy: 'mirrored',
+  magic_line: '%distribute mirrored --devices 2',
+  replicas: 2,
+  devices: ['CPU:0', 'CPU:1'],
+  workers_total: 0,
+  workers_alive: 0,
+  dead_workers: [],
+  stragglers: [],
+  run: null
+};
+
+function state(overrides: Partial<INbdistState>): INbdistState {
+  return { ...base, ...overrides };
+}
+
+describe('validateState', () => {
+  it('knows the same run statuses as the kernel', () => {
+    expect([...RUN_STATUSES]).toEqual(fixtures.run_statuses);
+  });
+
+  it.each(fixtures.valid.map((s, i) => [i, s]))('accepts valid fixture %i', (_, s) => {
+    expect(validateState(s)).toEqual(s);
+  });
+
+  it.each(fixtures.invalid.map(f => [f.why, f.state]))('rejects: %s', (_, s) => {
+    expect(() => validateState(s)).toThrow(StateError);
+  });
+
+  it('ignores keys a newer kernel may add, and returns a copy', () => {
+    const input = { ...base, gpu_memory: [1, 2] };
+    const out = validateState(input);
+    expect(out).toEqual(base);
+    expect(out.devices).not.toBe(input.devices);
+  });
+
+  it('names the offending key', () => {
+    expect(() => validateState({ ...base, workers_alive: 1 })).toThrow(
+      /workers_alive must be at most workers_total \(0\), got 1/
+    );
+    expect(() => validateState({ ...base, replicas: undefined })).toThrow(
+      /replicas must be an integer >= 0, got nothing/
+    );
+  });
+});
+
+describe('parseMessage', () => {
+  it('parses state and status_text messages', () => {
+    expect(parseMessage({ type: 'state', state: base })).toEqual({ type: 'state', state: base });
+    expect(parseMessage({ type: 'status_text', text: 'Strategy: mirrored' })).toEqual({
+      type: 'status_text',
+      text: 'Strategy: mirrored'
+    });
+  });
+
+  it('rejects malformed messages', () => {
+    expect(() => parseMessage(null)).toThrow(StateError);
+    expect(() => parseMessage('state')).toThrow(StateError);
+    expect(() => parseMessage({ type: 'state' })).toThrow(/state must be an object/);
+    expect(() => parseMessage({ type: 'state', state: { ...base, run: 'x' } })).toThrow(
+      /run must be an object or null/
+    );
+    expect(() => parseMessage({ type: 'status_text', text: 3 })).toThrow(/text must be a string/);
+    expect(() => parseMessage({ type: 'request', what: 'status' })).toThrow(
+      /message type must be "state" or "status_text"/
+    );
+  });
+});
+
+describe('formatStatus', () => {
+  it('shows that nbdist is loaded without a strategy', () => {
+    expect(formatStatus(validateState(fixtures.valid[0]))).toBe('nbdist: no strategy');
+  });
+
+  it('shows strategy and replicas', () => {
+    expect(formatStatus(base)).toBe('nbdist: mirrored ×2');
+  });
+
+  it('shows workers alive/total when there are workers', () => {
+    expect(
+      formatStatus(state({ strategy: 'multiworker', workers_total: 2, workers_alive: 2 }))
+    ).toBe('nbdist: multiworker ×2 · workers 2/2');
+  });
+
+  it('shows the step of a running run, with the total when known', () => {
+    const run = { id: 1, status: 'running' as const, step: 37, epoch: 0, total_steps: 100 };
+    expect(formatStatus(state({ run }))).toBe('nbdist: mirrored ×2 · step 37/100');
+    expect(formatStatus(state({ run: { ...run, total_steps: null } }))).toBe(
+      'nbdist: mirrored ×2 · step 37'
+    );
+  });
+
+  it('shows a failed, interrupted or stopped run, not a finished one', () => {
+    const run = { id: 4, status: 'failed' as const, step: 3, epoch: 0, total_steps: null };
+    expect(formatStatus(state({ run }))).toBe('nbdist: mirrored ×2 · run 4 failed');
+    expect(formatStatus(state({ run: { ...run, status: 'interrupted' } }))).toBe(
+      'nbdist: mirrored ×2 · run 4 interrupted'
+    );
+    expect(formatStatus(state({ run: { ...run, status: 'stopped' } }))).toBe(
+      'nbdist: mirrored ×2 · run 4 stopped'
+    );
+    expect(formatStatus(state({ run: { ...run, status: 'done' } }))).toBe('nbdist: mirrored ×2');
+  });
+
+  it('counts dead workers and stragglers', () => {
+    expect(formatStatus(validateState(fixtures.valid[2]))).toBe(
+      'nbdist: multiworker ×2 · workers 1/2 · 1 dead · 1 straggler · run 0 failed'
+    );
+    expect(formatStatus(state({ stragglers: ['replica 0', 'replica 1'] }))).toBe(
+      'nbdist: mirrored ×2 · 2 stragglers'
+    );
+  });
+});
+
+describe('isAlert and hasStrategy', () => {
+  it('alerts on a dead worker or a straggler only', () => {
+    expect(isAlert(null)).toBe(false);
+    expect(isAlert(base)).toBe(false);
+    expect(isAlert(state({ dead_workers: [0], workers_total: 2, workers_alive: 1 }))).toBe(true);
+    expect(isAlert(state({ stragglers: ['replica 1'] }))).toBe(true);
+  });
+
+  it('knows whether the kernel has a strategy', () => {
+    expect(hasStrategy(null)).toBe(false);
+    expect(hasStrategy(validateState(fixtures.valid[0]))).toBe(false);
+    expect(hasStrategy(base)).toBe(true);
+  });
+});
+
+describe('formatTooltip', () => {
+  it('lists the magic line, devices, dead workers, stragglers and the run', () => {
+    const tip = formatTooltip(validateState(fixtures.valid[2]));
+    expect(tip.split('\n')).toEqual([
+      'nbdist 0.1.0',
+      '%distribute multiworker --workers 2',
+      '2 replicas',
+      'Workers alive: 1/2',
+      'Dead workers: 1',
+      'Stragglers: worker 0',
+      'Run 0: failed, epoch 0, step 5',
+      'Click for %distribute status'
+    ]);
+  });
+
+  it('tells how to choose a strategy when there is none', () => {
+    expect(formatTooltip(validateState(fixtures.valid[0]))).toContain(
+      'No strategy: run %distribute to choose one.'
+    );
+  });
+});

@@ -1,0 +1,432 @@
+"""nbdist.labcomm: the kernel end of the JupyterLab extension's "nbdist" comm."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import comm
+import pytest
+from comm.base_comm import BaseComm, CommManager
+
+from nbdist.labcomm import RUN_STATUSES, TARGET_NAME, LabChannel, empty_state, validate_state
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = json.loads((ROOT / "labextension" / "test" / "fixtures" / "states.json").read_text())
+
+MIRRORED = {
+    **empty_state("0.1.0"),
+    "strategy": "mirrored",
+    "magic_line": "%distribute mirrored --devices 2",
+    "replicas": 2,
+    "devices": ["CPU:0", "CPU:1"],
+}
+
+
+# -- validate_state: the same fixtures as the TypeScript side ---------------------------------
+
+
+@pytest.mark.parametrize("state", FIXTURES["valid"])
+def test_validate_accepts_the_shared_valid_states(state: dict[str, Any]) -> None:
+    assert validate_state(state) is state
+
+
+@pytest.mark.parametrize("case", FIXTURES["invalid"], ids=[c["why"] for c in FIXTURES["invalid"]])
+def test_validate_rejects_the_shared_invalid_states(case: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="nbdist state"):
+        validate_state(case["state"])
+
+
+def test_run_statuses_agree_with_the_run_store_and_the_frontend() -> None:
+    from nbdist.telemetry.run import STATUSES
+
+    assert list(RUN_STATUSES) == list(STATUSES) == FIXTURES["run_statuses"]
+
+
+def test_validate_is_strict_about_keys_and_strategy_names() -> None:
+    with pytest.raises(ValueError, match=r"unknown keys \['extra'\]"):
+        validate_state({**MIRRORED, "extra": 1})
+    with pytest.raises(ValueError, match="strategy must be None or one of"):
+        validate_state({**MIRRORED, "strategy": "mirorred"})
+
+
+def test_empty_state_is_valid_and_has_no_strategy() -> None:
+    state = validate_state(empty_state())
+    assert state["strategy"] is None and state["run"] is None
+    import nbdist
+
+    assert state["version"] == nbdist.__version__
+
+
+# -- LabChannel with a recording comm --------------------------------------------------------
+
+
+class RecordingComm(BaseComm):
+    """A comm that records what it publishes, as the frontend would receive it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.published: list[tuple[str, dict[str, Any] | None]] = []
+        super().__init__(*args, **kwargs)
+
+    def publish_msg(
+        self,
+        msg_type: str,
+        data: Any = None,
+        metadata: Any = None,
+        buffers: Any = None,
+        **keys: Any,
+    ) -> None:
+        self.published.append((msg_type, copy.deepcopy(data)))
+
+    def sent(self) -> list[dict[str, Any]]:
+        return [data for kind, data in self.published if kind == "comm_msg"]
+
+    def frontend_sends(self, data: dict[str, Any]) -> None:
+        self.handle_msg({"content": {"comm_id": self.comm_id, "data": data}})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def manager(monkeypatch: pytest.MonkeyPatch) -> CommManager:
+    """A fresh comm manager, and comm.create_comm handing out recording comms."""
+    mgr = CommManager()
+    created: list[RecordingComm] = []
+
+    def create_comm(*args: Any, **kwargs: Any) -> RecordingComm:
+        c = RecordingComm(*args, **kwargs)
+        created.append(c)
+        return c
+
+    monkeypatch.setattr(comm, "get_comm_manager", lambda: mgr)
+    monkeypatch.setattr(comm, "create_comm", create_comm)
+    mgr.created = created  # type: ignore[attr-defined]
+    return mgr
+
+
+class Session:
+    """What the lead's session would be: a mutable state and a status text."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = copy.deepcopy(MIRRORED)
+        self.status = "Strategy: mirrored (2 replicas on CPU:0, CPU:1)"
+
+    def channel(self, clock: Clock, **kwargs: Any) -> LabChannel:
+        return LabChannel(
+            lambda: self.state,
+            lambda: self.status,
+            clock=clock,
+            auto_flush=kwargs.pop("auto_flush", False),
+            **kwargs,
+        )
+
+
+def step(session: Session, n: int) -> None:
+    session.state = {
+        **session.state,
+        "run": {"id": 1, "status": "running", "step": n, "epoch": 0, "total_steps": 100},
+    }
+
+
+def test_open_sends_the_state_in_the_comm_open(manager: CommManager) -> None:
+    session = Session()
+    channel = session.channel(Clock())
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    assert c.target_name == TARGET_NAME
+    assert c.published == [("comm_open", {"type": "state", "state": MIRRORED})]
+    assert channel.is_open
+    assert TARGET_NAME in manager.targets
+
+
+def test_identical_state_is_not_resent(manager: CommManager) -> None:
+    session, clock = Session(), Clock()
+    channel = session.channel(clock)
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    for _ in range(3):
+        clock.now += 1
+        channel.publish()
+        channel.flush()
+    assert c.sent() == []
+    session.state["replicas"] = 4  # the provider may mutate its dict in place
+    clock.now += 1
+    channel.publish()
+    assert c.sent() == [{"type": "state", "state": {**MIRRORED, "replicas": 4}}]
+
+
+def test_throttling_keeps_the_latest_state(manager: CommManager) -> None:
+    session, clock = Session(), Clock()
+    channel = session.channel(clock)
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    clock.now += 1
+    step(session, 1)
+    channel.publish()  # >= 0.2 s since the open: sent at once
+    for n in (2, 3, 4):
+        clock.now += 0.05
+        step(session, n)
+        channel.publish()  # within 0.2 s: held back
+    assert [m["state"]["run"]["step"] for m in c.sent()] == [1]
+    clock.now += 0.2
+    channel.publish()  # the next publish after the interval sends the latest
+    assert [m["state"]["run"]["step"] for m in c.sent()] == [1, 4]
+    step(session, 5)
+    channel.publish()  # held back again ...
+    channel.flush()  # ... and flush delivers it regardless of the interval
+    assert [m["state"]["run"]["step"] for m in c.sent()] == [1, 4, 5]
+
+
+def test_a_reverted_change_is_dropped_not_resent(manager: CommManager) -> None:
+    session, clock = Session(), Clock()
+    channel = session.channel(clock)
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    step(session, 1)
+    channel.publish()  # held back: 0 s since the open
+    session.state = copy.deepcopy(MIRRORED)
+    channel.publish()  # back to what the frontend has
+    clock.now += 1
+    channel.flush()
+    assert c.sent() == []
+
+
+def test_the_timer_delivers_a_held_back_state(manager: CommManager) -> None:
+    session = Session()
+    channel = LabChannel(lambda: session.state, lambda: session.status, min_interval=0.05)
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    step(session, 7)
+    channel.publish()
+    deadline = time.monotonic() + 5
+    while not c.sent() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [m["state"]["run"]["step"] for m in c.sent()] == [7]
+    channel.close()
+
+
+def test_status_request_gets_the_status_text(manager: CommManager) -> None:
+    session = Session()
+    channel = session.channel(Clock())
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    c.frontend_sends({"type": "request", "what": "status"})
+    assert c.sent() == [{"type": "status_text", "text": session.status}]
+    c.frontend_sends({"type": "request", "what": "state"})
+    assert c.sent()[-1] == {"type": "state", "state": MIRRORED}
+    c.frontend_sends({"type": "request", "what": "coffee"})
+    c.frontend_sends({"type": "something else"})
+    assert len(c.sent()) == 2
+
+
+def test_errors_in_the_providers_do_not_propagate(
+    manager: CommManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_state() -> dict[str, Any]:
+        raise RuntimeError("session is half-built")
+
+    def broken_status() -> str:
+        raise KeyError("workers")
+
+    channel = LabChannel(broken_state, broken_status, auto_flush=False)
+    with caplog.at_level(logging.WARNING, logger="nbdist.labcomm"):
+        channel.open()  # opens with the empty state
+        channel.publish()
+        channel.flush()
+    [c] = manager.created  # type: ignore[attr-defined]
+    assert c.published == [("comm_open", {"type": "state", "state": empty_state()})]
+    c.frontend_sends({"type": "request", "what": "status"})
+    [reply] = c.sent()
+    assert reply["type"] == "status_text" and "KeyError" in reply["text"]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "session is half-built" in warnings[0].getMessage()
+
+
+def test_an_invalid_state_is_not_sent(manager: CommManager) -> None:
+    session, clock = Session(), Clock()
+    channel = session.channel(clock)
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    session.state = {**session.state, "replicas": "2"}
+    clock.now += 1
+    channel.publish()
+    assert c.sent() == []
+
+
+def test_comm_failures_do_not_propagate(manager: CommManager) -> None:
+    def create_comm(**kwargs: Any) -> Any:
+        raise OSError("iopub is gone")
+
+    channel = LabChannel(lambda: MIRRORED, lambda: "", comm_factory=create_comm)
+    channel.open()
+    channel.publish()
+    channel.flush()
+    channel.close()
+    assert not channel.is_open
+
+
+def test_frontend_opened_comm_gets_the_state(manager: CommManager) -> None:
+    """A reloaded page opens its own comm with a "state" request as the open data."""
+    session = Session()
+    channel = session.channel(Clock())
+    channel.open()
+    open_msg = {
+        "content": {
+            "comm_id": "frontend-1",
+            "target_name": TARGET_NAME,
+            "data": {"type": "request", "what": "state"},
+        }
+    }
+    manager.comm_open(None, None, open_msg)
+    kernel_comm, frontend_comm = manager.created  # type: ignore[attr-defined]
+    assert frontend_comm.comm_id == "frontend-1"
+    assert frontend_comm.sent() == [{"type": "state", "state": MIRRORED}]
+    assert kernel_comm.sent() == []
+
+
+def test_a_comm_closed_by_the_frontend_is_reopened_a_few_times(manager: CommManager) -> None:
+    session, clock = Session(), Clock()
+    channel = session.channel(clock)
+    channel.open()
+    created = manager.created  # type: ignore[attr-defined]
+    for expected in (2, 3, 4, 4):
+        created[-1].handle_close({"content": {"comm_id": created[-1].comm_id, "data": {}}})
+        assert not channel.is_open
+        clock.now += 60
+        step(session, expected)
+        channel.publish()
+        assert len(created) == expected
+    assert created[-1].published[0] == ("comm_open", {"type": "state", "state": session.state})
+
+
+def test_close_closes_the_comm_and_stops_publishing(manager: CommManager) -> None:
+    session, clock = Session(), Clock()
+    channel = session.channel(clock)
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    channel.close()
+    assert c.published[-1][0] == "comm_close"
+    assert TARGET_NAME not in manager.targets
+    step(session, 3)
+    clock.now += 1
+    channel.publish()
+    assert len(manager.created) == 1 and c.sent() == []  # type: ignore[attr-defined]
+
+
+def test_without_a_kernel_the_dummy_comm_makes_it_a_no_op() -> None:
+    """Terminal IPython: the comm package's own DummyComm, nothing sent, nothing raised."""
+    session = Session()
+    channel = LabChannel(lambda: session.state, lambda: session.status)
+    channel.open()
+    step(session, 2)
+    channel.publish()
+    channel.flush()
+    channel.close()
+
+
+# -- end to end through a real ipykernel -----------------------------------------------------
+
+KERNEL_CODE = textwrap.dedent(
+    """
+    from nbdist.labcomm import LabChannel, empty_state
+    _state = {**empty_state("0.1.0"), "strategy": "mirrored",
+              "magic_line": "%distribute mirrored --devices 2", "replicas": 2}
+    _chan = LabChannel(lambda: _state, lambda: "STATUS TEXT", min_interval=0.0)
+    _chan.open()
+    """
+)
+
+
+def _comm_msgs_until_idle(kc: Any, msg_id: str, timeout: float = 30) -> list[dict[str, Any]]:
+    """The comm messages on iopub until the kernel is idle after the request ``msg_id``."""
+    msgs = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=deadline - time.monotonic())
+        if msg["msg_type"].startswith("comm_"):
+            msgs.append(msg)
+        elif msg["msg_type"] == "error":
+            raise AssertionError("\n".join(msg["content"]["traceback"]))
+        elif (
+            msg["msg_type"] == "status"
+            and msg["content"]["execution_state"] == "idle"
+            and msg["parent_header"].get("msg_id") == msg_id
+        ):
+            return msgs
+    raise AssertionError(f"the kernel did not go idle after {msg_id}")
+
+
+def _run(kc: Any, code: str) -> list[dict[str, Any]]:
+    return _comm_msgs_until_idle(kc, kc.execute(code))
+
+
+def _frontend_sends(kc: Any, msg_type: str, content: dict[str, Any]) -> list[dict[str, Any]]:
+    msg = kc.session.msg(msg_type, content)
+    kc.shell_channel.send(msg)
+    return _comm_msgs_until_idle(kc, msg["header"]["msg_id"])
+
+
+@pytest.mark.timeout(120)
+def test_through_a_real_kernel() -> None:
+    jupyter_client = pytest.importorskip("jupyter_client")
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    km.start_kernel(env=env, cwd=str(ROOT))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        [opened] = _run(kc, KERNEL_CODE)
+        assert opened["msg_type"] == "comm_open"
+        assert opened["content"]["target_name"] == TARGET_NAME
+        state = opened["content"]["data"]["state"]
+        assert validate_state(state)["magic_line"] == "%distribute mirrored --devices 2"
+        comm_id = opened["content"]["comm_id"]
+
+        # The frontend asks for the status; the idle kernel answers on the same comm.
+        replies = _frontend_sends(
+            kc, "comm_msg", {"comm_id": comm_id, "data": {"type": "request", "what": "status"}}
+        )
+        assert [
+            (m["msg_type"], m["content"]["comm_id"], m["content"]["data"]) for m in replies
+        ] == [("comm_msg", comm_id, {"type": "status_text", "text": "STATUS TEXT"})]
+
+        # A state change made by the kernel reaches the frontend; no change, no message.
+        sent = _run(kc, "_state['replicas'] = 4; _chan.publish(); _chan.publish()")
+        assert [m["content"]["data"]["state"]["replicas"] for m in sent] == [4]
+
+        # A reloaded page opens its own comm and gets the state at once.
+        sent = _frontend_sends(
+            kc,
+            "comm_open",
+            {
+                "comm_id": "page-2",
+                "target_name": TARGET_NAME,
+                "data": {"type": "request", "what": "state"},
+            },
+        )
+        assert [
+            (m["content"]["comm_id"], m["content"]["data"]["state"]["replicas"]) for m in sent
+        ] == [("page-2", 4)]
+
+        # Later changes go to both comms.
+        sent = _run(kc, "_state['replicas'] = 8; _chan.publish()")
+        assert sorted(m["content"]["comm_id"] for m in sent) == sorted([comm_id, "page-2"])
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
