@@ -23,8 +23,16 @@ __all__ = [
     "STRATEGY_NAMES",
     "StrategySpec",
     "load_ipython_extension",
+    "picker",
     "runs",
 ]
+
+
+def picker() -> Any:
+    """Show the strategy picker widget (the same as ``%distribute`` with no arguments)."""
+    from .widgets.picker import picker as show
+
+    return show()
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -68,6 +68,7 @@ class DistributeMagics(Magics):
             %distribute tpu --tpu grpc://10.0.0.2:8470
             %distribute status                  # strategy, replicas, equivalent TensorFlow
             %distribute stop                    # forget the strategy
+            %distribute                         # the strategy picker widget
 
         Scope mode: the cell runs under ``strategy.scope()``; ``model.fit`` calls are
         recorded into ``nbdist.runs``::
@@ -135,10 +136,9 @@ class DistributeMagics(Magics):
             session.stop()
             print("nbdist: strategy cleared (logical CPU devices stay until the kernel restarts).")
         elif strategy is None:
-            raise ConfigError(
-                "Give a strategy, e.g. `%distribute mirrored --devices 2`, or `status`/`stop`. "
-                f"Strategies: {', '.join(STRATEGY_NAMES)}."
-            )
+            from .widgets.picker import picker
+
+            picker(session)
         else:
             handle = session.configure(strategy)
             print(f"nbdist: {handle.spec.name} with {handle.replicas} replica(s) on "

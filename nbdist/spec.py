@@ -35,6 +35,19 @@ STRATEGY_CLASSES: dict[str, str] = {
     "tpu": "tf.distribute.TPUStrategy",
 }
 
+#: The strategy table from the seeds: (scope, gradient sync, use case).
+STRATEGY_TABLE: dict[str, tuple[str, str, str]] = {
+    "mirrored": ("Single machine, multiple GPUs", "NCCL AllReduce (GPU-to-GPU)",
+                 "Most common GPU training setup"),
+    "multiworker": ("Multiple machines", "gRPC + CollectiveOps", "Scale beyond single machine"),
+    "tpu": ("Single TPU pod", "Mesh AllReduce via XLA", "Google TPU training"),
+    "parameter_server": ("Multiple machines", "Push/pull to PS",
+                         "Large embedding layers (recommender systems)"),
+    "central_storage": ("Single machine", "Central CPU storage", "When GPU memory is limited"),
+    "one_device": ("One device", "None (a single replica)",
+                   "Debugging; the same code without distribution"),
+}
+
 _MULTI_PROCESS = ("multiworker", "parameter_server")
 
 

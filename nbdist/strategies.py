@@ -41,32 +41,59 @@ class StrategyHandle:
 
     def equivalent_code(self) -> str:
         """The hand-written TensorFlow that builds the same strategy."""
-        lines = ["import tensorflow as tf"]
-        if self.device_kind == "CPU" and len(self.devices) > 1:
+        return equivalent_code(self.spec, self.devices, self.device_kind)
+
+
+def equivalent_code(spec: StrategySpec, devices: tuple[str, ...], device_kind: str) -> str:
+    """The hand-written TensorFlow that builds the strategy ``spec`` describes."""
+    lines = ["import tensorflow as tf"]
+    if device_kind == "CPU" and len(devices) > 1:
+        lines += [
+            'cpu = tf.config.list_physical_devices("CPU")[0]',
+            "tf.config.set_logical_device_configuration(",
+            f"    cpu, [tf.config.LogicalDeviceConfiguration()] * {len(devices)})",
+        ]
+    devs = ", ".join(f'"{d}"' for d in devices)
+    name = spec.name
+    if name == "one_device":
+        lines.append(f'strategy = tf.distribute.OneDeviceStrategy("{devices[0]}")')
+    elif name == "mirrored":
+        lines.append(f"strategy = tf.distribute.MirroredStrategy([{devs}])")
+    elif name == "central_storage":
+        lines.append(
+            f"strategy = tf.distribute.experimental.CentralStorageStrategy([{devs}])"
+        )
+    elif name == "tpu":
+        lines += [
+            "resolver = tf.distribute.cluster_resolver.TPUClusterResolver("
+            f"tpu={spec.tpu!r})",
+            "tf.config.experimental_connect_to_cluster(resolver)",
+            "tf.tpu.experimental.initialize_tpu_system(resolver)",
+            "strategy = tf.distribute.TPUStrategy(resolver)",
+        ]
+    elif name in ("multiworker", "parameter_server"):
+        workers = spec.workers or 2
+        cluster: dict[str, list[str]] = {
+            "worker": [f"127.0.0.1:{20000 + i}" for i in range(workers)]}
+        if name == "parameter_server":
+            cluster["ps"] = [f"127.0.0.1:{21000 + i}" for i in range(spec.ps or 1)]
+        lines[:0] = ["import json, os"]
+        lines += [
+            f"cluster = {cluster!r}",
+            "# in worker i's process (nbdist starts one process per worker and sets this):",
+            'os.environ["TF_CONFIG"] = json.dumps('
+            '{"cluster": cluster, "task": {"type": "worker", "index": i}})',
+        ]
+        if name == "multiworker":
+            lines.append("strategy = tf.distribute.MultiWorkerMirroredStrategy()")
+        else:
             lines += [
-                'cpu = tf.config.list_physical_devices("CPU")[0]',
-                "tf.config.set_logical_device_configuration(",
-                f"    cpu, [tf.config.LogicalDeviceConfiguration()] * {len(self.devices)})",
+                "# in the coordinator (the notebook's kernel):",
+                "resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()",
+                "strategy = tf.distribute.ParameterServerStrategy(resolver)",
+                "coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)",
             ]
-        devs = ", ".join(f'"{d}"' for d in self.devices)
-        name = self.spec.name
-        if name == "one_device":
-            lines.append(f'strategy = tf.distribute.OneDeviceStrategy("{self.devices[0]}")')
-        elif name == "mirrored":
-            lines.append(f"strategy = tf.distribute.MirroredStrategy([{devs}])")
-        elif name == "central_storage":
-            lines.append(
-                f"strategy = tf.distribute.experimental.CentralStorageStrategy([{devs}])"
-            )
-        elif name == "tpu":
-            lines += [
-                "resolver = tf.distribute.cluster_resolver.TPUClusterResolver("
-                f"tpu={self.spec.tpu!r})",
-                "tf.config.experimental_connect_to_cluster(resolver)",
-                "tf.tpu.experimental.initialize_tpu_system(resolver)",
-                "strategy = tf.distribute.TPUStrategy(resolver)",
-            ]
-        return "\n".join(lines)
+    return "\n".join(lines)
 
 
 def build_strategy(spec: StrategySpec) -> StrategyHandle:

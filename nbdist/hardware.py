@@ -1,0 +1,89 @@
+"""What this machine can run, found without initialising TensorFlow's devices.
+
+``tf.config.list_physical_devices`` does not initialise devices (so the CPU can still be split
+afterwards); GPU memory comes from ``nvidia-smi``; a TPU is recognised by the environment a
+TPU VM or Colab sets up; cluster profiles are IPython profile directories.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpus: tuple[Gpu, ...] = ()
+    tpu: str | None = None                # where a TPU was found, or None
+    cpu_cores: int = 1
+    profiles: tuple[str, ...] = ()        # IPython/ipyparallel profiles
+    ipyparallel: bool = False             # can worker processes be started?
+    notes: tuple[str, ...] = field(default=())
+
+    def unavailable(self) -> dict[str, str]:
+        """Strategy name -> why it cannot run here (absent when it can)."""
+        why: dict[str, str] = {}
+        if self.tpu is None:
+            why["tpu"] = ("no TPU found (no TPU_NAME or COLAB_TPU_ADDR, no /dev/accel* device); "
+                          "TPUs are on Cloud TPU VMs and Colab")
+        if not self.ipyparallel:
+            for name in ("multiworker", "parameter_server"):
+                why[name] = "needs worker processes: install ipyparallel"
+        return why
+
+
+def detect() -> Hardware:
+    """Look at the machine; cheap enough to call whenever the picker opens."""
+    return Hardware(
+        gpus=_gpus(), tpu=_tpu(), cpu_cores=os.cpu_count() or 1, profiles=_profiles(),
+        ipyparallel=importlib.util.find_spec("ipyparallel") is not None,
+    )
+
+
+def _gpus() -> tuple[Gpu, ...]:
+    import tensorflow as tf
+
+    physical = tf.config.list_physical_devices("GPU")
+    memory = _nvidia_smi_memory()
+    return tuple(Gpu(d.name, memory[i] if i < len(memory) else None)
+                 for i, d in enumerate(physical))
+
+
+def _nvidia_smi_memory() -> list[int]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [int(v) for v in out.split() if v.strip().isdigit()]
+
+
+def _tpu() -> str | None:
+    for var in ("TPU_NAME", "COLAB_TPU_ADDR", "TPU_ACCELERATOR_TYPE"):
+        if os.environ.get(var):
+            return f"${var}={os.environ[var]}"
+    accel = sorted(glob.glob("/dev/accel*"))
+    return accel[0] if accel else None
+
+
+def _profiles() -> tuple[str, ...]:
+    from IPython.core.profileapp import list_profiles_in
+    from IPython.paths import get_ipython_dir
+
+    try:
+        return tuple(sorted(list_profiles_in(get_ipython_dir())))
+    except OSError:
+        return ()

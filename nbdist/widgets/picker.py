@@ -1,0 +1,168 @@
+"""The strategy picker: ``%distribute`` with no arguments, or ``nbdist.picker()``.
+
+It shows the strategy table of the seeds, disables what this machine cannot run (and says
+why), offers the placement controls, and shows the exact ``%distribute`` line and the
+equivalent hand-written TensorFlow. Apply goes through ``Session.configure``, the same code
+path as the magic.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ..errors import NbdistError
+from ..hardware import Hardware
+from ..spec import STRATEGY_CLASSES, STRATEGY_NAMES, STRATEGY_TABLE, StrategySpec
+from ..strategies import equivalent_code
+
+_USES_DEVICES = ("one_device", "mirrored", "central_storage", "multiworker")
+_USES_WORKERS = ("multiworker", "parameter_server")
+
+
+def spec_from_choices(name: str, devices: int, workers: int, ps: int, cluster: str,
+                      tpu: str) -> StrategySpec:
+    """The StrategySpec for the picker's current controls (only the flags that apply)."""
+    return StrategySpec(
+        name,
+        devices=devices if name in _USES_DEVICES and name != "one_device" else None,
+        workers=workers if name in _USES_WORKERS else None,
+        ps=ps if name == "parameter_server" else None,
+        cluster=cluster or None if name in _USES_WORKERS else None,
+        tpu=tpu or None if name == "tpu" else None,
+    )
+
+
+def preview_code(spec: StrategySpec, hardware: Hardware) -> str:
+    """Equivalent TensorFlow for ``spec`` on this machine, without building anything."""
+    count = spec.devices or 1
+    if hardware.gpus:
+        devices, kind = tuple(f"/device:GPU:{i}" for i in range(count)), "GPU"
+    else:
+        devices, kind = tuple(f"/device:CPU:{i}" for i in range(count)), "CPU"
+    return equivalent_code(spec, devices, kind)
+
+
+def table_html(hardware: Hardware) -> str:
+    """The strategy table, with a column saying whether this machine can run each one."""
+    missing = hardware.unavailable()
+    rows = []
+    for name in STRATEGY_NAMES:
+        scope, sync, use = STRATEGY_TABLE[name]
+        here = (f'<span style="color:#b00">✗ {html.escape(missing[name])}</span>'
+                if name in missing else '<span style="color:#070">✓</span>')
+        rows.append(f"<tr><td><code>{name}</code><br><small>{STRATEGY_CLASSES[name]}</small>"
+                    f"</td><td>{scope}</td><td>{sync}</td><td>{use}</td><td>{here}</td></tr>")
+    gpus = ", ".join(f"{g.name} ({g.memory_mib} MiB)" if g.memory_mib else g.name
+                     for g in hardware.gpus) or "none (the CPU is split into logical devices)"
+    head = ("<tr><th>strategy</th><th>scope</th><th>gradient sync</th><th>use case</th>"
+            "<th>here</th></tr>")
+    return (f"<div><b>This machine</b>: {hardware.cpu_cores} CPU cores; GPUs: "
+            f"{html.escape(gpus)}; TPU: {html.escape(hardware.tpu or 'none')}</div>"
+            f'<table class="nbdist-strategy-table">{head}{"".join(rows)}</table>')
+
+
+class Picker:
+    """The widget. ``Picker(session, hardware).widget`` is what gets displayed."""
+
+    def __init__(self, session: Any, hardware: Hardware):
+        import ipywidgets as w
+
+        self.session, self.hardware = session, hardware
+        missing = hardware.unavailable()
+        available = [n for n in STRATEGY_NAMES if n not in missing]
+        current = session.handle.spec if session.handle is not None else None
+        first = current.name if current else ("mirrored" if "mirrored" in available else
+                                              available[0])
+        self.buttons = {}
+        for name in STRATEGY_NAMES:
+            button = w.ToggleButton(description=name, value=name == first,
+                                    disabled=name in missing, tooltip=missing.get(name, ""))
+            button.observe(self._on_pick(name), names="value")
+            self.buttons[name] = button
+        default_devices = len(hardware.gpus) or min(4, max(2, hardware.cpu_cores))
+        self.devices = w.BoundedIntText(value=(current.devices if current and current.devices
+                                               else default_devices),
+                                        min=1, max=max(64, default_devices), description="devices")
+        self.workers = w.BoundedIntText(value=2, min=1, max=64, description="workers")
+        self.ps = w.BoundedIntText(value=1, min=1, max=16, description="ps")
+        self.cluster = w.Dropdown(options=[("local processes", "")] + [
+            (p, p) for p in hardware.profiles], description="cluster")
+        self.tpu = w.Text(value="", placeholder="grpc://host:8470 or TPU name",
+                          description="tpu")
+        self.line = w.HTML()
+        self.code = w.HTML()
+        self.message = w.HTML()
+        self.apply = w.Button(description="Apply", button_style="primary")
+        self.apply.on_click(lambda _: self.apply_choice())
+        for control in (self.devices, self.workers, self.ps, self.cluster, self.tpu):
+            control.observe(lambda _: self.refresh(), names="value")
+        self.widget = w.VBox([
+            w.HTML(table_html(hardware)),
+            w.HBox(list(self.buttons.values())),
+            w.HBox([self.devices, self.workers, self.ps]),
+            w.HBox([self.cluster, self.tpu]),
+            self.line, self.code, w.HBox([self.apply, self.message]),
+        ])
+        self.widget.add_class("nbdist-picker")
+        self.refresh()
+
+    @property
+    def choice(self) -> str:
+        return next(n for n, b in self.buttons.items() if b.value)
+
+    def spec(self) -> StrategySpec:
+        return spec_from_choices(self.choice, self.devices.value, self.workers.value,
+                                 self.ps.value, self.cluster.value, self.tpu.value)
+
+    def refresh(self) -> None:
+        name = self.choice
+        self.devices.disabled = name not in _USES_DEVICES or name == "one_device"
+        self.workers.disabled = name not in _USES_WORKERS
+        self.ps.disabled = name != "parameter_server"
+        self.cluster.disabled = name not in _USES_WORKERS
+        self.tpu.disabled = name != "tpu"
+        try:
+            spec = self.spec()
+        except NbdistError as err:
+            self.line.value = f'<span style="color:#b00">{html.escape(str(err))}</span>'
+            self.apply.disabled = True
+            return
+        self.apply.disabled = False
+        line = html.escape(spec.magic_line())
+        self.line.value = f"<code class='nbdist-magic-line'>{line}</code>"
+        code = html.escape(preview_code(spec, self.hardware), quote=False)
+        self.code.value = f"<pre>{code}</pre>"
+
+    def apply_choice(self) -> None:
+        """Set the kernel's strategy; errors are shown in the widget, not raised."""
+        try:
+            handle = self.session.configure(self.spec())
+        except NbdistError as err:
+            self.message.value = f'<span style="color:#b00">{html.escape(str(err))}</span>'
+            return
+        self.message.value = (f"✓ {handle.spec.name} with {handle.replicas} replica(s) on "
+                              f"{html.escape(', '.join(handle.devices))}")
+
+    def _on_pick(self, name: str) -> Any:
+        def handler(change: dict[str, Any]) -> None:
+            if change["new"]:       # behave like radio buttons
+                for other, button in self.buttons.items():
+                    if other != name and button.value:
+                        button.value = False
+                self.refresh()
+            elif not any(b.value for b in self.buttons.values()):
+                self.buttons[name].value = True
+        return handler
+
+
+def picker(session: Any = None, hardware: Hardware | None = None) -> Any:
+    """Show the strategy picker (also ``%distribute`` with no arguments)."""
+    from IPython.display import display
+
+    from ..hardware import detect
+    from ..session import current_session
+
+    view = Picker(session or current_session(), hardware or detect())
+    display(view.widget)
+    return view

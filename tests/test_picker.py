@@ -1,0 +1,65 @@
+"""The strategy picker: availability, the magic line and code it shows, Apply."""
+
+import pytest
+
+import nbdist
+from nbdist.hardware import Gpu, Hardware
+from nbdist.session import current_session
+from nbdist.widgets.picker import Picker, table_html
+
+CPU_ONLY = Hardware(cpu_cores=2, ipyparallel=True)
+
+
+@pytest.fixture
+def session(ip):
+    yield current_session(ip)
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def test_tpu_is_disabled_with_the_reason_when_there_is_none(session):
+    view = Picker(session, CPU_ONLY)
+    assert view.buttons["tpu"].disabled and "no TPU found" in view.buttons["tpu"].tooltip
+    assert not view.buttons["mirrored"].disabled
+    assert "no TPU found" in table_html(CPU_ONLY) and "Push/pull to PS" in table_html(CPU_ONLY)
+    no_workers = Hardware(cpu_cores=2, ipyparallel=False)
+    assert Picker(session, no_workers).buttons["multiworker"].disabled
+
+
+def test_choice_shows_the_exact_magic_line_and_the_equivalent_tensorflow(session):
+    view = Picker(session, CPU_ONLY)
+    view.buttons["central_storage"].value = True
+    view.devices.value = 2
+    assert not view.buttons["mirrored"].value   # radio behaviour
+    assert "%distribute central_storage --devices 2" in view.line.value
+    assert "CentralStorageStrategy" in view.code.value
+    assert "set_logical_device_configuration" in view.code.value
+    view.buttons["multiworker"].value = True
+    assert "%distribute multiworker --devices 2 --workers 2" in view.line.value
+    assert "TF_CONFIG" in view.code.value and view.ps.disabled
+
+
+def test_gpus_change_the_preview_to_gpu_devices(session):
+    view = Picker(session, Hardware(gpus=(Gpu("/physical_device:GPU:0", 16000),), cpu_cores=8))
+    view.buttons["mirrored"].value = True
+    view.devices.value = 1
+    assert '"/device:GPU:0"' in view.code.value
+
+
+def test_apply_sets_the_session_strategy_through_the_magic_code_path(session):
+    view = Picker(session, CPU_ONLY)
+    view.buttons["mirrored"].value = True
+    view.devices.value = 2
+    view.apply.click()
+    assert session.handle.spec.magic_line() == "%distribute mirrored --devices 2"
+    assert session.handle.replicas == 2 and "✓ mirrored" in view.message.value
+    view.devices.value = 8                      # more than TensorFlow can still make here
+    view.apply.click()
+    assert "Restart the kernel" in view.message.value
+    assert session.handle.replicas == 2        # unchanged, no exception escaped
+
+
+def test_distribute_without_arguments_shows_the_picker(ip, capsys):
+    ip.run_line_magic("distribute", "")
+    assert "VBox" in capsys.readouterr().out      # a terminal shell prints the widget's repr
+    assert callable(nbdist.picker)
