@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import run_ok
+from helpers import run_ok
 
 import nbdist
 

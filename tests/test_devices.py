@@ -1,6 +1,6 @@
 """Device setup in a fresh process, where TensorFlow's device state is known."""
 
-from conftest import run_python
+from helpers import run_python
 
 
 def test_split_after_tensorflow_initialised_its_devices_says_how_to_fix():

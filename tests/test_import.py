@@ -1,4 +1,4 @@
-from conftest import run_python
+from helpers import run_python
 
 
 def test_import_nbdist_loads_neither_tensorflow_nor_plotly():

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import run_err, run_ok
+from helpers import run_err, run_ok
 from IPython.core.error import UsageError
 
 import nbdist
@@ -122,7 +122,7 @@ def test_inline_strategy_must_agree(shell):
     ("mirrored --devices -3", ConfigError, "--devices -3"),
     ("mirrored --gpus 2", UsageError, "unrecognized arguments"),
     ("mirrored --devices 8", DeviceError, "Restart the kernel"),
-    ("multiworker --workers 2", ConfigError, "does not start yet"),
+    ("parameter_server --workers 2 --ps 1", ConfigError, "not available yet"),
 ])
 def test_bad_strategy_lines(shell, line, kind, words):
     with pytest.raises(kind, match=words):

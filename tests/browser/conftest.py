@@ -5,7 +5,6 @@ Screenshots go to ``test-artifacts/`` (kept by CI as artifacts).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -13,12 +12,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
+from labhelpers import ARTIFACTS
 
 
 def _free_port() -> int:
@@ -84,18 +80,6 @@ def browser(lab_server):
         b.close()
 
 
-def write_notebook(directory: Path, name: str, cells: list[str]) -> str:
-    nb = {
-        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                   "source": c} for c in cells],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-    (directory / name).write_text(json.dumps(nb))
-    return name
-
-
 @pytest.fixture
 def lab_page(lab_server, browser):
     """A fresh page; call ``open(name)`` to open a notebook and wait for its kernel."""
@@ -119,20 +103,3 @@ def lab_page(lab_server, browser):
     page.open_notebook = open_notebook
     yield page
     context.close()
-
-
-def run_all_and_wait(page, timeout_ms: int = 180_000) -> None:
-    """Run every cell and wait until the kernel is idle with every cell executed."""
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(
-        "() => { const w = window.jupyterapp.shell.currentWidget;"
-        " const cells = w.content.widgets.filter(c => c.model.type === 'code');"
-        " return w.sessionContext.session.kernel.status === 'idle' &&"
-        " cells.every(c => c.model.executionCount !== null); }",
-        timeout=timeout_ms)
-
-
-def shot(page, name: str) -> Path:
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path))
-    return path

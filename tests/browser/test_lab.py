@@ -1,6 +1,6 @@
 """The JupyterLab extension and the picker in a real JupyterLab and a real browser."""
 
-from conftest import run_all_and_wait, shot, write_notebook  # type: ignore[import-not-found]
+from labhelpers import run_all_and_wait, shot, write_notebook
 
 
 def test_extension_is_activated(lab_server, lab_page):
@@ -14,18 +14,9 @@ def test_extension_is_activated(lab_server, lab_page):
 
 def test_status_bar_shows_the_strategy_and_distribute_cell_rewrites_a_cell(lab_server, lab_page):
     name = write_notebook(lab_server["dir"], "status.ipynb", [
-        "%load_ext nbdist", "%distribute mirrored --devices 2",
-        "%%distribute --step --data ds --epochs 3\nloss = 0.0",
-    ])
+        "%load_ext nbdist", "%distribute mirrored --devices 2"])
     page = lab_page.open_notebook(name)
-    # Run only the first two cells: the third is there to be rewritten, not run.
-    page.evaluate("""() => { const nb = window.jupyterapp.shell.currentWidget.content;
-                             nb.activeCellIndex = 0; }""")
-    for _ in range(2):
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-cell-and-select-next')")
-        page.wait_for_function(
-            "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
-            " === 'idle'", timeout=120_000)
+    run_all_and_wait(page)
     item = page.locator(".nbdist-status-item")
     item.wait_for(state="visible", timeout=60_000)
     page.wait_for_function(
@@ -34,7 +25,14 @@ def test_status_bar_shows_the_strategy_and_distribute_cell_rewrites_a_cell(lab_s
     assert "nbdist: mirrored ×2" in item.text_content()
     shot(page, "lab-status-bar")
 
-    page.evaluate("() => { window.jupyterapp.shell.currentWidget.content.activeCellIndex = 2; }")
+    # A step cell that has no strategy on its line yet (written, not run).
+    page.evaluate("""async () => {
+        const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+        nb.activeCellIndex = 1;
+        await app.commands.execute('notebook:insert-cell-below');
+        nb.activeCell.model.sharedModel.source =
+            '%%distribute --step --data ds --epochs 3\\nloss = 0.0';
+    }""")
     action = page.evaluate("() => window.jupyterapp.commands.execute('nbdist:distribute-cell')")
     assert action == "updated"
     source = page.evaluate(
