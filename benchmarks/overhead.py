@@ -153,7 +153,8 @@ def _ok(ip, code: str) -> None:
 
     result = ip.run_cell(textwrap.dedent(code), store_history=False)
     if result.error_before_exec or result.error_in_exec:
-        raise SystemExit(f"benchmark cell failed: {result.error_before_exec or result.error_in_exec}")
+        error = result.error_before_exec or result.error_in_exec
+        raise SystemExit(f"benchmark cell failed: {error}")
 
 
 def main() -> None:

@@ -24,8 +24,20 @@ __all__ = [
     "StrategySpec",
     "load_ipython_extension",
     "picker",
+    "pull",
+    "push",
     "runs",
+    "show_graph",
 ]
+
+
+def show_graph(fn: Any, *args: Any, **options: Any) -> Any:
+    """Draw the dataflow graph of a tf.function traced on ``args``: ops as nodes, tensors as
+    edges, one color per device, collective ops highlighted, op counts per device below.
+    Returns the GraphView (see ``nbdist.graphview.graph_view`` for the options)."""
+    from .graphview import show_graph as show
+
+    return show(fn, *args, **options)
 
 
 def picker() -> Any:
@@ -33,6 +45,21 @@ def picker() -> Any:
     from .widgets.picker import picker as show
 
     return show()
+
+
+def push(*names: str, **values: Any) -> None:
+    """Copy kernel variables (``push("lr", "config")``) and/or values (``push(lr=0.1)``) into
+    every worker's namespace (``%distribute multiworker``); ``%distribute push NAME...``."""
+    from .session import current_session
+
+    current_session().push(*names, **values)
+
+
+def pull(name: str, worker: int = 0) -> Any:
+    """The value of ``name`` on worker ``worker`` (default 0); ``%distribute pull NAME``."""
+    from .session import current_session
+
+    return current_session().pull(name, worker)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -10,7 +10,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .errors import ConfigError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
 
-_ACTIONS = ("status", "stop")
+_ACTIONS = ("status", "stop", "restart", "push", "pull")
 
 
 @magics_class
@@ -21,8 +21,19 @@ class DistributeMagics(Magics):
     @argument(
         "what", nargs="?", default=None,
         help=f"A strategy ({', '.join(STRATEGY_NAMES)}) or an action: `status` (show the "
-             "strategy, replicas, devices and the equivalent TensorFlow), `stop` (forget it).",
+             "strategy, replicas, devices and the equivalent TensorFlow), `stop` (forget it "
+             "and stop worker processes), `restart` (fresh worker processes), `push NAME...` "
+             "(copy kernel variables to every worker), `pull NAME` (a worker's variable into "
+             "the kernel).",
     )
+    @argument("names", nargs="*", default=[],
+              help="push/pull: the variable names (default: none).")
+    @argument("--worker", type=int, default=None,
+              help="pull: the worker to pull from (default: 0).")
+    @argument("--keras", default=None, choices=("auto", "legacy", "keras3"),
+              help="multiworker: the Keras the workers run as tf.keras: `legacy` (tf_keras, "
+                   "whose model.fit works under MultiWorkerMirroredStrategy), `keras3`, or "
+                   "`auto` (legacy when tf_keras is installed; the default).")
     @argument("--devices", type=int, default=None,
               help="Local devices: N GPUs if present, else the CPU split into N logical "
                    "devices (default: all GPUs, else 1 CPU).")
@@ -53,6 +64,9 @@ class DistributeMagics(Magics):
     @argument("--tensorboard", default=None, metavar="DIR",
               help="Also write the run's scalars for TensorBoard under DIR/run<id>-<time>/, "
                    "one subdirectory per replica/worker (default: not written).")
+    @argument("--graph", action="store_true",
+              help="Step mode: after the run, draw the compiled step's dataflow graph with "
+                   "its devices and collective ops, as nbdist.show_graph does (default: off).")
     @argument("--timing-every", type=int, default=10,
               help="Step mode: time the allreduce on every k-th step; 0 turns it off "
                    "(default: 10, which keeps the measurement's cost under 1%%).")
@@ -67,8 +81,16 @@ class DistributeMagics(Magics):
             %distribute central_storage --devices 2
             %distribute tpu --tpu grpc://10.0.0.2:8470
             %distribute status                  # strategy, replicas, equivalent TensorFlow
-            %distribute stop                    # forget the strategy
+            %distribute stop                    # forget the strategy, stop worker processes
             %distribute                         # the strategy picker widget
+
+        Multi-worker (N worker processes on this machine, through ipyparallel; every
+        ``%%distribute`` cell then runs on all of them, like ``%%px``)::
+
+            %distribute multiworker --workers 2 # MultiWorkerMirroredStrategy, tf_keras fit
+            %distribute push lr data_path       # kernel variables -> every worker
+            %distribute pull history --worker 1 # a worker's variable -> the kernel
+            %distribute restart                 # fresh workers (after one died)
 
         Scope mode: the cell runs under ``strategy.scope()``; ``model.fit`` calls are
         recorded into ``nbdist.runs``::
@@ -101,6 +123,9 @@ class DistributeMagics(Magics):
         strategy = _strategy_spec(args)
         if cell is None:
             return self._line(args, strategy, session)
+        if args.names or args.worker is not None or args.keras is not None:
+            raise ConfigError("Names, --worker and --keras belong on a `%distribute` line "
+                              "(one %): push/pull, or starting multiworker.")
         run_spec = RunSpec(
             step=args.step, data=args.data, epochs=args.epochs, steps=args.steps,
             loss=args.loss, grads=args.grads, show_code=args.show_code,
@@ -110,9 +135,12 @@ class DistributeMagics(Magics):
         from .widgets.dashboard import observer_for
 
         progress = observer_for(self.shell)   # live dashboard, or a static figure + summary
+        graph = _graph_observer(args)
         try:
             if run_spec.step:
-                session.run_step_cell(cell, run_spec, [progress], header=header)
+                session.run_step_cell(cell, run_spec, [progress, *graph], header=header)
+                for g in graph:   # --graph: the compiled step, below the dashboard
+                    g.show()
                 return None  # the summary is shown by `progress`; the Run is nbdist.runs[-1]
             return session.run_scope_cell(cell, run_spec, [progress], header=header)
         finally:
@@ -124,7 +152,12 @@ class DistributeMagics(Magics):
 
     def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
         cell_only = [f for f in ("step", "data", "steps", "grads", "show_code",
-                                     "tensorboard") if getattr(args, f)]
+                                     "tensorboard", "graph") if getattr(args, f)]
+        if args.worker is not None and args.what != "pull":
+            raise ConfigError("--worker applies to `%distribute pull NAME --worker i`.")
+        if args.names and args.what not in ("push", "pull"):
+            raise ConfigError(f"Unexpected {' '.join(args.names)!r}: only `push` and `pull` "
+                              "take names.")
         if cell_only:
             raise ConfigError(
                 f"--{cell_only[0].replace('_', '-')} belongs on a `%%distribute` cell (two %), "
@@ -133,16 +166,52 @@ class DistributeMagics(Magics):
         if args.what == "status":
             print(session.status_text())
         elif args.what == "stop":
-            session.stop()
-            print("nbdist: strategy cleared (logical CPU devices stay until the kernel restarts).")
+            killed = session.stop()
+            print("nbdist: strategy cleared (logical CPU devices stay until the kernel restarts)"
+                  + (f"; killed {len(killed)} worker process(es) that did not exit." if killed
+                     else "."))
+        elif args.what == "restart":
+            cluster = session.restart()
+            print(f"nbdist: {cluster.n} fresh worker processes.")
+        elif args.what in ("push", "pull"):
+            self._move(args, session)
         elif strategy is None:
             from .widgets.picker import picker
 
             picker(session)
         else:
-            handle = session.configure(strategy)
+            if args.keras is not None and strategy.name != "multiworker":
+                raise ConfigError("--keras chooses the Keras of worker processes: it applies "
+                                  "to `multiworker` only.")
+            handle = session.configure(strategy, keras=args.keras or "auto")
             print(f"nbdist: {handle.spec.name} with {handle.replicas} replica(s) on "
                   f"{', '.join(handle.devices)}")
+
+    def _move(self, args: Any, session: Any) -> None:
+        if not args.names:
+            raise ConfigError(f"`%distribute {args.what}` needs variable names, e.g. "
+                              f"`%distribute {args.what} model_config`.")
+        if args.what == "push":
+            session.push(*args.names)
+            print(f"nbdist: pushed {', '.join(args.names)} to every worker.")
+            return
+        if len(args.names) != 1:
+            raise ConfigError("`%distribute pull` takes one name (and --worker i).")
+        name = args.names[0]
+        self.shell.user_ns[name] = session.pull(name, args.worker or 0)
+        print(f"nbdist: pulled {name} from worker {args.worker or 0}.")
+
+
+def _graph_observer(args: Any) -> list[Any]:
+    """``--graph``: an observer that keeps the compiled step to draw it after the run."""
+    if not args.graph:
+        return []
+    if not args.step:
+        raise ConfigError("--graph draws the compiled step of step mode: add --step --data "
+                          "NAME, or call nbdist.show_graph(fn, *args) on your own tf.function.")
+    from .graphview import StepGraph
+
+    return [StepGraph()]
 
 
 def _strategy_spec(args: Any) -> StrategySpec | None:

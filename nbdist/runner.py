@@ -31,6 +31,8 @@ class RunObserver(Protocol):
 
     def on_step(self, run: Run) -> None: ...
     def should_stop(self) -> bool: ...
+    # Optional: ``on_traced(tf_function, batch, timed)`` is called once per compiled variant
+    # right after its first step (``tf_function.get_concrete_function(batch)`` is then free).
 
 
 @dataclass
@@ -78,6 +80,7 @@ class StepRunner:
             with probe.hooked():   # the hook only matters while (re)tracing, but is cheap
                 return compiled(dist_batch)
 
+        call_timed.tf_function = compiled   # type: ignore[attr-defined] # for on_traced
         return call_timed
 
     def execute(self) -> Run:
@@ -132,6 +135,9 @@ class StepRunner:
             fn, out = call_building_optimizers(
                 lambda: self._compile(timed), batch, self.handle.strategy)
             self._compiled[timed] = fn
+            for observer in self.observers:   # optional hook, e.g. `%%distribute --graph`
+                if hasattr(observer, "on_traced"):
+                    observer.on_traced(getattr(fn, "tf_function", fn), batch, timed)
         values = {k: v.numpy() for k, v in out.items()}
         step_ms = (time.perf_counter() - start) * 1e3
         timing = _split_timing(values) if "t_reduce_start" in values else {}

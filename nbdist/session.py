@@ -26,27 +26,87 @@ class Session:
         self.runs = runs
         self.listeners: list[Callable[[], None]] = []   # called when the state changes
         self.lab_channel: Any = None                     # nbdist.labcomm.LabChannel, if open
+        self.cluster: Any = None        # nbdist.cluster.multiworker.MultiWorkerCluster, if any
         self._cells = 0
 
     # -- strategy --------------------------------------------------------------------------
-    def configure(self, spec: StrategySpec) -> StrategyHandle:
-        """Make ``spec`` the kernel's strategy (a no-op if it already is)."""
+    def configure(self, spec: StrategySpec, keras: str = "auto") -> Any:
+        """Make ``spec`` the kernel's strategy (a no-op if it already is).
+
+        Returns the StrategyHandle, or for ``multiworker`` the MultiWorkerCluster running the
+        worker processes (``keras``: which Keras they run, see ``resolve_keras``).
+        """
+        if spec.name == "multiworker":
+            return self._configure_cluster(spec, keras)
+        if self.cluster is not None:
+            self._stop_cluster()
         if self.handle is None or self.handle.spec != spec:
             self.handle = build_strategy(spec)
             self._changed()
         return self.handle
 
-    def require(self, inline: StrategySpec | None) -> StrategyHandle:
+    def _configure_cluster(self, spec: StrategySpec, keras: str) -> Any:
+        from .cluster.multiworker import MultiWorkerCluster
+
+        current = self.cluster
+        if current is not None and current.spec == spec and keras in ("auto", current.keras_choice):
+            return current
+        self._stop_cluster()
+        cluster = MultiWorkerCluster(spec, self.runs, keras=keras)
+        keras = "tf_keras" if cluster.keras == "legacy" else "Keras 3"
+        print(f"nbdist: starting {cluster.n} worker processes; they run {keras} as tf.keras "
+              f"({cluster.keras_note}), this kernel keeps its own Keras.")
+        cluster.start()
+        self.handle, self.cluster = None, cluster
+        self._changed()
+        return cluster
+
+    def _stop_cluster(self) -> list[int]:
+        cluster, self.cluster = self.cluster, None
+        return cluster.stop() if cluster is not None else []
+
+    def restart(self) -> Any:
+        """Replace the worker processes with fresh ones (after a fault, or to reset them)."""
+        if self.cluster is None:
+            raise ConfigError("There are no worker processes to restart. Start them with "
+                              "`%distribute multiworker --workers N`.")
+        self.cluster = self.cluster.restarted()
+        self._changed()
+        return self.cluster
+
+    def push(self, *names: str, **values: Any) -> None:
+        """Copy kernel variables (by name) and ``values`` into every worker's namespace."""
+        missing = [n for n in names if n not in self.shell.user_ns]
+        if missing:
+            raise ConfigError(f"push: no variable {', '.join(map(repr, missing))} in the kernel.")
+        self._require_cluster("push").push(
+            {**{n: self.shell.user_ns[n] for n in names}, **values})
+
+    def pull(self, name: str, worker: int = 0) -> Any:
+        """The value of ``name`` in worker ``worker``'s namespace."""
+        return self._require_cluster("pull").pull(name, worker)
+
+    def _require_cluster(self, what: str) -> Any:
+        if self.cluster is None:
+            raise ConfigError(f"`{what}` moves values between the kernel and worker processes; "
+                              "start them first with `%distribute multiworker --workers N`.")
+        return self.cluster
+
+    def require(self, inline: StrategySpec | None) -> Any:
         """The strategy a cell runs under: the session's, or the cell's inline one."""
+        current = self.cluster.spec if self.cluster is not None else (
+            self.handle.spec if self.handle is not None else None)
         if inline is not None:
-            if self.handle is None:
+            if current is None:
                 return self.configure(inline)
-            if inline != self.handle.spec:
+            if inline != current:
                 raise ConfigError(
                     f"This cell asks for `{inline.magic_line()}` but the kernel's strategy is "
-                    f"`{self.handle.spec.magic_line()}`. Drop the strategy from the cell line, "
+                    f"`{current.magic_line()}`. Drop the strategy from the cell line, "
                     "or switch the kernel with `%distribute stop` and then the new line."
                 )
+        if self.cluster is not None:
+            return self.cluster
         if self.handle is None:
             raise ConfigError(
                 "No strategy is set. Run `%distribute mirrored --devices 2` (or another "
@@ -55,12 +115,19 @@ class Session:
             )
         return self.handle
 
-    def stop(self) -> None:
-        """Forget the strategy. Logical CPU devices stay: TensorFlow cannot undo them."""
+    def stop(self) -> list[int]:
+        """Forget the strategy and stop any worker processes (returns pids that had to be
+        killed). Logical CPU devices stay: TensorFlow cannot undo them."""
+        killed = self._stop_cluster()
         self.handle = None
         self._changed()
+        return killed
 
     def status_text(self) -> str:
+        if self.cluster is not None:
+            from .cluster.status import status_text
+
+            return status_text(self.cluster, self.runs)
         if self.handle is None:
             return "nbdist: no strategy set. Try `%distribute mirrored --devices 2`."
         h = self.handle
@@ -100,7 +167,15 @@ class Session:
                 "id": last.id, "status": last.status, "step": last.steps_done,
                 "epoch": int(last.last.get("epoch", 0)), "total_steps": last.total_steps,
             },
-        }
+        } | self._cluster_state()
+
+    def _cluster_state(self) -> dict[str, Any]:
+        if self.cluster is None:
+            return {}
+        from .cluster.status import state
+
+        spec = self.cluster.spec
+        return {"strategy": spec.name, "magic_line": spec.magic_line(), **state(self.cluster)}
 
     # -- cells -----------------------------------------------------------------------------
     def run_step_cell(self, cell: str, spec: RunSpec, observers: list[Any],
@@ -110,6 +185,8 @@ class Session:
         from .runner import StepRunner
 
         handle = self.require(spec.strategy)
+        if handle is self.cluster:
+            return self._on_cluster(self.cluster.run_step_cell, cell, spec, observers, header)
         self._cells += 1
         source = rewrite_step(
             f"# {header}\n{cell}", filename=f"<nbdist-step-{self._cells}>",
@@ -139,6 +216,8 @@ class Session:
         from .kerashooks import recording_fit
 
         handle = self.require(spec.strategy)
+        if handle is self.cluster:
+            return self._on_cluster(self.cluster.run_scope_cell, cell, None, observers, header)
         text = f"# {header}\n{cell}"
         filename = self.shell.compile.cache(text)
         tree = ast.parse(self.shell.transform_cell(text), filename=filename)
@@ -160,6 +239,16 @@ class Session:
                 result = eval(self.shell.compile(expr, filename, "eval"), user_ns)  # noqa: S307
         self._changed()
         return result
+
+    def _on_cluster(self, method: Callable[..., Any], cell: str, spec: RunSpec | None,
+                    observers: list[Any], header: str) -> Any:
+        observers = [*observers, _Notify(self._changed)]
+        try:
+            if spec is None:
+                return method(cell, observers, header=header)
+            return method(cell, spec, observers, header=header)
+        finally:
+            self._changed()
 
     # -- listeners -------------------------------------------------------------------------
     def flush_listeners(self, *_: Any) -> None:

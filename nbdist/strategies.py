@@ -17,6 +17,27 @@ from .spec import StrategySpec
 
 TPU_PROBE_TIMEOUT_S = 60.0
 
+# Every MirroredStrategy numbers its collective groups and instances from the same start, and
+# TensorFlow's runtime remembers the collectives a process has run: a second strategy in the
+# same kernel (after `%distribute stop`, or with another device count) then fails with "Shape
+# mismatch in the collective instance" or "joining a group with size 3, but that group has size
+# 2". TensorFlow offers an offset for this (`_collective_key_base`, used by its own tests); each
+# strategy nbdist builds gets a fresh range.
+_KEY_STRIDE = 100_000
+_strategies_built = 0
+
+
+def _fresh_collective_keys(strategy_class: Any) -> None:
+    global _strategies_built
+    _strategies_built += 1
+    strategy_class._collective_key_base = _strategies_built * _KEY_STRIDE
+
+MULTIWORKER_CPU_DEVICES = (
+    "--devices {devices}: on CPUs MultiWorkerMirroredStrategy uses one device per worker "
+    "(it ignores logical CPU devices). Use `--workers N` for N replicas, or `mirrored "
+    "--devices N` for N logical devices in the kernel."
+)
+
 _TOO_LATE = (
     "TensorFlow has already initialised its devices in this kernel with {have} CPU device(s), "
     "so it cannot split the CPU into {want} logical devices any more (TensorFlow allows that "
@@ -96,25 +117,73 @@ def equivalent_code(spec: StrategySpec, devices: tuple[str, ...], device_kind: s
     return "\n".join(lines)
 
 
-def build_strategy(spec: StrategySpec) -> StrategyHandle:
-    """Create the strategy ``spec`` asks for, or raise a ConfigError/DeviceError."""
+def build_strategy(spec: StrategySpec, *, collective_timeout: float | None = None
+                   ) -> StrategyHandle:
+    """Create the strategy ``spec`` asks for, or raise a ConfigError/DeviceError.
+
+    ``multiworker`` is built only inside a worker process (``nbdist.cluster`` sets its
+    TF_CONFIG); ``collective_timeout`` bounds each of its collectives (seconds).
+    """
     import tensorflow as tf
 
-    if spec.name in ("multiworker", "parameter_server"):
+    if spec.name == "parameter_server":
         raise ConfigError(
-            f"`{spec.name}` needs worker processes, which this version of nbdist does not "
-            "start yet. Use `mirrored --devices N` to train on N local (logical) devices."
+            "`parameter_server` is not available yet in this version of nbdist. Use "
+            "`%distribute multiworker --workers N` (synchronous training in N worker "
+            "processes) or `mirrored --devices N` (N local devices)."
         )
+    if spec.name == "multiworker":
+        return _build_multiworker(spec, collective_timeout)
     if spec.name == "tpu":
         return _build_tpu(spec)
     devices, kind = ensure_local_devices(spec.devices, spec.name)
     if spec.name == "one_device":
         strategy = tf.distribute.OneDeviceStrategy(devices[0])
     elif spec.name == "mirrored":
+        _fresh_collective_keys(tf.distribute.MirroredStrategy)
         strategy = tf.distribute.MirroredStrategy(list(devices))
     else:
         strategy = tf.distribute.experimental.CentralStorageStrategy(list(devices))
     return StrategyHandle(spec, strategy, devices, kind)
+
+
+def _build_multiworker(spec: StrategySpec, timeout: float | None) -> StrategyHandle:
+    """MultiWorkerMirroredStrategy for this worker process, from its TF_CONFIG.
+
+    TensorFlow allows it only before any other op of the process ("Collective ops must be
+    configured at program startup"), so it is built in fresh worker processes, never in the
+    kernel. On CPUs it uses one device per worker (TensorFlow ignores logical CPU devices
+    here); with GPUs, worker i of a local cluster takes GPUs i*D..i*D+D-1.
+    """
+    import json
+    import os
+
+    import tensorflow as tf
+
+    config = os.environ.get("TF_CONFIG")
+    if not config:
+        raise ConfigError(
+            "MultiWorkerMirroredStrategy runs in worker processes, and this process has no "
+            "TF_CONFIG. Use `%distribute multiworker --workers N`: nbdist starts the workers "
+            "and gives each its TF_CONFIG."
+        )
+    gpus = physical_gpus()
+    if gpus and spec.devices:
+        index = json.loads(config)["task"]["index"]
+        mine = gpus[index * spec.devices:(index + 1) * spec.devices]
+        if len(mine) < spec.devices:
+            raise DeviceError(
+                f"--devices {spec.devices} per worker needs {spec.devices} GPUs for worker "
+                f"{index}, but this machine has {len(gpus)} in all. Use fewer --devices or "
+                "--workers."
+            )
+        tf.config.set_visible_devices(mine, "GPU")
+    elif not gpus and spec.devices not in (None, 1):
+        raise ConfigError(MULTIWORKER_CPU_DEVICES.format(devices=spec.devices))
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    devices = tuple(strategy.extended.worker_devices)
+    return StrategyHandle(spec, strategy, devices, "GPU" if gpus else "CPU")
 
 
 def physical_gpus() -> list[Any]:

@@ -16,6 +16,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def pytest_sessionstart(session):
+    """Split the CPU into 4 logical devices before any test can initialise TensorFlow's devices
+    (tests that build models directly would otherwise lock the process to one CPU device)."""
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
+
+
 @pytest.fixture(scope="session")
 def ip():
     from IPython.testing.globalipapp import start_ipython

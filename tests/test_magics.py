@@ -256,3 +256,17 @@ def test_central_storage_step_mode_records_real_losses(shell):
         shell.run_line_magic("distribute", "mirrored --devices 4")
     frame = nbdist.runs[-1].metrics
     assert len(frame) == 8 and frame["loss"].notna().all() and frame["grad_norm"].gt(0).all()
+
+
+def test_rebuilding_the_strategy_in_one_kernel_keeps_collectives_working(shell):
+    """TensorFlow remembers collective keys per process: each new strategy needs fresh ones."""
+    try:
+        for line in ("mirrored --devices 2", "mirrored --devices 3", "mirrored --devices 3"):
+            shell.run_line_magic("distribute", "stop")
+            shell.run_line_magic("distribute", line)
+            run_ok(shell, BUILD)
+            run_ok(shell, step_cell("--steps 2"))
+            assert nbdist.runs[-1].replicas == int(line[-1])
+    finally:
+        shell.run_line_magic("distribute", "stop")
+        shell.run_line_magic("distribute", "mirrored --devices 4")

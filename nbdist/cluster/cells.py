@@ -1,0 +1,304 @@
+"""``%%distribute`` cells on a worker: scope mode, step mode, Keras fit recording, stopping.
+
+Step mode reuses the kernel's ``StepRunner`` unchanged, with two observers: ``_Forwarder``
+sends each new row of the worker's local Run to the kernel over the channel, and
+``_GateObserver`` stops the loop at the step boundary the kernel's ``StopCoordinator`` chose.
+``model.fit`` in a scope cell is recorded the same way by a small callback.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..errors import RunInterrupted
+from ..rewrite import register_source, rewrite_step
+from ..telemetry.run import Run
+from .failures import KerasUnsupported, describe_exception
+from .worker import WorkerState, state, user_namespace
+
+#: A paused worker waits this long for the kernel's decision, then stops on its own.
+STOP_DECISION_TIMEOUT_S = 60.0
+#: Metric rows go to the kernel at most this often (and at the end of each run).
+FLUSH_S = 0.1
+_MAX_REPR = 10000
+KERAS3_MWMS = (
+    "Keras 3 `model.fit` does not work under MultiWorkerMirroredStrategy in TensorFlow 2.21 "
+    "(keras-team/keras#20585). Run the workers with tf_keras, the default when it is "
+    "installed (`pip install tf-keras --no-deps`, then `%distribute restart`, or start with "
+    "`%distribute multiworker --workers N --keras legacy`), and build the model with "
+    "`tf.keras` rather than `import keras`; or train in step mode (`%%distribute --step`)."
+)
+
+
+class StopGate:
+    """The worker's half of the stop protocol (see ``monitor.StopCoordinator``)."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None]):
+        self._send = send
+        self._cond = threading.Condition()
+        self._requested = False
+        self._until: int | None = None
+        self._decision: dict[str, Any] | None = None
+
+    def on_control(self, message: dict[str, Any]) -> None:
+        """Kernel messages (channel reader thread)."""
+        with self._cond:
+            if message["type"] == "stop":
+                self._requested = True
+            elif message["type"] in ("halt", "resume_until"):
+                self._decision = message
+                self._cond.notify_all()
+
+    def reset(self) -> None:
+        with self._cond:
+            self._requested, self._until, self._decision = False, None, None
+
+    def should_stop(self, steps_done: int) -> bool:
+        """At a step boundary: True to stop here (all workers stop after the same step)."""
+        with self._cond:
+            if not self._requested:
+                return False
+            if self._until is not None and steps_done < self._until:
+                return False
+            self._decision = None
+        self._send({"type": "paused", "step": steps_done})
+        with self._cond:
+            self._cond.wait_for(lambda: self._decision is not None, STOP_DECISION_TIMEOUT_S)
+            decision = self._decision
+        if decision is None or decision["type"] == "halt":
+            return True
+        self._until = int(decision["step"])
+        return steps_done >= self._until
+
+
+class _Forwarder:
+    """RunObserver sending a worker Run's new rows to the kernel, at most every FLUSH_S.
+
+    Batching keeps the cost per training step to a clock read; the dashboard still updates
+    ten times a second.
+    """
+
+    def __init__(self, st: WorkerState, key: str):
+        self.st, self.key, self.sent, self.last = st, key, 0, 0.0
+        self.extras: list[dict[str, float] | None] = []
+
+    def on_step(self, run: Run, extra: dict[str, float] | None = None) -> None:
+        self.st.step = run.steps_done
+        if extra is not None or self.extras:
+            self.extras.append(extra)
+        now = time.monotonic()
+        if now - self.last >= FLUSH_S:
+            self.last = now
+            self.flush(run)
+
+    def flush(self, run: Run) -> None:
+        rows = run.rows_since(self.sent)
+        if not rows or self.st.channel is None:
+            return
+        self.sent += len(rows)
+        message: dict[str, Any] = {"type": "rows", "run": self.key,
+                                   "rows": [list(r) for r in rows]}
+        if self.extras:
+            message["extras"], self.extras = self.extras, []
+        self.st.channel.send(message)
+
+    def should_stop(self) -> bool:
+        return False
+
+
+class _GateObserver:
+    def __init__(self, gate: StopGate):
+        self.gate, self.steps = gate, 0
+
+    def on_step(self, run: Run) -> None:
+        self.steps = run.steps_done
+
+    def should_stop(self) -> bool:
+        return self.gate.should_stop(self.steps)
+
+
+@contextlib.contextmanager
+def _in_run(st: WorkerState, key: str, mode: str, run: Run, forward: _Forwarder,
+            total: int | None = None) -> Iterator[None]:
+    """Announce a run to the kernel; at its end send the last rows and the status."""
+    st.gate.reset()
+    st.step = 0
+    st.channel.send({"type": "run_start", "run": key, "mode": mode, "total_steps": total})
+    try:
+        yield
+    except BaseException as err:
+        if run.status == "running":
+            interrupted = isinstance(err, (KeyboardInterrupt, RunInterrupted))
+            run.finish("interrupted" if interrupted else "failed", str(err)[:500])
+        raise
+    finally:
+        if run.status == "running":
+            run.finish("done")
+        forward.flush(run)
+        st.channel.send({"type": "run_end", "run": key, "status": run.status})
+        st.channel.flush()
+        st.gate.reset()
+
+
+def _local_run(st: WorkerState, mode: str) -> Run:
+    handle = st.handle
+    return Run(id=0, mode=mode, strategy="multiworker", replicas=len(handle.devices),
+               workers=st.workers, devices=tuple(handle.devices))
+
+
+# -- step mode --------------------------------------------------------------------------------
+def run_step(cell: str, header: str, filename: str, key: str,
+             options: dict[str, Any]) -> dict[str, Any]:
+    """Run a step cell with ``StepRunner`` on this worker; metrics go to the kernel's Run."""
+    from ..data import lookup_dataset, steps_per_epoch
+    from ..runner import StepRunner
+    from ..spec import RunSpec
+
+    try:
+        st = state()
+        spec = RunSpec(step=True, **options)
+        source = rewrite_step(f"# {header}\n{cell}", filename=filename, loss=spec.loss,
+                              grads=spec.grads)
+        ns = user_namespace()
+        dataset = lookup_dataset(ns, spec.data or "")
+        per_epoch = (steps_per_epoch(dataset, spec.steps)
+                     if hasattr(dataset, "cardinality") else None)
+        run = _local_run(st, "step")
+        forward = _Forwarder(st, key)
+        observers = [forward, _GateObserver(st.gate)]
+        with _in_run(st, key, "step", run, forward,
+                     per_epoch * spec.epochs if per_epoch else None):
+            StepRunner(st.handle, source, ns, spec, run, observers=observers).execute()
+        return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
+                                      "notes": run.notes, "bytes": run.allreduce_bytes}}
+    except BaseException as err:
+        return {"ok": False, "error": describe_exception(err, filename=filename)}
+
+
+# -- scope mode -------------------------------------------------------------------------------
+def run_scope(cell: str, header: str, filename: str, cell_id: str) -> dict[str, Any]:
+    """Run a cell under the strategy's scope, recording every ``model.fit`` into a Run."""
+    try:
+        st = state()
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        text = f"# {header}\n{cell}"
+        register_source(filename, text)
+        tree = ast.parse(shell.transform_cell(text), filename=filename)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        ns = shell.user_ns
+        result = None
+        with st.handle.strategy.scope(), _recording_fits(st, cell_id):
+            exec(shell.compile(tree, filename, "exec"), ns)  # noqa: S102 - the user's cell
+            if last is not None:
+                expr = ast.Expression(last.value)
+                result = eval(shell.compile(expr, filename, "eval"), ns)  # noqa: S307
+        value = None if result is None else repr(result)[:_MAX_REPR]
+        return {"ok": True, "value": value}
+    except BaseException as err:
+        return {"ok": False, "error": describe_exception(err, filename=filename)}
+
+
+def _fit_classes() -> list[tuple[type, str]]:
+    """``(Model class, "tf_keras" | "keras3")`` for each Keras loaded on this worker."""
+    import tensorflow as tf
+
+    found: list[tuple[type, str]] = []
+    tk = tf.keras.Model
+    found.append((tk, "tf_keras" if tk.__module__.startswith("tf_keras") else "keras3"))
+    keras3 = sys.modules.get("keras")
+    if keras3 is not None and getattr(keras3, "Model", tk) is not tk:
+        found.append((keras3.Model, "keras3"))
+    return found
+
+
+@contextlib.contextmanager
+def _recording_fits(st: WorkerState, cell_id: str) -> Iterator[None]:
+    patched: list[tuple[type, Any]] = []
+    count = [0]
+    for cls, kind in _fit_classes():
+        own = cls.__dict__.get("fit")
+        patched.append((cls, own))
+        cls.fit = _recording_fit(st, cell_id, cls.fit, kind, count)
+    try:
+        yield
+    finally:
+        for cls, own in patched:
+            if own is None:
+                del cls.fit
+            else:
+                cls.fit = own
+
+
+def _recording_fit(st: WorkerState, cell_id: str, original: Any, kind: str,
+                   count: list[int]) -> Any:
+    def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if kind == "keras3":
+            raise KerasUnsupported(KERAS3_MWMS)
+        count[0] += 1
+        key = f"{cell_id}-fit{count[0]}"
+        run = _local_run(st, "fit")
+        forward = _Forwarder(st, key)
+        callback = _fit_callback(st, run, forward)
+        kwargs["callbacks"] = [*list(kwargs.get("callbacks") or []), callback]
+        with _in_run(st, key, "fit", run, forward):
+            history = original(model, *args, **kwargs)
+            run.finish("stopped" if callback.stopped else "done")
+            return history
+
+    return fit
+
+
+def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder) -> Any:
+    """A tf_keras callback recording each training batch into the kernel's Run."""
+    import tensorflow as tf
+
+    class _Recorder(tf.keras.callbacks.Callback):
+        epoch, step, started, stopped = 0, 0, 0.0, False
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            step_ms = (time.perf_counter() - self.started) * 1e3
+            scale = _batch_log_scale(self.model, st.handle.replicas)
+            logs = {k: float(v) * scale for k, v in (logs or {}).items() if _is_number(v)}
+            extra = {k: v for k, v in logs.items() if k != "loss"}
+            run.record_step(self.step, self.epoch, loss=[logs.get("loss", float("nan"))],
+                            step_ms=step_ms, replica=-1, extra=extra or None)
+            self.step += 1
+            forward.on_step(run, extra)
+            if st.gate.should_stop(self.step):
+                self.model.stop_training = True
+                self.stopped = True
+
+    return _Recorder()
+
+
+def _batch_log_scale(model: Any, replicas: int) -> float:
+    """tf_keras sums per-batch logs over replicas under MultiWorkerMirroredStrategy.
+
+    Its default ``distribute_reduction_method`` ("auto", i.e. "sum") adds up each replica's
+    metric result, which is already the global mean: batch logs come out ``replicas`` times
+    too large (epoch logs and History are right). nbdist records the mean.
+    """
+    method = getattr(model, "distribute_reduction_method", "auto")
+    return 1.0 / replicas if method in ("auto", "sum") and replicas > 1 else 1.0
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,250 @@
+"""Run one call on every worker and wait for it like a cell: live output, health, interrupts.
+
+While the workers run, the kernel's main thread loops every ~50 ms: it prints new worker
+output (``[worker i]`` prefix), shows new metric rows to the observers, checks that every
+worker process is alive and still sending heartbeats, and drives the stop protocol after a
+kernel interrupt or a Stop request. A dead worker fails the call within a second or two,
+after giving the survivors a few seconds to fail on their own (their collectives lose the
+peer), so none is left hanging.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from .failures import ClusterError, WorkerDied, WorkerHung, describe_exception
+from .monitor import HUNG_AFTER_S, ClusterMonitor
+
+POLL_S = 0.05
+#: After a worker died: how long the others get to finish (fail) on their own.
+SURVIVOR_GRACE_S = 8.0
+#: After an interrupt: when to send SIGINT to workers that did not stop, and when to give up.
+ESCALATE_S = 8.0
+GIVE_UP_S = 20.0
+#: Without any run on the workers (plain code), SIGINT is sent after this long.
+NO_RUN_SIGINT_S = 0.5
+
+
+class _Output:
+    """Prints what each worker wrote since the last call, line by line, prefixed.
+
+    ``quiet``: print nothing until ``pump(final=True, show=True)``.
+    """
+
+    def __init__(self, results: dict[int, Any], quiet: bool = False):
+        self.results = results
+        self.quiet = quiet
+        self.pos: dict[tuple[int, str], int] = {}
+        self.partial: dict[tuple[int, str], str] = {}
+
+    def pump(self, final: bool = False, show: bool = False) -> None:
+        if self.quiet and not show:
+            return
+        for worker, ar in self.results.items():
+            try:
+                metadata = ar.metadata
+            except Exception:  # a result whose engine vanished
+                continue
+            for name in ("stdout", "stderr"):
+                key = (worker, name)
+                text = metadata.get(name) or ""
+                start = self.pos.get(key, 0)
+                self.pos[key] = len(text)
+                lines = (self.partial.get(key, "") + text[start:]).split("\n")
+                rest = lines.pop()
+                if final and rest:
+                    lines.append(rest)
+                    rest = ""
+                self.partial[key] = rest
+                stream = sys.stdout if name == "stdout" else sys.stderr
+                for line in lines:
+                    print(f"[worker {worker}] {line}", file=stream)
+
+
+class Dispatcher:
+    """Calls functions on the workers' engines (``engine_ids[i]`` is worker ``i``)."""
+
+    def __init__(self, client: Any, engine_ids: list[int], monitor: ClusterMonitor,
+                 signal_workers: Callable[[int], None],
+                 pids: dict[int, int] | None = None):
+        self.client = client
+        self.engine_ids = engine_ids
+        self.monitor = monitor
+        self.signal_workers = signal_workers
+        self.pids = pids or {}
+
+    def call(self, fn: Callable[..., Any], args: list[tuple[Any, ...]],
+             observers: list[Any] = (), quiet: bool = False
+             ) -> tuple[dict[int, dict[str, Any]], bool]:
+        """Run ``fn(*args[i])`` on worker i; return ({worker: outcome}, interrupted).
+
+        ``quiet``: show the workers' output only if the call fails.
+        """
+        results = {i: self.client[eid].apply_async(fn, *args[i])
+                   for i, eid in enumerate(self.engine_ids)}
+        return self.wait(results, list(observers), quiet)
+
+    def wait(self, results: dict[int, Any], observers: list[Any], quiet: bool = False
+             ) -> tuple[dict[int, dict[str, Any]], bool]:
+        output = _Output(results, quiet)
+        stopping: _Stopping | None = None
+        while True:
+            try:
+                while not all(ar.ready() for ar in results.values()):
+                    output.pump()
+                    self._notify(observers)
+                    self._check_health(results, output)
+                    if stopping is not None:
+                        stopping.tick()
+                    elif any(o.should_stop() for o in observers):
+                        stopping = _Stopping(self, interrupted=False)
+                    _wait_a_little(results)
+                break
+            except KeyboardInterrupt:
+                if stopping is None or not stopping.interrupted:
+                    stopping = _Stopping(self, interrupted=True)
+                else:
+                    stopping.escalate()
+        self._check_health(results, output)   # a worker may have died just as it returned
+        for ar in results.values():
+            ar.wait_for_output(1.0)
+        outcomes = {i: _outcome(ar) for i, ar in results.items()}
+        output.pump(final=True, show=not all(o["ok"] for o in outcomes.values()))
+        self._notify(observers)
+        return outcomes, bool(stopping and stopping.interrupted)
+
+    def _notify(self, observers: list[Any]) -> None:
+        for run in self.monitor.runs_with_news():
+            for observer in observers:
+                observer.on_step(run)
+
+    # -- health ----------------------------------------------------------------------------
+    def dead_workers(self) -> list[int]:
+        dead = []
+        for worker, pid in self.pids.items():
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    dead.append(worker)
+            except psutil.NoSuchProcess:
+                dead.append(worker)
+        return dead
+
+    def _check_health(self, results: dict[int, Any], output: _Output) -> None:
+        dead = self.dead_workers()
+        if dead:
+            survivors = self._let_survivors_finish(results, dead, output)
+            raise WorkerDied(_died_message(dead, self.pids, survivors, self.monitor))
+        now = time.time()
+        for health in self.monitor.health:
+            silent = health.silent_for(now)
+            if silent is not None and silent > HUNG_AFTER_S and not results[health.index].ready():
+                state = _process_state(self.pids.get(health.index))
+                raise WorkerHung(
+                    f"worker {health.index} (pid {self.pids.get(health.index, '?')}, process "
+                    f"{state}) has sent no heartbeat for {silent:.0f} s, so the run was "
+                    "aborted. The workers must be restarted: run `%distribute restart`."
+                )
+
+    def _let_survivors_finish(self, results: dict[int, Any], dead: list[int],
+                              output: _Output) -> dict[int, str]:
+        deadline = time.monotonic() + SURVIVOR_GRACE_S
+        others = {w: ar for w, ar in results.items() if w not in dead}
+        while time.monotonic() < deadline and not all(ar.ready() for ar in others.values()):
+            output.pump()
+            time.sleep(POLL_S)
+        output.pump(final=True, show=True)
+        out = {}
+        for w, ar in others.items():
+            if not ar.ready():
+                out[w] = "still blocked (it fails when its collective times out)"
+                continue
+            outcome = _outcome(ar)
+            out[w] = ("finished" if outcome["ok"]
+                      else f"stopped with {outcome['error']['type']}")
+        return out
+
+
+class _Stopping:
+    """A stop in progress: the step-boundary protocol first, then SIGINT, then give up."""
+
+    def __init__(self, dispatcher: Dispatcher, interrupted: bool):
+        self.d = dispatcher
+        self.interrupted = interrupted
+        self.started = time.monotonic()
+        self.signalled = False
+        workers = list(range(len(dispatcher.engine_ids)))
+        if interrupted:
+            print("nbdist: interrupted; stopping the workers at the same step boundary...",
+                  file=sys.stderr)
+        dispatcher.monitor.stopper.request(workers)
+
+    def tick(self) -> None:
+        elapsed = time.monotonic() - self.started
+        running = self.d.monitor.running_workers()
+        self.d.monitor.stopper.tick(running)
+        if not self.signalled and self.interrupted and (
+                (not running and elapsed > NO_RUN_SIGINT_S) or elapsed > ESCALATE_S):
+            self.escalate()
+        if elapsed > GIVE_UP_S:
+            raise ClusterError(
+                f"The workers did not stop within {GIVE_UP_S:.0f} s of the interrupt. They "
+                "must be restarted: run `%distribute restart`."
+            )
+
+    def escalate(self) -> None:
+        """Send SIGINT to every worker (raises KeyboardInterrupt in their Python code)."""
+        if not self.signalled:
+            self.signalled = True
+            self.d.signal_workers(signal.SIGINT)
+
+
+def _wait_a_little(results: dict[int, Any]) -> None:
+    """Block until a pending result is ready, or POLL_S."""
+    pending = [ar for ar in results.values() if not ar.ready()]
+    if pending:
+        pending[0].wait(POLL_S)
+
+
+def _outcome(ar: Any) -> dict[str, Any]:
+    """The worker function's dict, or an error outcome if ipyparallel itself failed."""
+    try:
+        value = ar.get(0)
+    except Exception as err:
+        cause = getattr(err, "ename", None)
+        info = describe_exception(err)
+        if cause:
+            info.update(type=cause, message=getattr(err, "evalue", str(err)))
+        return {"ok": False, "error": info}
+    if isinstance(value, dict) and "ok" in value:
+        return value
+    return {"ok": True, "value": value}
+
+
+def _process_state(pid: int | None) -> str:
+    if pid is None:
+        return "unknown"
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return "gone"
+    return "stopped (SIGSTOP?)" if status == psutil.STATUS_STOPPED else status
+
+
+def _died_message(dead: list[int], pids: dict[int, int], survivors: dict[int, str],
+                  monitor: ClusterMonitor) -> str:
+    names = ", ".join(f"worker {w} (pid {pids.get(w, '?')})" for w in dead)
+    steps = [monitor.health[w].step for w in dead if monitor.health[w].step is not None]
+    at = f" after step {max(steps)}" if steps else ""
+    others = "; ".join(f"worker {w} {what}" for w, what in sorted(survivors.items()))
+    return (
+        f"{names} died{at}: its process is gone (killed, or out of memory). "
+        + (f"The others: {others}. " if others else "")
+        + "TensorFlow cannot continue a multi-worker job without it: run `%distribute "
+        "restart` to start fresh workers (variables on the workers are lost)."
+    )

@@ -1,0 +1,270 @@
+"""The ipyparallel controller and engines behind a local cluster, and their cleanup.
+
+``LocalEngines`` starts one controller and N engines on this machine through ipyparallel's
+``Cluster`` API (its ``LocalControllerLauncher`` / ``LocalEngineSetLauncher``), in a private
+profile directory, with every socket on 127.0.0.1. ``stop`` ends them through the same API,
+then checks with psutil that no process is left (the engines' nannies and the controller's
+schedulers included) and kills any that is.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import psutil
+
+from ..errors import NbdistError
+
+log = logging.getLogger("nbdist.cluster")
+
+#: Seconds to wait for engines to register with the controller.
+START_TIMEOUT_S = 120.0
+#: Seconds between SIGTERM and SIGKILL when stopping a process.
+KILL_AFTER_S = 3
+
+
+class ClusterStartError(NbdistError):
+    """The worker processes could not be started."""
+
+
+def nbdist_pythonpath() -> str:
+    """PYTHONPATH for engines: the directory holding this nbdist first, then the current one."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rest = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join(p for p in (here, rest) if p)
+
+
+class LocalEngines:
+    """One ipyparallel controller and ``n`` engines, all on this machine."""
+
+    def __init__(self, n: int, environment: dict[str, str] | None = None,
+                 engine_args: list[str] | None = None, timeout: float | None = None):
+        self.n = n
+        self.environment = {"PYTHONPATH": nbdist_pythonpath(), **(environment or {})}
+        self.engine_args = list(engine_args or [])
+        self.timeout = START_TIMEOUT_S if timeout is None else timeout
+        self.profile_dir = tempfile.mkdtemp(prefix="nbdist-ipp-")
+        self.cluster: Any = None
+        self.client: Any = None
+        self.ids: list[int] = []          # engine id of worker i
+        self._known: dict[int, psutil.Process] = {}
+        self._nannies: set[int] = set()     # helpers that may be killed without a word
+
+    # -- start -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the controller and engines and wait until all engines have registered."""
+        import ipyparallel as ipp
+        from traitlets.config import Config
+
+        config = Config()
+        config.LocalProcessLauncher.stop_seconds_until_kill = KILL_AFTER_S
+        config.LocalEngineSetLauncher.delay = 0.0
+        self.cluster = ipp.Cluster(
+            config=config, profile_dir=self.profile_dir, controller_ip="127.0.0.1",
+            delay=0, log=log, load_profile=False, engine_timeout=int(self.timeout),
+            controller_args=[
+                "--usethreads",                    # schedulers as threads: 1 process, not 9
+                # The hub admits an engine at a heartbeat: 3 s by default, most of the start
+                # time; a dead engine is still declared after 20 missed beats (10 s).
+                "--HeartMonitor.period=500", "--HeartMonitor.max_heartmonitor_misses=20",
+            ],
+        )
+        try:
+            self.cluster.start_controller_sync()
+            self.cluster.start_engines_sync(self.n, environment=dict(self.environment),
+                                            engine_args=self.engine_args)
+            self.client = self.cluster.connect_client_sync()
+            self._wait_for_engines()
+        except BaseException:
+            self.stop()
+            raise
+        self.ids = sorted(self.client.ids)[: self.n]
+        self.remember_processes()
+
+    def _wait_for_engines(self) -> None:
+        future = self.client.wait_for_engines(self.n, block=False, timeout=self.timeout,
+                                              interactive=False)
+        deadline = time.monotonic() + self.timeout + 5
+        while not future.done():
+            exited = [pid for pid in self.launcher_pids()["engines"] if not _running(pid)]
+            if exited:
+                raise ClusterStartError(
+                    f"An engine process (pid {exited[0]}) exited during startup. Its log:\n"
+                    + self.engine_log_tail()
+                )
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        try:
+            future.result(timeout=1)
+        except Exception as err:
+            raise ClusterStartError(
+                f"Only {len(self.client.ids)} of {self.n} worker engines registered within "
+                f"{self.timeout:.0f} s ({err}). The machine may be overloaded; try fewer "
+                "--workers. Engine log:\n" + self.engine_log_tail()
+            ) from None
+
+    # -- processes -------------------------------------------------------------------------
+    def launcher_pids(self) -> dict[str, list[int]]:
+        """Pids of the processes ipyparallel launched: the controller and each engine."""
+        out: dict[str, list[int]] = {"controller": [], "engines": []}
+        if self.cluster is None:
+            return out
+        controller = self.cluster.controller
+        if controller is not None and getattr(controller, "pid", -1) > 0:
+            out["controller"].append(controller.pid)
+        for engine_set in self.cluster.engines.values():
+            for launcher in getattr(engine_set, "launchers", {}).values():
+                if getattr(launcher, "pid", -1) > 0:
+                    out["engines"].append(launcher.pid)
+        return out
+
+    def remember_processes(self) -> None:
+        """Record every process of the cluster (launched ones and their children)."""
+        for pids in self.launcher_pids().values():
+            for pid in pids:
+                try:
+                    proc = psutil.Process(pid)
+                    family = [proc, *proc.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    continue
+                for p in family:
+                    if p.pid not in self._known:
+                        self._known[p.pid] = p
+                        if _is_nanny(p):
+                            self._nannies.add(p.pid)
+
+    def processes(self) -> list[psutil.Process]:
+        """The cluster's processes that are still running."""
+        self.remember_processes()
+        return [p for p in self._known.values() if _alive(p)]
+
+    def engine_log_tail(self, lines: int = 20) -> str:
+        logs = sorted(_glob_logs(self.profile_dir, "ipengine"))
+        text = []
+        for path in logs[-self.n:]:
+            try:
+                with open(path, errors="replace") as f:
+                    text += [f"  {line.rstrip()}" for line in f.readlines()[-lines:]]
+            except OSError:
+                continue
+        return "\n".join(text) or "  (empty)"
+
+    def send_signal(self, sig: int, engine_ids: list[int]) -> None:
+        """Signal engines through their nanny (works for remote engines too)."""
+        if self.client is not None and engine_ids:
+            self.client.send_signal(sig, targets=engine_ids, block=True)
+
+    # -- stop ------------------------------------------------------------------------------
+    def stop(self, timeout: float = 1.0, quit_fn: Any = None) -> list[int]:
+        """Stop everything; return the pids of engines or controller that had to be killed.
+
+        ``quit_fn``, if given, is first run on every engine (without waiting for an answer)
+        to make it exit by itself; engines still running after a moment are stopped by
+        ipyparallel (SIGTERM, then SIGKILL). Processes left ``timeout`` seconds after that
+        are killed: typically the engines' nannies, which otherwise linger 3 s trying to
+        tell the stopped controller that their engine exited. All this fits in the 2.5 s
+        Jupyter gives a kernel to exit before it sends SIGTERM.
+        """
+        if self.cluster is not None:
+            self.remember_processes()
+        if quit_fn is not None and self.client is not None and self.ids:
+            self._quit_engines(quit_fn)
+        if self.client is not None:
+            try:
+                self.client.close(linger=0)
+            except Exception:  # a half-started client: closing is best effort
+                pass
+            self.client = None
+        if self.cluster is not None:
+            try:
+                self.cluster.stop_cluster_sync()
+            except Exception as err:
+                log.warning("ipyparallel could not stop the cluster cleanly: %s", err)
+            self.cluster.shutdown_atexit = False
+            self.cluster = None
+        killed = [p for p in _reap(list(self._known.values()), timeout)
+                  if p not in self._nannies]
+        self._known.clear()
+        shutil.rmtree(self.profile_dir, ignore_errors=True)
+        return killed
+
+
+    def _quit_engines(self, quit_fn: Any, wait: float = 3.0) -> None:
+        engines = [psutil.Process(pid) for pid in self.launcher_pids()["engines"]
+                   if _running(pid)]
+        for proc in engines:
+            if _stopped(proc):   # SIGSTOPped: it cannot quit (nor handle SIGTERM)
+                proc.kill()
+        for engine_id in self.ids:
+            try:
+                self.client[engine_id].apply_async(quit_fn)
+            except Exception as err:  # a dead engine: ipyparallel stops the rest
+                log.debug("could not ask engine %s to quit: %s", engine_id, err)
+        _wait_gone(engines, wait)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _is_nanny(proc: psutil.Process) -> bool:
+    try:
+        return "ipyparallel.engine.nanny" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+
+
+def _stopped(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until ``procs`` exit (zombies count as gone: PID 1 of a container may be slow
+    to reap orphans); return those still running after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if _alive(p)]
+    return alive
+
+
+def _reap(procs: list[psutil.Process], timeout: float) -> list[int]:
+    """Wait for ``procs`` to exit; SIGKILL whatever is left after ``timeout``."""
+    killed = []
+    for proc in _wait_gone(procs, timeout):
+        try:
+            proc.kill()
+            killed.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
+    _wait_gone(procs, 3.0)
+    return killed
+
+
+def _glob_logs(profile_dir: str, prefix: str) -> list[str]:
+    folder = os.path.join(profile_dir, "log")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if n.startswith(prefix)]

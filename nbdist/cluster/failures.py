@@ -1,0 +1,142 @@
+"""What goes wrong on workers, as one error the user can act on.
+
+Workers never send exception objects: ``describe_exception`` turns an exception into a plain
+dict (type, message, the traceback from the user's cell down, the cell line). In the kernel,
+``raise_for`` picks the failure that explains the others (a worker whose collective lost its
+peer fails with ``UnavailableError`` *because* another failed) and raises it once, naming the
+worker(s), instead of N copies of the same traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from typing import Any
+
+from .. import errors as _errors
+from ..errors import NbdistError
+
+#: TensorFlow errors a worker gets because a peer failed or stopped, not a cause of their own.
+COLLATERAL = frozenset({
+    "UnavailableError", "CancelledError", "AbortedError", "DeadlineExceededError",
+})
+_MAX_MESSAGE = 4000
+
+
+class ClusterError(NbdistError):
+    """The worker processes are unusable (dead, hung or broken): restart them."""
+
+
+class WorkerDied(ClusterError):
+    """A worker process ended while the cluster was in use."""
+
+
+class WorkerHung(ClusterError):
+    """A worker stopped answering (no heartbeat): stopped by a signal, or swapping."""
+
+
+class KerasUnsupported(NbdistError):
+    """Keras 3 ``model.fit`` under a multi-worker strategy (keras-team/keras#20585)."""
+
+
+class WorkerError(NbdistError):
+    """User code failed on a worker; shows that worker's traceback, once."""
+
+    def __init__(self, message: str, traceback_text: str = "", cell_line: int | None = None):
+        super().__init__(message)
+        self.traceback_text = traceback_text
+        self.cell_line = cell_line
+
+    def _render_traceback_(self) -> list[str]:
+        return [*self.traceback_text.rstrip().splitlines(), str(self)]
+
+
+def describe_exception(err: BaseException, *, filename: str | None = None,
+                       line_offset: int = 0) -> dict[str, Any]:
+    """A JSON-able description of ``err``; frames from ``filename`` (the cell) down only.
+
+    Lines of ``filename`` are shown as cell lines, ``line - line_offset`` (the cell's source
+    starts with the ``%%distribute`` line, as in the notebook, so the offset is 0).
+    """
+    frames = traceback.extract_tb(err.__traceback__)
+    cell_line = None
+    if filename is not None:
+        starts = [i for i, f in enumerate(frames) if f.filename == filename]
+        if starts:
+            frames = frames[starts[0]:]
+            cell_line = max(frames[starts[-1] - starts[0]].lineno - line_offset, 1)
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    for frame in frames:
+        where = (f"  cell line {max(frame.lineno - line_offset, 1)}"
+                 if frame.filename == filename else f'  File "{frame.filename}", line '
+                 f"{frame.lineno}")
+        lines.append(f"{where}, in {frame.name}\n")
+        if frame.line:
+            lines.append(f"    {frame.line.strip()}\n")
+    message = str(err)
+    if len(message) > _MAX_MESSAGE:
+        message = message[:_MAX_MESSAGE] + " [...]"
+    return {
+        "type": type(err).__name__,
+        "message": message,
+        "traceback": "".join(lines),
+        "cell_line": getattr(err, "cell_line", None) or cell_line,
+        "nbdist": isinstance(err, NbdistError),
+    }
+
+
+def _workers(indices: list[int]) -> str:
+    return ("worker " if len(indices) == 1 else "workers ") + ", ".join(map(str, indices))
+
+
+def _root(failures: dict[int, dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    own = {w: f for w, f in failures.items() if f["type"] not in COLLATERAL}
+    pool = own or failures
+    index = min(pool)
+    return index, pool[index]
+
+
+def _error_class(name: str) -> type[NbdistError] | None:
+    cls = getattr(_errors, name, None) or globals().get(name)
+    return cls if isinstance(cls, type) and issubclass(cls, NbdistError) else None
+
+
+def build_error(failures: dict[int, dict[str, Any]], total: int) -> NbdistError:
+    """The one error to show for the failures of some of ``total`` workers."""
+    index, root = _root(failures)
+    same = sorted(w for w, f in failures.items()
+                  if f["type"] == root["type"] and f["message"] == root["message"])
+    others = sorted(set(failures) - set(same))
+    where = f"[{_workers(same)}]" if len(same) < total else f"[all {total} workers]"
+    notes = []
+    if others:
+        kinds = sorted({failures[w]["type"] for w in others})
+        notes.append(f"{_workers(others)} then failed with {', '.join(kinds)}"
+                     + (" (a consequence: a collective lost its peer)"
+                        if set(kinds) <= COLLATERAL else ""))
+    ok = total - len(failures)
+    if ok:
+        notes.append(f"{ok} other worker(s) finished")
+    suffix = f" ({'; '.join(notes)})" if notes else ""
+    if root["nbdist"]:
+        cls = _error_class(root["type"])
+        if cls is not None:
+            err = cls.__new__(cls)
+            Exception.__init__(err, f"{where} {root['message']}{suffix}")
+            err.cell_line = root.get("cell_line")
+            return err
+    return WorkerError(f"{where} {root['type']}: {root['message']}{suffix}",
+                       _prefix(root["traceback"], same[0]), root.get("cell_line"))
+
+
+def _prefix(text: str, worker: int) -> str:
+    return "".join(f"[worker {worker}] {line}\n" for line in text.splitlines())
+
+
+def clean_tf_message(message: str) -> str:
+    """TensorFlow's first meaningful line (drop graph tracebacks); the whole text if none."""
+    match = re.search(r"\(0\) [A-Z_]+:\s+(.*)", message)
+    if match:
+        return match.group(1).strip()
+    first = message.strip().splitlines()
+    return first[0] if first else message

@@ -1,0 +1,239 @@
+"""The kernel's view of its workers, fed by the telemetry channel.
+
+``ClusterMonitor.handle`` receives every verified channel message (on the channel's reader
+threads): heartbeats update each worker's health, metric rows go into the kernel's ``Run``
+(``worker=i`` rows), and ``paused`` messages drive the stop protocol.
+
+Stopping a synchronous multi-worker run must happen at the *same* step on every worker, or the
+ones that go on wait forever in a collective. ``StopCoordinator``: the kernel broadcasts
+``stop``; each worker finishes its current step, reports ``paused`` with its step count and
+waits. When all running workers are paused at the same step, the kernel sends ``halt``; a
+worker behind the others is sent ``resume_until`` the leading step; if some worker does not
+pause (it is blocked in the next step's collective, waiting for the paused ones), the paused
+ones are resumed for one more step. Workers in a sync run are at most one step apart, so this
+ends within a step or two.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..telemetry.run import Run
+
+#: A worker that sent nothing for this long while the cluster is busy is reported as hung.
+HUNG_AFTER_S = 20.0
+#: How long the coordinator waits for a worker to pause before resuming the paused ones.
+PAUSE_GRACE_S = 0.5
+
+
+@dataclass
+class WorkerHealth:
+    index: int
+    last_seen: float | None = None       # time.time() of the last message
+    step: int | None = None              # steps done in the current run
+    in_run: str | None = None            # key of the run the worker is in
+
+    def silent_for(self, now: float | None = None) -> float | None:
+        if self.last_seen is None:
+            return None
+        return (time.time() if now is None else now) - self.last_seen
+
+
+_SEVERITY = ("done", "stopped", "interrupted", "failed")
+
+
+@dataclass
+class _RunEntry:
+    run: Run
+    rows_seen: int = 0
+    ended: dict[int, str] = field(default_factory=dict)   # worker -> its run status
+
+    def end(self, worker: int, status: str, workers: int) -> None:
+        self.ended[worker] = status if status in _SEVERITY else "failed"
+        if len(self.ended) == workers and self.run.status == "running":
+            self.run.finish(max(self.ended.values(), key=_SEVERITY.index))
+
+
+class StopCoordinator:
+    """Brings every worker of a sync run to a halt after the same step (see module doc)."""
+
+    def __init__(self, send: Callable[[int, dict[str, Any]], bool]):
+        self._send = send
+        self._lock = threading.Lock()
+        self.requested = False
+        self.paused: dict[int, int] = {}
+        self._last_change = 0.0
+        self.halted_at: int | None = None
+
+    def request(self, workers: list[int]) -> None:
+        with self._lock:
+            self.requested, self.paused, self.halted_at = True, {}, None
+            self._last_change = time.monotonic()
+        for w in workers:
+            self._send(w, {"type": "stop"})
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requested, self.paused, self.halted_at = False, {}, None
+
+    def on_paused(self, worker: int, step: int) -> None:
+        with self._lock:
+            self.paused[worker] = step
+            self._last_change = time.monotonic()
+
+    def tick(self, running: set[int]) -> None:
+        """Decide what paused workers do next; call often while a stop is under way."""
+        with self._lock:
+            if not self.requested or not self.paused:
+                return
+            top = max(self.paused.values())
+            waiting = running - set(self.paused)
+            if not waiting:
+                behind = {w: s for w, s in self.paused.items() if s < top}
+                if behind:
+                    orders = {w: {"type": "resume_until", "step": top} for w in behind}
+                else:
+                    orders = {w: {"type": "halt"} for w in self.paused}
+                    self.halted_at = top
+            elif time.monotonic() - self._last_change > PAUSE_GRACE_S:
+                orders = {w: {"type": "resume_until", "step": top + 1} for w in self.paused}
+            else:
+                return
+            for w in orders:
+                del self.paused[w]
+            self._last_change = time.monotonic()
+        for w, message in orders.items():
+            self._send(w, message)
+
+
+class ClusterMonitor:
+    """Health of each worker and the kernel-side Runs their metrics go to."""
+
+    def __init__(self, workers: int, send: Callable[[int, dict[str, Any]], bool],
+                 new_fit_run: Callable[[], Run]):
+        self.health = [WorkerHealth(i) for i in range(workers)]
+        self.stopper = StopCoordinator(send)
+        self._new_fit_run = new_fit_run
+        self._runs: dict[str, _RunEntry] = {}
+        self._lock = threading.Lock()
+        self.bad_rows = 0
+
+    # -- runs ------------------------------------------------------------------------------
+    def expect_run(self, key: str, run: Run) -> None:
+        """Route rows tagged ``key`` to ``run`` (a step run the kernel created)."""
+        with self._lock:
+            self._runs[key] = _RunEntry(run)
+
+    def _entry(self, key: str, create: bool) -> _RunEntry | None:
+        with self._lock:
+            entry = self._runs.get(key)
+            if entry is None and create:
+                entry = self._runs[key] = _RunEntry(self._new_fit_run())
+            return entry
+
+    def runs_with_news(self) -> list[Run]:
+        """Runs that received rows since the last call (for the observers, main thread)."""
+        out = []
+        with self._lock:
+            entries = list(self._runs.values())
+        for entry in entries:
+            n = entry.run.n_rows
+            if n != entry.rows_seen:
+                entry.rows_seen = n
+                out.append(entry.run)
+        return out
+
+    def runs(self) -> list[Run]:
+        with self._lock:
+            return [e.run for e in self._runs.values()]
+
+    def forget_runs(self) -> None:
+        with self._lock:
+            self._runs.clear()
+
+    def running_workers(self) -> set[int]:
+        return {h.index for h in self.health if h.in_run is not None}
+
+    # -- messages (channel reader threads) -------------------------------------------------
+    def handle(self, worker: int, message: dict[str, Any]) -> None:
+        if not 0 <= worker < len(self.health):
+            return
+        health = self.health[worker]
+        health.last_seen = time.time()
+        kind = message["type"]
+        if kind == "hb":
+            step = message.get("step")
+            health.step = step if isinstance(step, int) else health.step
+        elif kind == "run_start":
+            key = str(message.get("run"))
+            health.in_run, health.step = key, 0
+            entry = self._entry(key, create=message.get("mode") == "fit")
+            total = message.get("total_steps")
+            if entry is not None and isinstance(total, int) and entry.run.total_steps is None:
+                entry.run.total_steps = total
+        elif kind == "rows":
+            self._record(worker, message)
+        elif kind == "run_end":
+            health.in_run = None
+            entry = self._entry(str(message.get("run")), create=False)
+            if entry is not None:
+                entry.end(worker, str(message.get("status")), len(self.health))
+        elif kind == "paused" and isinstance(message.get("step"), int):
+            self.stopper.on_paused(worker, message["step"])
+
+    def _record(self, worker: int, message: dict[str, Any]) -> None:
+        entry = self._entry(str(message.get("run")), create=False)
+        rows = message.get("rows")
+        if entry is None or not isinstance(rows, list):
+            self.bad_rows += 1
+            return
+        extras = message.get("extras")
+        if not isinstance(extras, list) or len(extras) != len(rows):
+            extras = [None] * len(rows)
+        try:
+            start = 0
+            for group in _by_step(rows):
+                extra = extras[start]
+                record_rows(entry.run, worker, group, extra if isinstance(extra, dict) else None)
+                start += len(group)
+        except (TypeError, ValueError, IndexError):
+            self.bad_rows += 1
+            return
+        step = rows[-1][0] if rows else None
+        if isinstance(step, int):
+            self.health[worker].step = step + 1
+
+
+def _num(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _by_step(rows: list[list[Any]]) -> list[list[list[Any]]]:
+    groups: list[list[list[Any]]] = []
+    for row in rows:
+        if groups and groups[-1][0][0] == row[0]:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+def record_rows(run: Run, worker: int, rows: list[list[Any]],
+                extra: dict[str, Any] | None = None) -> None:
+    """Append one step's rows (``COLUMNS`` order, from a worker's Run) as ``worker``'s rows."""
+    def col(i: int) -> list[float]:
+        return [_num(r[i]) for r in rows]
+
+    first = rows[0]
+    reduced = all(r[2] == -1 for r in rows)
+    run.record_step(
+        int(first[0]), int(first[1]), loss=col(4), grad_norm=col(5), allreduce_ms=col(6),
+        wait_ms=col(7), compute_ms=col(8), step_ms=_num(first[9]), data_ms=_num(first[10]),
+        wall_time=_num(first[11]), worker=worker, replica=-1 if reduced else None,
+        extra={k: _num(v) for k, v in extra.items()} if extra else None,
+    )

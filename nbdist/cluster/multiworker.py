@@ -1,0 +1,326 @@
+"""``MultiWorkerCluster``: what the Session holds for ``%distribute multiworker``.
+
+Starting it: a telemetry channel server (127.0.0.1, fresh HMAC key), N local ipyparallel
+engines (the launcher sets ``TF_USE_LEGACY_KERAS`` in their environment, before any
+TensorFlow import), then ``worker.setup`` on every engine at once with its TF_CONFIG (free
+ports on 127.0.0.1): each connects back to the channel and creates
+MultiWorkerMirroredStrategy, whose collectives are bounded by ``collective_timeout``.
+Cells run on every worker through ``Dispatcher``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.metadata
+import importlib.util
+import os
+import weakref
+from typing import Any
+
+from ..errors import ConfigError, RunInterrupted
+from ..rewrite import rewrite_step
+from ..spec import RunSpec, StrategySpec
+from ..telemetry.channel import ChannelServer, new_key
+from ..telemetry.run import Run, RunList
+from . import cells, tfconfig, worker
+from .dispatch import Dispatcher
+from .engines import ClusterStartError, LocalEngines
+from .failures import ClusterError, WorkerError, build_error
+from .monitor import ClusterMonitor
+
+#: Default bound on each collective (seconds): a peer that is gone cannot hang the others.
+COLLECTIVE_TIMEOUT_S = 120.0
+KERAS_CHOICES = ("auto", "legacy", "keras3")
+KERAS_ISSUE = ("Keras 3 model.fit fails under MultiWorkerMirroredStrategy "
+               "(keras-team/keras#20585)")
+_LIVE: weakref.WeakSet[MultiWorkerCluster] = weakref.WeakSet()
+
+
+def resolve_keras(choice: str) -> tuple[str, str]:
+    """The Keras workers run as tf.keras (``"legacy"``: tf_keras, or ``"keras3"``), and why."""
+    if choice not in KERAS_CHOICES:
+        raise ConfigError(f"--keras {choice!r}: choose one of {', '.join(KERAS_CHOICES)}.")
+    have_tf_keras = importlib.util.find_spec("tf_keras") is not None
+    if choice == "legacy" and not have_tf_keras:
+        raise ConfigError(
+            "--keras legacy runs tf_keras on the workers, but tf_keras is not installed. "
+            "Install the version matching TensorFlow without its dependencies (it would pull "
+            "the full `tensorflow` wheel): `pip install tf-keras==<tensorflow version> "
+            "--no-deps`."
+        )
+    if choice == "keras3":
+        return "keras3", f"asked with --keras keras3; {KERAS_ISSUE}: train in step mode"
+    if have_tf_keras:
+        why = "asked with --keras legacy" if choice == "legacy" else KERAS_ISSUE
+        return "legacy", f"TF_USE_LEGACY_KERAS=1, because {why}"
+    return "keras3", (f"tf_keras is not installed and {KERAS_ISSUE}: `pip install tf-keras "
+                      "--no-deps` for fit, or train in step mode")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+class MultiWorkerCluster:
+    """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel."""
+
+    def __init__(self, spec: StrategySpec, runs: RunList, keras: str = "auto",
+                 collective_timeout: float = COLLECTIVE_TIMEOUT_S):
+        if spec.name != "multiworker":
+            raise ConfigError(f"MultiWorkerCluster runs `multiworker`, not `{spec.name}`.")
+        if spec.cluster:
+            raise ConfigError(
+                "--cluster PROFILE (engines of an existing ipyparallel cluster) is not "
+                "available yet; drop it to start local worker processes."
+            )
+        if spec.devices is not None and spec.devices > 1:
+            from ..strategies import MULTIWORKER_CPU_DEVICES, physical_gpus
+
+            if not physical_gpus():   # imports TensorFlow here, but creates no device
+                raise ConfigError(MULTIWORKER_CPU_DEVICES.format(devices=spec.devices))
+        self.spec = spec
+        self.n = spec.workers or 2
+        self.runs = runs
+        self.keras_choice = keras
+        self.keras, self.keras_note = resolve_keras(keras)
+        self.collective_timeout = collective_timeout
+        self.broken: str | None = None
+        self.info: list[dict[str, Any]] = []
+        self.engines: LocalEngines | None = None
+        self.channel: ChannelServer | None = None
+        self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
+        self.dispatcher: Dispatcher | None = None
+        self._cells = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        key = new_key()
+        self.channel = ChannelServer(key, self.monitor.handle)
+        env = {"TF_USE_LEGACY_KERAS": "1" if self.keras == "legacy" else "0",
+               "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        self.engines = LocalEngines(self.n, environment=env)
+        _LIVE.add(self)
+        try:
+            self.engines.start()
+            # after ipyparallel's own atexit hook, so this one runs first (quicker: see stop)
+            atexit.register(self._stop_at_exit)
+            self.dispatcher = Dispatcher(self.engines.client, self.engines.ids, self.monitor,
+                                         self._signal)
+            configs = tfconfig.local_tf_configs(self.n)
+            options = {"spec": self.spec.to_json(), "channel": list(self.channel.address),
+                       "key": key.hex(), "kernel_pid": os.getpid(), "keras": self.keras,
+                       "collective_timeout": self.collective_timeout}
+            outcomes, _ = self.dispatcher.call(
+                worker.setup, [(i, self.n, configs[i], options) for i in range(self.n)],
+                quiet=True)   # TensorFlow's start-up lines are noise unless setup fails
+            failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"]}
+            if failures:
+                cause = build_error(failures, self.n)
+                if isinstance(cause, WorkerError):   # e.g. TensorFlow missing on a worker
+                    raise ClusterStartError(f"The worker processes could not set up "
+                                            f"MultiWorkerMirroredStrategy: {cause}") from cause
+                raise cause
+            self.info = [outcomes[i]["value"] for i in range(self.n)]
+            self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)}
+            self.engines.remember_processes()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> list[int]:
+        """Stop every process and the channel; return pids that had to be killed."""
+        killed: list[int] = []
+        if self.engines is not None:
+            killed = self.engines.stop(quit_fn=worker.exit_soon)
+            self.engines = None
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        self.dispatcher = None
+        _LIVE.discard(self)
+        atexit.unregister(self._stop_at_exit)
+        return killed
+
+    def _stop_at_exit(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # interpreter shutdown: best effort, never raise
+            pass
+
+    def restarted(self) -> MultiWorkerCluster:
+        """A fresh cluster with the same settings (this one is stopped first)."""
+        self.stop()
+        fresh = MultiWorkerCluster(self.spec, self.runs, self.keras_choice,
+                                   self.collective_timeout)
+        fresh.start()
+        return fresh
+
+    def processes(self) -> list[Any]:
+        """psutil Processes of the controller, engines and their children still running."""
+        return self.engines.processes() if self.engines is not None else []
+
+    def _send(self, worker_index: int, message: dict[str, Any]) -> bool:
+        return self.channel.send(worker_index, message) if self.channel else False
+
+    def _signal(self, sig: int) -> None:
+        if self.engines is not None:
+            self.engines.send_signal(sig, self.engines.ids)
+
+    def _usable(self) -> Dispatcher:
+        if self.broken:
+            raise ClusterError(f"The workers are unusable: {self.broken} Run `%distribute "
+                               "restart` to start fresh workers.")
+        if self.dispatcher is None:
+            raise ClusterError("The workers are stopped. Run `%distribute restart`.")
+        return self.dispatcher
+
+    def _call(self, fn: Any, args: list[tuple[Any, ...]], observers: list[Any]
+              ) -> tuple[dict[int, dict[str, Any]], bool]:
+        dispatcher = self._usable()
+        self.monitor.stopper.reset()
+        try:
+            return dispatcher.call(fn, args, observers)
+        except ClusterError as err:
+            self.broken = str(err).split(": ")[0] + "."
+            for run in self.monitor.runs():
+                if run.status == "running":
+                    run.finish("failed", str(err))
+            raise
+
+    # -- runs ------------------------------------------------------------------------------
+    @property
+    def replicas_local(self) -> int:
+        return self.info[0].get("replicas_local", 1) if self.info else 1
+
+    @property
+    def replicas(self) -> int:
+        return self.replicas_local * self.n
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(d for info in self.info for d in info.get("devices", []))
+
+    def _new_run(self, mode: str) -> Run:
+        run = self.runs.new(mode=mode, strategy="multiworker", replicas=self.replicas_local,
+                            workers=self.n, devices=self.devices)
+        if mode == "fit":
+            run.note("loss is what tf_keras reports on each worker: the running mean over the "
+                     "epoch, already reduced over all workers (replica -1). tf_keras's own "
+                     "per-batch logs under MultiWorkerMirroredStrategy are that mean times the "
+                     "number of replicas (its 'auto' reduction sums them); nbdist records the "
+                     "mean. `model.distribute_reduction_method = 'first'` fixes the logs your "
+                     "own callbacks see")
+        else:
+            run.note("under multiworker wait_ms covers replicas of the same worker; waiting "
+                     "for the other workers is part of allreduce_ms")
+        return run
+
+    def _new_fit_run(self) -> Run:
+        return self._new_run("fit")
+
+    def _finish(self, outcomes: dict[int, dict[str, Any]], interrupted: bool,
+                runs: list[Run]) -> None:
+        failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"]}
+        for run in runs:
+            if run.status == "running":
+                run.finish("interrupted" if interrupted else "failed" if failures else "done")
+        real = {w: f for w, f in failures.items()
+                if f["type"] not in ("KeyboardInterrupt", "RunInterrupted")}
+        if real:
+            raise build_error(real, self.n)
+        if (interrupted or failures) and runs:
+            steps = max(r.steps_done for r in runs)
+            raise RunInterrupted(
+                f"Interrupted: the workers stopped together after step {steps}; the steps "
+                "finished so far are kept in nbdist.runs[-1]. The workers are still usable."
+            )
+        if interrupted or failures:
+            raise RunInterrupted("Interrupted: KeyboardInterrupt was raised in the cell's code "
+                                 "on every worker. The workers are still usable.")
+
+    def run_step_cell(self, cell: str, spec: RunSpec, observers: list[Any],
+                      header: str = "") -> Run:
+        """Step mode on every worker: each runs StepRunner; rows stream into one Run."""
+        self._usable()
+        self._cells += 1
+        filename = f"<nbdist-step-{self._cells}>"
+        source = rewrite_step(f"# {header}\n{cell}", filename=filename, loss=spec.loss,
+                              grads=spec.grads)   # errors in the cell show once, from here
+        if spec.show_code:
+            print(source.source)
+        key = f"step{self._cells}"
+        run = self._new_run("step")
+        self.monitor.expect_run(key, run)
+        options = {"data": spec.data, "epochs": spec.epochs, "steps": spec.steps,
+                   "loss": spec.loss, "grads": spec.grads, "timing_every": spec.timing_every}
+        outcomes, interrupted = self._call(
+            cells.run_step, [(cell, header, filename, key, options)] * self.n, observers)
+        self._finish(outcomes, interrupted, [run])
+        first = outcomes[0].get("value") or {}
+        for note in first.get("notes", []):
+            run.note(note)
+        if first.get("bytes"):
+            run.allreduce_bytes = first["bytes"]
+        return run
+
+    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "") -> Any:
+        """Run the cell on every worker under the strategy's scope; show worker values."""
+        self._usable()
+        self._cells += 1
+        before = set(map(id, self.monitor.runs()))
+        filename = f"<nbdist-cell-{self._cells}>"
+        args = (cell, header, filename, f"cell{self._cells}")
+        outcomes, interrupted = self._call(cells.run_scope, [args] * self.n, observers)
+        new = [r for r in self.monitor.runs() if id(r) not in before]
+        self._finish(outcomes, interrupted, new)
+        values = {w: o.get("value") for w, o in outcomes.items()}
+        return WorkerValues(values) if any(v is not None for v in values.values()) else None
+
+    # -- data ------------------------------------------------------------------------------
+    def push(self, values: dict[str, Any]) -> None:
+        """Copy ``values`` into every worker's namespace (pickled by ipyparallel)."""
+        dispatcher = self._usable()
+        try:
+            dispatcher.client[self.engines.ids].push(values, block=True)
+        except Exception as err:
+            raise ConfigError(f"Could not send {sorted(values)} to the workers: {err}. "
+                              "Only picklable values can be pushed.") from None
+
+    def pull(self, name: str, worker_index: int = 0) -> Any:
+        """The value of ``name`` on worker ``worker_index``."""
+        dispatcher = self._usable()
+        if not 0 <= worker_index < self.n:
+            raise ConfigError(f"--worker {worker_index}: the workers are 0..{self.n - 1}.")
+        try:
+            return dispatcher.client[self.engines.ids[worker_index]].pull(name, block=True)
+        except Exception as err:
+            what = getattr(err, "ename", type(err).__name__)
+            if what == "NameError":
+                raise ConfigError(f"worker {worker_index} has no variable `{name}`.") from None
+            raise ConfigError(f"Could not pull `{name}` from worker {worker_index} ({what}: "
+                              f"{getattr(err, 'evalue', err)}). Only picklable values can "
+                              "be pulled; pull arrays or weights instead.") from None
+
+
+class WorkerValues:
+    """The value of a cell's last expression on each worker (shown once if all agree)."""
+
+    def __init__(self, values: dict[int, str | None]):
+        self.values = values
+
+    def __repr__(self) -> str:
+        distinct = set(self.values.values())
+        if len(distinct) == 1:
+            return str(distinct.pop())
+        return "\n".join(f"[worker {w}] {v}" for w, v in sorted(self.values.items()))
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+
+def live_clusters() -> list[MultiWorkerCluster]:
+    """Clusters of this process that are not stopped (tests check none is left)."""
+    return list(_LIVE)

@@ -1,0 +1,95 @@
+"""``%distribute status`` for a multi-worker cluster, and its JSON state for the lab extension."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import psutil
+
+from .multiworker import MultiWorkerCluster, _version
+
+
+def worker_alive(cluster: MultiWorkerCluster, index: int) -> bool:
+    pid = cluster.info[index].get("pid") if index < len(cluster.info) else None
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def status_text(cluster: MultiWorkerCluster, runs: list[Any]) -> str:
+    spec = cluster.spec
+    info0 = cluster.info[0] if cluster.info else {}
+    keras = info0.get("keras", "?")
+    lines = [
+        f"strategy   {spec.name} ({spec.tf_class})",
+        f"workers    {cluster.n} local ipyparallel engines (controller on 127.0.0.1)"
+        + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
+        f"replicas   {cluster.replicas_local * cluster.n} ({cluster.replicas_local} per worker)",
+        f"keras      workers run {keras} as tf.keras; this kernel has keras {_version('keras')}",
+        f"           ({cluster.keras_note})",
+        f"timeout    collectives time out after {cluster.collective_timeout:.0f} s",
+        f"cluster    {json.dumps(info0.get('tf_config', {}).get('cluster', {}))}",
+    ]
+    now = time.time()
+    for i, info in enumerate(cluster.info):
+        health = cluster.monitor.health[i]
+        silent = health.silent_for(now)
+        beat = "no heartbeat yet" if silent is None else f"heartbeat {silent:.1f} s ago"
+        step = "idle" if health.in_run is None else f"step {health.step}"
+        alive = "alive" if worker_alive(cluster, i) else "DEAD"
+        lines += [
+            f"worker {i}   {alive}, pid {info.get('pid')} on {info.get('host')}, {beat}, "
+            f"{step}",
+            f"           devices   {', '.join(info.get('devices', []))}",
+            f"           TF_CONFIG {json.dumps(info.get('tf_config'))}",
+        ]
+    channel = cluster.channel
+    if channel is not None:
+        host, port = channel.address
+        dropped = sum(channel.dropped.values())
+        lines.append(f"channel    {host}:{port} (HMAC-SHA256, JSON), {channel.received} "
+                     f"messages, {dropped} dropped" + (f" {dict(channel.dropped)}"
+                                                       if dropped else ""))
+    lines.append(f"magic      {spec.magic_line()}"
+                 + ("" if cluster.keras_choice == "auto" else f" --keras {cluster.keras_choice}"))
+    if runs:
+        last = runs[-1]
+        lines.append(f"runs       {len(runs)} (last: {last.status}, {last.steps_done} steps)")
+    lines += ["", "Equivalent TensorFlow, in worker i's process:"]
+    lines += ["    " + line for line in equivalent_code(cluster).splitlines()]
+    return "\n".join(lines)
+
+
+def equivalent_code(cluster: MultiWorkerCluster) -> str:
+    """What each worker process runs, written by hand."""
+    info0 = cluster.info[0] if cluster.info else {}
+    spec = json.dumps(info0.get("tf_config", {}).get("cluster", {}))
+    lines = ["import json, os"]
+    if cluster.keras == "legacy":
+        lines.append('os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before importing tensorflow')
+    lines += [
+        "import tensorflow as tf",
+        f"cluster = {spec}",
+        'os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, '
+        '"task": {"type": "worker", "index": i}})',
+        "strategy = tf.distribute.MultiWorkerMirroredStrategy(",
+        "    communication_options=tf.distribute.experimental.CommunicationOptions(",
+        f"        timeout_seconds={cluster.collective_timeout:g}))",
+    ]
+    return "\n".join(lines)
+
+
+def state(cluster: MultiWorkerCluster) -> dict[str, Any]:
+    alive = [i for i in range(len(cluster.info)) if worker_alive(cluster, i)]
+    return {
+        "replicas": cluster.replicas_local * cluster.n,
+        "devices": list(cluster.devices),
+        "workers_total": cluster.n,
+        "workers_alive": len(alive),
+        "dead_workers": [i for i in range(cluster.n) if i not in alive],
+    }

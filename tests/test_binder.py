@@ -1,0 +1,116 @@
+"""binder/: what Binder (repo2docker) builds from it, checked without Docker.
+
+``jupyter-repo2docker --no-build --no-run .`` prints the Dockerfile it would build, which
+shows the Python version, the pip install of binder/requirements.txt, postBuild and the start
+script. The full check (a fresh virtualenv installed from binder/ runs the quickstart) downloads
+TensorFlow, so it runs only with NBDIST_BINDER_VENV=1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+try:
+    import tomllib
+except ModuleNotFoundError:   # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parent.parent
+BINDER = ROOT / "binder"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def requirements() -> dict[str, Requirement]:
+    lines = (BINDER / "requirements.txt").read_text().splitlines()
+    reqs = [Requirement(line) for line in (ln.split("#")[0].strip() for ln in lines) if line]
+    return {r.name: r for r in reqs}
+
+
+def runtime_python() -> str:
+    text = (BINDER / "runtime.txt").read_text().strip()
+    assert text.startswith("python-"), f"runtime.txt must say python-X.Y, not {text!r}"
+    return text.removeprefix("python-")
+
+
+def test_requirements_pin_the_cpu_tensorflow_nbdist_supports():
+    reqs = requirements()
+    assert "tensorflow" not in reqs, "Binder has no GPU: use tensorflow-cpu (a 274 MB wheel)"
+    pin = [s.version for s in reqs["tensorflow-cpu"].specifier if s.operator == "=="]
+    assert pin, "pin tensorflow-cpu (==) so Binder images are reproducible"
+    cpu_extra = next(Requirement(r) for r in PYPROJECT["project"]["optional-dependencies"]["cpu"]
+                     if r.startswith("tensorflow-cpu"))
+    assert cpu_extra.specifier.contains(pin[0]), f"{pin[0]} is outside nbdist's {cpu_extra}"
+    # tf-keras depends on the full `tensorflow` wheel: it would need --no-deps (in postBuild).
+    assert "tf-keras" not in reqs
+
+
+def test_runtime_is_a_python_nbdist_supports():
+    assert SpecifierSet(PYPROJECT["project"]["requires-python"]).contains(runtime_python())
+
+
+def test_scripts_are_executable_and_install_this_checkout():
+    for name in ("postBuild", "start"):
+        path = BINDER / name
+        assert path.stat().st_mode & stat.S_IXUSR, f"binder/{name} must be executable"
+        assert path.read_text().startswith("#!/bin/bash\n")
+    post = (BINDER / "postBuild").read_text()
+    assert "set -euo pipefail" in post
+    assert "pip install --no-cache-dir ." in post          # the package, with its lab extension
+    assert "jupyter labextension list" in post            # ... and fails the build without it
+    assert (BINDER / "start").read_text().rstrip().endswith('exec "$@"')
+
+
+def test_repo2docker_plans_the_image():
+    exe = shutil.which("jupyter-repo2docker")
+    if exe is None:
+        pytest.skip("jupyter-repo2docker is not installed (pip install jupyter-repo2docker)")
+    done = subprocess.run([exe, "--no-build", "--no-run", "."], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = done.stdout + done.stderr
+    version = runtime_python()
+    assert f"Building conda environment for python={version}" in plan
+    assert 'pip install --no-cache-dir -r "binder/requirements.txt"' in plan
+    assert "RUN ./binder/postBuild" in plan
+    assert 'R2D_ENTRYPOINT="${REPO_DIR}/binder/start"' in plan
+    # postBuild builds the lab extension with npm: the base environment must ship Node.js,
+    # and JupyterLab 4 (the extension targets it).
+    import repo2docker
+
+    lock = (Path(repo2docker.__file__).parent / "buildpacks" / "conda"
+            / f"environment.py-{version}-linux-64.lock").read_text()
+    assert "/nodejs-" in lock and "/jupyterlab-4." in lock
+
+
+@pytest.mark.skipif(not os.environ.get("NBDIST_BINDER_VENV"),
+                    reason="downloads TensorFlow into a fresh virtualenv: NBDIST_BINDER_VENV=1")
+def test_fresh_virtualenv_from_binder_runs_the_quickstart(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(venv),
+               TF_CPP_MIN_LOG_LEVEL="2")
+
+    def run(*cmd: str, cwd: Path = ROOT, timeout: float = 1800) -> str:
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        assert done.returncode == 0, f"{cmd}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        return done.stdout
+
+    # What repo2docker does: its base environment has JupyterLab 4, then requirements.txt,
+    # then postBuild from the repository root.
+    run("python", "-m", "pip", "install", "-q", "jupyterlab>=4,<5", "-r",
+        str(BINDER / "requirements.txt"))
+    run(str(BINDER / "postBuild"))
+    out = run("python", "-m", "nbdist.quickstart", "--devices", "2", cwd=tmp_path)
+    assert re.search(r"Run \d+ \(step, mirrored, 2 replica\(s\)\): done", out), out

@@ -1,0 +1,305 @@
+"""`%distribute multiworker` with real ipyparallel engines running MultiWorkerMirroredStrategy.
+
+One 2-worker cluster serves the module (starting one costs ~15 s here); the fault tests come
+last because they kill it. The kernel's own strategy (4 logical CPUs, conftest) is restored at
+the end for the other test modules.
+"""
+
+import importlib.util
+import os
+import signal
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+from helpers import run_err, run_ok
+
+import nbdist
+from nbdist.cluster import worker
+from nbdist.cluster.failures import ClusterError, WorkerDied, WorkerError
+from nbdist.cluster.multiworker import live_clusters
+from nbdist.errors import ConfigError, RunInterrupted, StepCodeError
+from nbdist.session import current_session
+
+SETUP = """%%distribute
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH = 32
+rng = np.random.default_rng(nbdist_worker)
+xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
+ys = xs.sum(axis=1, keepdims=True)
+ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True)
+long_ds = ds.repeat()
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.SGD(0.05)
+"""
+
+STEP = """%%distribute --step --data {data} {flags}
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+@pytest.fixture(scope="module")
+def mw(ip):
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "multiworker --workers 2")
+    session = current_session()
+    run_ok(ip, SETUP)
+    yield ip
+    procs = session.cluster.processes() if session.cluster is not None else []
+    ip.run_line_magic("distribute", "stop")
+    assert live_clusters() == []
+    assert not [p.pid for p in procs if _alive(p)], "processes left after %distribute stop"
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def _alive(proc):
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def cluster():
+    return current_session().cluster
+
+
+def test_status_shows_spec_tf_config_health_devices_and_keras(mw, capsys):
+    mw.run_line_magic("distribute", "status")
+    out = capsys.readouterr().out
+    spec = cluster().info[0]["tf_config"]["cluster"]
+    assert "multiworker (tf.distribute.MultiWorkerMirroredStrategy)" in out
+    assert f'"worker": ["{spec["worker"][0]}", "{spec["worker"][1]}"]' in out
+    for i in (0, 1):
+        assert f'"task": {{"type": "worker", "index": {i}}}' in out
+        assert f"/job:worker/replica:0/task:{i}/device:CPU:0" in out
+    assert out.count("alive, pid") == 2 and "heartbeat" in out and "idle" in out
+    assert "workers run tf_keras" in out and "keras-team/keras#20585" in out
+    assert "0 dropped" in out and "timeout_seconds=120" in out
+
+
+def test_every_socket_we_open_binds_loopback(mw):
+    """Channel, controller, engines and nannies: 127.0.0.1. TensorFlow's gRPC server is
+    the exception (it binds all interfaces whatever TF_CONFIG says; see the security notes),
+    and only on the TF_CONFIG ports."""
+    workers = cluster().info[0]["tf_config"]["cluster"]["worker"]
+    tf_ports = {int(a.rsplit(":", 1)[1]) for a in workers}
+    listening = []
+    for proc in [psutil.Process(), *cluster().processes()]:
+        listening += [c.laddr for c in proc.net_connections("inet")
+                      if c.status == psutil.CONN_LISTEN]
+    ours = [a for a in listening if a.port not in tf_ports]
+    assert len(ours) >= 5 and {a.ip for a in ours} == {"127.0.0.1"}, listening
+    assert cluster().channel.address[0] == "127.0.0.1"
+    assert {a.port for a in listening if a.port in tf_ports} == tf_ports
+
+
+class Recorder:
+    def __init__(self):
+        self.parts = []
+
+    def write(self, text):
+        self.parts.append((time.monotonic(), text))
+
+    def flush(self):
+        pass
+
+    def text(self):
+        return "".join(t for _, t in self.parts)
+
+
+def test_cells_run_everywhere_keep_their_namespace_and_stream_output_live(mw, monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(sys, "stdout", rec)
+    run_ok(mw, "%%distribute\nimport time\nseen = nbdist_worker * 10\nprint('before', seen)\n"
+               "time.sleep(2)\nprint('after')")
+    ended = time.monotonic()
+    result = run_ok(mw, "%%distribute\nseen + 1")
+    monkeypatch.undo()
+    text = rec.text()
+    assert "[worker 0] before 0\n" in text and "[worker 1] before 10\n" in text
+    first = min(t for t, s in rec.parts if "before" in s)
+    assert ended - first > 1.5, "worker output arrived only at the end of the cell"
+    assert repr(result) == "[worker 0] 1\n[worker 1] 11"
+
+
+def test_an_error_on_every_worker_shows_one_traceback_with_the_cell_line(mw):
+    err = run_err(mw, "%%distribute\nok = 1\nraise ValueError('boom')\n")
+    assert isinstance(err, WorkerError)
+    assert str(err) == "[all 2 workers] ValueError: boom" and err.cell_line == 3
+    text = "\n".join(err._render_traceback_())
+    assert text.count("raise ValueError('boom')") == 1 and "[worker 0]   cell line 3" in text
+
+
+def test_an_error_on_one_worker_names_it(mw):
+    err = run_err(mw, "%%distribute\nif nbdist_worker == 1:\n    {}['missing']\n")
+    assert str(err).startswith("[worker 1] KeyError: 'missing'")
+    assert "1 other worker(s) finished" in str(err) and err.cell_line == 3
+
+
+def test_step_code_errors_are_reported_once_before_dispatch(mw):
+    err = run_err(mw, "%%distribute --step --data ds\nx, y = batch\nreturn x\n")
+    assert isinstance(err, StepCodeError) and "cell line 3 `return x`" in str(err)
+
+
+def test_push_and_pull(mw):
+    mw.user_ns["lr_scale"] = 3
+    mw.run_line_magic("distribute", "push lr_scale")
+    run_ok(mw, "%%distribute\nscaled = lr_scale * (nbdist_worker + 1)")
+    mw.run_line_magic("distribute", "pull scaled --worker 1")
+    assert mw.user_ns["scaled"] == 6
+    assert nbdist.session.current_session().pull("scaled") == 3
+    with pytest.raises(ConfigError, match="worker 0 has no variable `nothing_here`"):
+        mw.run_line_magic("distribute", "pull nothing_here")
+
+
+def test_step_mode_streams_rows_of_every_worker_live(mw):
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(0.05):
+            run = nbdist.runs[-1] if nbdist.runs else None
+            if run is not None and run.strategy == "multiworker" and run.mode == "step":
+                seen.append((run.status, run.n_rows))
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        run_ok(mw, STEP.format(data="ds", flags="--epochs 2"))
+    finally:
+        stop.set()
+        thread.join()
+    run = nbdist.runs[-1]
+    frame = run.metrics
+    assert run.status == "done" and run.steps_done == 16 and run.total_steps == 16
+    assert frame.groupby("worker").size().to_dict() == {0: 16, 1: 16}
+    assert frame["loss"].notna().all() and frame["grad_norm"].notna().all()
+    assert any(status == "running" and 0 < n < 32 for status, n in seen), seen
+    assert frame.loc[frame.step == 15, "loss"].nunique() == 2   # each worker's own batch
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None,
+                    reason="tf_keras not installed: see the next test")
+def test_fit_runs_tf_keras_on_the_workers_and_is_recorded(mw):
+    assert cluster().keras == "legacy"
+    value = run_ok(mw, """%%distribute
+model.compile(optimizer="sgd", loss="mse")
+history = model.fit(ds, epochs=2, verbose=0)
+(type(model).__module__.split(".")[0], round(history.history["loss"][-1], 5))
+""")
+    keras, loss = eval(repr(value))
+    assert keras == "tf_keras"
+    run = nbdist.runs[-1]
+    frame = run.metrics
+    assert run.mode == "fit" and run.status == "done" and run.steps_done == 16
+    assert frame.groupby("worker").size().to_dict() == {0: 16, 1: 16}
+    assert (frame["replica"] == -1).all()
+    assert frame["loss"].iloc[-1] == pytest.approx(loss, rel=1e-4)
+
+
+def test_keras3_fit_on_workers_fails_at_once_with_the_way_out(mw, monkeypatch):
+    """The path taken without tf_keras (or with --keras keras3): Keras 3 is tf.keras on the
+    workers, and its fit is refused before it can fail deep inside TensorFlow."""
+    run_ok(mw, "%%distribute\nimport keras\nk3 = keras.Sequential([keras.Input((4,)), "
+               "keras.layers.Dense(1)])\nk3.compile(optimizer='sgd', loss='mse')")
+    err = run_err(mw, "%%distribute\nk3.fit(ds, epochs=1, verbose=0)")
+    assert type(err).__name__ == "KerasUnsupported" and "keras-team/keras#20585" in str(err)
+    assert "--keras legacy" in str(err) and "step mode" in str(err)
+
+
+def once_running(action, min_rows=20, timeout=90):
+    """A thread that runs ``action()`` once the current step run has ``min_rows`` rows (and
+    interrupts the test process if that never happens, so a failure cannot hang the test)."""
+    done = []
+
+    def watch():
+        before = nbdist.runs[-1] if nbdist.runs else None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = nbdist.runs[-1] if nbdist.runs else None
+            if (run is not None and run is not before and run.status == "running"
+                    and run.n_rows >= min_rows):
+                done.append(time.monotonic())
+                action()
+                return
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    return thread, done
+
+
+def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw):
+    timer, sent = once_running(lambda: os.kill(os.getpid(), signal.SIGINT))
+    err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100000"))
+    returned = time.monotonic()
+    timer.join()
+    assert isinstance(err, RunInterrupted), repr(err)
+    assert returned - sent[0] < 5
+    run = nbdist.runs[-1]
+    last = run.metrics.groupby("worker")["step"].max().to_dict()
+    assert run.status in ("stopped", "interrupted") and last[0] == last[1]
+    assert len(run.metrics) == 2 * (last[0] + 1)          # whole steps on both workers
+    run_ok(mw, STEP.format(data="ds", flags="--steps 2"))  # still usable
+    assert nbdist.runs[-1].status == "done"
+
+
+def test_kernel_interrupt_of_plain_code_interrupts_the_workers(mw):
+    timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    err = run_err(mw, "%%distribute\nimport time\ntime.sleep(60)\n")
+    timer.cancel()
+    assert isinstance(err, RunInterrupted) and "KeyboardInterrupt" in str(err), repr(err)
+    assert time.monotonic() - started < 8
+    assert repr(run_ok(mw, "%%distribute\nnbdist_worker")) == "[worker 0] 0\n[worker 1] 1"
+
+
+def test_a_worker_killed_mid_step_fails_the_cell_fast_and_restart_recovers(mw):
+    victim = cluster().info[1]["pid"]
+    survivor_engine = cluster().engines.ids[0]
+    thread, killed = once_running(lambda: os.kill(victim, signal.SIGKILL))
+    err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100000"))
+    failed = time.monotonic()
+    thread.join()
+    assert isinstance(err, WorkerDied), repr(err)
+    assert failed - killed[0] < 10
+    assert f"worker 1 (pid {victim}) died" in str(err) and "%distribute restart" in str(err)
+    assert "worker 0 stopped with" in str(err)          # the survivor did not hang
+    assert nbdist.runs[-1].status == "failed"
+    ping = cluster().engines.client[survivor_engine].apply_async(worker.ping)
+    assert ping.get(timeout=10)["ok"]                  # the survivor's engine answers
+    with pytest.raises(ClusterError, match="restart"):
+        mw.run_cell("%%distribute\n1", store_history=False).raise_error()
+
+    old = cluster().processes()
+    mw.run_line_magic("distribute", "restart")
+    assert not [p.pid for p in old if _alive(p)]
+    assert cluster().broken is None and len(live_clusters()) == 1
+    run_ok(mw, SETUP)
+    run_ok(mw, STEP.format(data="ds", flags="--steps 2"))
+    assert nbdist.runs[-1].status == "done"
+
+
+def test_a_hung_worker_is_named_from_its_missing_heartbeats(mw, monkeypatch):
+    from nbdist.cluster import dispatch
+
+    monkeypatch.setattr(dispatch, "HUNG_AFTER_S", 6.0)
+    victim = cluster().info[1]["pid"]
+    timer = threading.Timer(3.0, lambda: os.kill(victim, signal.SIGSTOP))
+    timer.start()
+    started = time.monotonic()
+    err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100000"))
+    timer.cancel()
+    assert isinstance(err, ClusterError) and "worker 1" in str(err), repr(err)
+    assert "no heartbeat" in str(err) and "stopped (SIGSTOP?)" in str(err)
+    assert time.monotonic() - started < 3 + 6 + 5
+    assert cluster().broken                            # teardown's stop kills it (SIGKILL)

@@ -1,0 +1,184 @@
+"""The cluster's pure parts: TF_CONFIG, Keras choice, error picking, the stop protocol."""
+
+import math
+
+import pytest
+
+from nbdist.cluster import failures, multiworker, tfconfig
+from nbdist.cluster.monitor import ClusterMonitor, StopCoordinator
+from nbdist.errors import ConfigError, StepCodeError
+from nbdist.spec import StrategySpec
+from nbdist.telemetry.run import Run, RunList
+
+
+def test_tf_configs_use_distinct_free_loopback_ports():
+    configs = tfconfig.local_tf_configs(3)
+    workers = configs[0]["cluster"]["worker"]
+    assert len(set(workers)) == 3 and all(a.startswith("127.0.0.1:") for a in workers)
+    assert [c["task"] for c in configs] == [{"type": "worker", "index": i} for i in range(3)]
+    assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
+    with pytest.raises(ValueError):
+        tfconfig.tf_config(workers, 3)
+
+
+@pytest.mark.parametrize("choice, have, mode, words", [
+    ("auto", True, "legacy", "keras-team/keras#20585"),
+    ("auto", False, "keras3", "tf_keras is not installed"),
+    ("legacy", True, "legacy", "asked with --keras legacy"),
+    ("keras3", True, "keras3", "step mode"),
+])
+def test_which_keras_the_workers_run(monkeypatch, choice, have, mode, words):
+    monkeypatch.setattr(multiworker.importlib.util, "find_spec",
+                        lambda name: object() if have else None)
+    got, why = multiworker.resolve_keras(choice)
+    assert got == mode and words in why
+
+
+def test_legacy_keras_without_tf_keras_or_a_bad_choice_fail_clearly(monkeypatch):
+    monkeypatch.setattr(multiworker.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match="--no-deps"):
+        multiworker.resolve_keras("legacy")
+    with pytest.raises(ConfigError, match="choose one of auto, legacy, keras3"):
+        multiworker.resolve_keras("keras2")
+
+
+def test_unavailable_options_say_so():
+    runs = RunList()
+    with pytest.raises(ConfigError, match="--cluster PROFILE .* not available yet"):
+        multiworker.MultiWorkerCluster(StrategySpec("multiworker", workers=2, cluster="p"), runs)
+    from nbdist.strategies import build_strategy
+
+    with pytest.raises(ConfigError, match="parameter_server` is not available yet"):
+        build_strategy(StrategySpec("parameter_server", workers=2, ps=1))
+
+
+def test_several_cpu_devices_per_worker_fail_before_any_process_starts():
+    with pytest.raises(ConfigError, match="one device per worker"):
+        multiworker.MultiWorkerCluster(StrategySpec("multiworker", workers=2, devices=2),
+                                       RunList())
+
+
+def test_the_kernel_never_builds_multiworker_itself(monkeypatch):
+    from nbdist.strategies import build_strategy
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="runs in worker processes"):
+        build_strategy(StrategySpec("multiworker", workers=2))
+
+
+def err(kind, message="m", nbdist=False, line=None):
+    return {"type": kind, "message": message, "traceback": f"Traceback\n  cell line {line}\n",
+            "cell_line": line, "nbdist": nbdist}
+
+
+def test_one_error_for_identical_failures_on_every_worker():
+    e = failures.build_error({0: err("ValueError", "boom", line=2),
+                              1: err("ValueError", "boom", line=2)}, 2)
+    assert isinstance(e, failures.WorkerError) and str(e) == "[all 2 workers] ValueError: boom"
+    lines = e._render_traceback_()
+    assert lines[0] == "[worker 0] Traceback" and lines[-1] == str(e) and e.cell_line == 2
+
+
+def test_the_cause_wins_over_collateral_collective_errors():
+    e = failures.build_error({0: err("UnavailableError", "peer gone"),
+                              1: err("ZeroDivisionError", "division by zero")}, 3)
+    text = str(e)
+    assert text.startswith("[worker 1] ZeroDivisionError: division by zero")
+    assert "worker 0 then failed with UnavailableError (a consequence" in text
+    assert "1 other worker(s) finished" in text
+
+
+def test_nbdist_errors_keep_their_class():
+    e = failures.build_error({0: err("StepCodeError", "cell line 3 `x`: bad", True, 3),
+                              1: err("StepCodeError", "cell line 3 `x`: bad", True, 3)}, 2)
+    assert isinstance(e, StepCodeError) and e.cell_line == 3
+    assert str(e) == "[all 2 workers] cell line 3 `x`: bad"
+
+
+def test_describe_exception_starts_at_the_cell_and_maps_its_lines():
+    source = "# header\nx = 1\n\ndef f():\n    return 1 / 0\nf()\n"
+    try:
+        exec(compile(source, "<nbdist-cell-9>", "exec"), {})
+    except ZeroDivisionError as caught:
+        info = failures.describe_exception(caught, filename="<nbdist-cell-9>")
+    assert info["type"] == "ZeroDivisionError" and info["cell_line"] == 5
+    assert "cell line 6, in <module>" in info["traceback"]
+    assert "cell line 5, in f" in info["traceback"]
+    assert "test_cluster_unit" not in info["traceback"]
+
+
+class Wire:
+    def __init__(self):
+        self.sent = []
+
+    def __call__(self, worker, message):
+        self.sent.append((worker, message["type"], message.get("step")))
+        return True
+
+
+def test_stop_protocol_halts_when_all_paused_at_the_same_step():
+    wire = Wire()
+    c = StopCoordinator(wire)
+    c.request([0, 1])
+    assert wire.sent == [(0, "stop", None), (1, "stop", None)]
+    c.on_paused(0, 7)
+    c.tick({0, 1})
+    assert len(wire.sent) == 2          # waits for worker 1
+    c.on_paused(1, 7)
+    c.tick({0, 1})
+    assert wire.sent[2:] == [(0, "halt", None), (1, "halt", None)] and c.halted_at == 7
+
+
+def test_stop_protocol_brings_a_worker_behind_up_to_the_leader():
+    wire = Wire()
+    c = StopCoordinator(wire)
+    c.request([0, 1])
+    c.on_paused(0, 8)
+    c.on_paused(1, 7)
+    c.tick({0, 1})
+    assert wire.sent[2:] == [(1, "resume_until", 8)]
+    c.on_paused(1, 8)
+    c.tick({0, 1})
+    assert {m[1] for m in wire.sent[3:]} == {"halt"}
+
+
+def test_stop_protocol_resumes_paused_workers_when_one_is_blocked_in_the_next_step(monkeypatch):
+    from nbdist.cluster import monitor
+
+    monkeypatch.setattr(monitor, "PAUSE_GRACE_S", 0.0)
+    wire = Wire()
+    c = StopCoordinator(wire)
+    c.request([0, 1])
+    c.on_paused(0, 5)        # worker 1 is inside step 6's collective, waiting for worker 0
+    c.tick({0, 1})
+    assert wire.sent[2:] == [(0, "resume_until", 6)]
+
+
+def test_monitor_routes_rows_health_and_run_end():
+    runs = RunList()
+    mon = ClusterMonitor(2, Wire(), lambda: runs.new(mode="fit", strategy="multiworker",
+                                                      replicas=1, workers=2))
+    step_run = runs.new(mode="step", strategy="multiworker", replicas=1, workers=2)
+    mon.expect_run("step1", step_run)
+    row = [3, 0, 0, 0, 0.5, None, 1.0, 0.0, 2.0, 9.0, 1.0, 123.0]
+    for w in (0, 1):
+        mon.handle(w, {"type": "run_start", "run": "step1", "mode": "step", "total_steps": 10})
+        mon.handle(w, {"type": "rows", "run": "step1", "rows": [row]})
+    assert mon.running_workers() == {0, 1} and step_run.total_steps == 10
+    frame = step_run.metrics
+    assert list(frame["worker"]) == [0, 1] and math.isnan(frame["grad_norm"][0])
+    assert mon.health[1].step == 4 and mon.runs_with_news() == [step_run]
+    mon.handle(0, {"type": "rows", "run": "nope", "rows": [row]})
+    mon.handle(0, {"type": "rows", "run": "step1", "rows": [["x"]]})
+    assert mon.bad_rows == 2
+    mon.handle(0, {"type": "run_end", "run": "step1", "status": "done"})
+    assert step_run.status == "running"
+    mon.handle(1, {"type": "run_end", "run": "step1", "status": "stopped"})
+    assert step_run.status == "stopped" and mon.running_workers() == set()
+    mon.handle(0, {"type": "run_start", "run": "cell2-fit1", "mode": "fit"})
+    mon.handle(0, {"type": "rows", "run": "cell2-fit1", "extras": [{"accuracy": 0.5}],
+                   "rows": [[0, 0, -1, 0, 1.0, None, None, None, None, 5.0, None, 1.0]]})
+    fit = runs[-1]
+    assert fit.mode == "fit" and fit.metrics["replica"].tolist() == [-1]
+    assert fit.metrics["accuracy"].tolist() == [0.5]
+    assert isinstance(step_run, Run)

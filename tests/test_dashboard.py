@@ -1,0 +1,493 @@
+"""The live dashboard, run.plot() and run.to_tensorboard().
+
+Widget messages are checked through a recording comm (no frontend); one test executes a real
+notebook with nbclient and reads the saved widget state; one drives a real kernel and clicks
+Stop through the comm while the cell runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nbdist.telemetry.run import Run
+from nbdist.widgets import dashboard as dashboard_mod
+from nbdist.widgets.dashboard import Dashboard
+from nbdist.widgets.series import Decimator, RunSeries, bus_bandwidth
+from nbdist.widgets.stopper import StopSignal
+
+ROOT = Path(__file__).resolve().parents[1]
+NAN = math.nan
+
+
+# -- helpers ---------------------------------------------------------------------------------
+class Recorder:
+    """Stands in for the kernel's comm layer: keeps every widget message."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, str, dict, list]] = []   # (type, comm id, data, buffers)
+        self.displayed: list[Any] = []
+
+    def state(self, comm_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for _kind, cid, data, _ in self.messages:
+            if cid == comm_id and "state" in (data or {}):
+                out.update(data["state"])
+        return out
+
+    def updates(self, comm_id: str) -> list[tuple[dict, list]]:
+        return [(d, b) for kind, cid, d, b in self.messages
+                if cid == comm_id and kind == "comm_msg" and (d or {}).get("method") == "update"]
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    import comm
+    import IPython.display
+
+    rec = Recorder()
+
+    class RecordingComm(comm.base_comm.BaseComm):
+        def publish_msg(self, msg_type: str, data: Any = None, metadata: Any = None,
+                        buffers: Any = None, **keys: Any) -> None:
+            rec.messages.append((msg_type, self.comm_id, data, list(buffers or [])))
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RecordingComm(*a, **k))
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda *objs, **kw: rec.displayed.extend(objs))
+    return rec
+
+
+def make_run(steps: int = 50, replicas: int = 4, *, every: int = 10, slow: int | None = None,
+             ar_ms: float = 2.0, run_id: int = 1, total: int | None = None) -> Run:
+    run = Run(id=run_id, mode="step", strategy="mirrored", replicas=replicas,
+              total_steps=total if total is not None else steps)
+    feed(run, 0, steps, every=every, slow=slow, ar_ms=ar_ms)
+    return run
+
+
+def feed(run: Run, start: int, stop: int, *, every: int = 10, slow: int | None = None,
+         ar_ms: float = 2.0, on_step: Any = None) -> None:
+    n = run.replicas
+    for s in range(start, stop):
+        timed = every > 0 and s % every == 0
+        compute = [3.0 if r == slow else 1.0 for r in range(n)]
+        run.record_step(
+            s, s // 100, loss=[1.0 / (s + 1) + 0.1 * r for r in range(n)], step_ms=4.0,
+            grad_norm=[2.0 + r for r in range(n)],
+            allreduce_ms=[ar_ms] * n if timed else None,
+            wait_ms=[max(compute) - c for c in compute] if timed else None,
+            compute_ms=compute if timed else None, data_ms=0.2,
+        )
+        if on_step is not None:
+            on_step(run)
+
+
+def traces(dash: Dashboard, run_id: int = 1) -> list[Any]:
+    return list(dash.views[run_id].fig.data)
+
+
+def by_panel(dash: Dashboard, axis: str, run_id: int = 1) -> dict[str, Any]:
+    return {t.name: t for t in traces(dash, run_id) if t.xaxis == axis and t.mode == "lines"}
+
+
+def live_dashboard(run: Run, **settings: Any) -> Dashboard:
+    dash = Dashboard(None, live=True, stop_mode="off", **settings)
+    dash.on_step(run)
+    return dash
+
+
+# -- series ----------------------------------------------------------------------------------
+def test_decimator_keeps_bounded_means_and_skips_nan() -> None:
+    dec = Decimator(2000)
+    x = np.arange(100_000, dtype=float)
+    for chunk in np.array_split(x, 37):
+        dec.extend(chunk, np.where(chunk % 2 == 0, chunk * 3, np.nan))
+    px, py = dec.points()
+    assert 1000 <= len(px) <= 2000
+    assert np.all(np.isfinite(py)) and np.allclose(py, 3 * px)   # bucket means of y = 3x
+    assert px[0] < 100 and px[-1] > 99_000
+    assert dec.raw == 50_000
+
+
+def test_bus_bandwidth_follows_nccl_tests() -> None:
+    assert bus_bandwidth(1e6, 4, 0.002) == pytest.approx(1e6 * 2 * 3 / 4 / 0.002)
+    assert math.isnan(bus_bandwidth(1e6, 1, 0.002))     # one rank: nothing crosses a bus
+    assert math.isnan(bus_bandwidth(0, 4, 0.002))
+    assert math.isnan(bus_bandwidth(1e6, 4, NAN))
+
+
+def test_straggler_needs_factor_and_margin() -> None:
+    run = make_run(100, slow=3)
+    series = RunSeries(replicas=4)
+    series.ingest(run.rows_since(0))
+    [s] = series.stragglers()
+    assert s.key == (0, 3) and s.ratio == pytest.approx(3.0)
+    lenient = RunSeries(replicas=4, straggler_factor=4.0)
+    lenient.ingest(run.rows_since(0))
+    assert lenient.stragglers() == []
+    two = RunSeries(replicas=2)                          # leave-one-out median works for N=2
+    two.ingest(make_run(30, replicas=2, slow=1).rows_since(0))
+    assert [s.key for s in two.stragglers()] == [(0, 1)]
+
+
+# -- live widget -----------------------------------------------------------------------------
+def test_one_trace_per_replica_and_global_line(recorder: Recorder) -> None:
+    run = make_run(60)
+    dash = live_dashboard(run)
+    run.finish("done")
+    dash.close()
+    loss = by_panel(dash, "x")
+    assert sorted(loss) == ["mean of replicas", "replica 0", "replica 1", "replica 2",
+                            "replica 3"]
+    assert loss["mean of replicas"].line.width > loss["replica 0"].line.width
+    expected = np.mean([[1.0 / (s + 1) + 0.1 * r for r in range(4)] for s in range(60)], axis=1)
+    assert np.allclose(loss["mean of replicas"].y, expected)
+    assert np.allclose(loss["replica 2"].y, [1.0 / (s + 1) + 0.2 for s in range(60)])
+    grad = by_panel(dash, "x2")
+    assert sorted(grad) == [f"replica {r}" for r in range(4)]
+    assert np.allclose(grad["replica 1"].y, 3.0)
+    assert set(by_panel(dash, "x4")) >= {"host step time", "replica 0"}
+    assert isinstance(loss["replica 0"].y, np.ndarray) and loss["replica 0"].y.dtype == np.float64
+    menu = dash.views[1].fig.layout.updatemenus[0]                 # log-scale toggle for loss
+    assert {b.args[0]["yaxis.type"] for b in menu.buttons} == {"linear", "log"}
+    assert recorder.displayed, "the dashboard was not displayed"
+
+
+def test_keras_fit_run_draws_the_reduced_series(recorder: Recorder) -> None:
+    run = Run(id=1, mode="fit", strategy="mirrored", replicas=2)
+    for s in range(30):
+        run.record_step(s, 0, loss=[1.0 / (s + 1)], step_ms=5.0, replica=-1,
+                        extra={"accuracy": 0.5})
+    dash = live_dashboard(run)
+    run.finish("done")
+    dash.close()
+    lines = [t for t in traces(dash) if t.mode == "lines"]
+    assert {t.name for t in lines} == {"mean of replicas", "slowest replica", "host step time"}
+    loss = by_panel(dash, "x")["mean of replicas"]
+    assert np.allclose(loss.y, [1.0 / (s + 1) for s in range(30)])
+    assert len(by_panel(dash, "x3")["slowest replica"].x) == 0       # fit: no allreduce timing
+    assert "step time per worker" in dash.views[1].fig.layout.annotations[3].text
+    assert dash.views[1].progress.layout.visibility == "hidden"      # no total: no bar
+
+
+def test_traces_stay_bounded_on_a_long_run(recorder: Recorder) -> None:
+    run = make_run(30_000, replicas=2, total=30_000)
+    dash = live_dashboard(run)
+    dash.close()
+    for trace in traces(dash):
+        assert len(trace.x) <= 2000, trace.name
+    loss = by_panel(dash, "x")["replica 0"]
+    assert loss.x[0] < 20 and loss.x[-1] > 29_900          # covers the whole run
+    assert run.n_rows == 60_000                            # the Run keeps everything
+
+
+def test_unmeasured_timings_are_skipped_not_zero(recorder: Recorder) -> None:
+    run = make_run(100, every=10, ar_ms=2.5)
+    dash = live_dashboard(run)
+    dash.close()
+    ar = by_panel(dash, "x3")
+    assert list(ar["replica 0"].x) == list(range(0, 100, 10))
+    assert np.all(ar["replica 0"].y == 2.5)
+    assert list(ar["slowest replica"].x) == list(range(0, 100, 10))
+    compute = by_panel(dash, "x4")["replica 1"]
+    assert len(compute.y) == 10 and np.all(np.isfinite(compute.y)) and np.all(compute.y > 0)
+
+
+def test_straggler_in_header_and_marked_on_plot(recorder: Recorder) -> None:
+    run = make_run(100, slow=2)
+    dash = live_dashboard(run)
+    view = dash.views[1]
+    assert dash.stragglers == ["replica 2"]
+    assert "straggler: replica 2" in view.notes.value and "3.0×" in view.notes.value
+    marks = [t for t in traces(dash) if t.name == "stragglers"][0]
+    assert list(marks.x) == [90.0] and list(marks.y) == [3.0]
+    calm = live_dashboard(make_run(100, run_id=2))
+    assert calm.stragglers == [] and calm.views[2].notes.value == ""
+
+
+def test_bus_bandwidth_in_header(recorder: Recorder) -> None:
+    run = make_run(50, ar_ms=2.0)
+    run.allreduce_bytes = 1_000_000
+    dash = live_dashboard(run)
+    # 1e6 B x 2(4-1)/4 / 2 ms = 0.75 GB/s
+    assert "bus bw 0.75 GB/s" in dash.views[1].header.value
+
+
+def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder) -> None:
+    run = make_run(5, total=1000)
+    dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)   # min_interval governs
+    fig = dash.views[1].fig
+    before = dash.redraws
+    time.sleep(0.12)
+    start = time.monotonic()
+    feed(run, 5, 205, on_step=dash.on_step)
+    assert time.monotonic() - start < 0.1, "the machine is too slow for this check"
+    assert dash.redraws - before <= 2
+    time.sleep(0.12)
+    feed(run, 205, 206, on_step=dash.on_step)
+    updates = [(d, b) for d, b in recorder.updates(fig.comm.comm_id)
+               if (d["state"].get("_py2js_update") or {}).get("style_data")]
+    assert updates, "no plotly update was sent"
+    data, buffers = updates[-1]
+    paths = data["buffer_paths"]
+    assert buffers and any(p[:3] == ["_py2js_update", "style_data", "y"] for p in paths)
+    assert all(memoryview(b).format == "d" for b in buffers)   # float64, not JSON lists
+    # One message carries the update and its edit ids; fig.data mirrors what was sent.
+    message = data["state"]["_py2js_update"]
+    assert data["state"]["_last_trace_edit_id"] == message["trace_edit_id"]
+    assert message["trace_edit_id"] == fig._last_trace_edit_id
+    loss0 = next(t for t in fig.data if t.name == "replica 0" and t.xaxis == "x")
+    assert loss0.x[-1] == 205 and len(loss0.y) == 206
+
+
+def test_costly_redraws_are_spaced_to_the_cpu_budget(recorder: Recorder) -> None:
+    run = make_run(5, total=1000)
+    dash = live_dashboard(run, cpu_budget=0.01, max_interval=0.5)
+    time.sleep(0.12)
+    feed(run, 5, 30, on_step=dash.on_step)                # a second (steady-state) redraw
+    assert dash.redraws == 2 and dash._cost is not None
+    interval = dash._next - time.monotonic()
+    assert min(0.5, max(0.1, dash._cost / 0.01)) - 0.05 <= interval <= 0.5
+
+
+def test_drawing_failure_warns_once_and_training_continues(
+        recorder: Recorder, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    run = make_run(3)
+    dash = live_dashboard(run, min_interval=0.0)
+
+    def boom(self: Any) -> Any:
+        raise RuntimeError("plotly exploded")
+
+    monkeypatch.setattr(dashboard_mod.FigureModel, "changes", boom)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        feed(run, 3, 40, on_step=dash.on_step)
+        assert dash.should_stop() is False
+        run.finish("done")
+        dash.close()
+    dashboard_warnings = [w for w in caught if "dashboard" in str(w.message)]
+    assert len(dashboard_warnings) == 1
+    assert "plotly exploded" in str(dashboard_warnings[0].message)
+    assert run.steps_done == 40
+    assert "Run 1" in capsys.readouterr().out            # the summary still reaches the user
+
+
+def test_stop_button_requests_a_stop(recorder: Recorder) -> None:
+    run = make_run(5)
+    dash = live_dashboard(run)
+    assert dash.should_stop() is False
+    dash.views[1].button.click()
+    assert dash.should_stop() is True
+    dash.on_step(run)
+    dash.close()
+    assert dash.views[1].button.disabled
+
+
+def test_stop_signal_route_hook_sees_click_on_another_thread() -> None:
+    import threading
+
+    class FakeComm:
+        calls: list = []
+
+        def _reply_subshell_for(self, data: Any, default: Any) -> Any:
+            self.calls.append(data)
+            return default
+
+    class FakeButton:
+        comm = FakeComm()
+
+        def on_click(self, fn: Any) -> None:
+            self.fn = fn
+
+    kernel = type("K", (), {"shell_channel_thread": object()})()
+    signal = StopSignal(FakeButton(), kernel)
+    assert signal.mode == "route"
+    hook = FakeButton.comm._reply_subshell_for
+    results: list = []
+    t = threading.Thread(target=lambda: results.append(
+        hook({"method": "update", "state": {"x": 1}}, "sub")))
+    t.start()
+    t.join()
+    assert results == ["sub"] and not signal.requested()   # other messages pass through
+    threading.Thread(target=hook, args=({"method": "custom", "content": {"event": "click"}},
+                                        None)).start()
+    deadline = time.monotonic() + 2
+    while not signal.requested() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert signal.requested()
+    signal.close()
+    assert "_reply_subshell_for" not in vars(FakeButton.comm)     # hook removed
+    assert StopSignal(FakeButton(), None).mode == "off"          # no kernel: no live stop
+
+
+# -- without a frontend -----------------------------------------------------------------------
+def test_headless_run_ends_with_static_figure_and_summary(
+        recorder: Recorder, capsys: Any) -> None:
+    run = make_run(30)
+    terminal = type("TerminalShell", (), {"kernel": None})()
+    dash = Dashboard(terminal)
+    assert dash.live is False
+    dash.on_step(run)
+    run.finish("done")
+    dash.close()
+    [bundle] = recorder.displayed
+    assert bundle["text/plain"].startswith("Run 1 (step, mirrored, 4 replica(s)): done")
+    assert "plotly" in bundle["text/html"] and "<pre>" in bundle["text/html"]
+    names = [t["name"] for t in bundle["application/vnd.plotly.v1+json"]["data"]]
+    assert names.count("replica 3") == 4                   # one per panel
+    dash_none = Dashboard(None)
+    dash_none.on_step(run)
+    dash_none.close()
+    assert "Run 1" in capsys.readouterr().out
+
+
+def test_run_plot_returns_a_static_figure() -> None:
+    import plotly.graph_objects as go
+
+    run = make_run(5000, replicas=3, slow=0)
+    run.allreduce_bytes = 4096
+    run.finish("done")
+    fig = run.plot()
+    assert isinstance(fig, go.Figure) and not isinstance(fig, go.FigureWidget)
+    loss = [t for t in fig.data if t.xaxis == "x"]
+    assert [t.name for t in loss] == ["replica 0", "replica 1", "replica 2", "mean of replicas"]
+    assert all(len(t.x) <= 2000 for t in fig.data)
+    assert "done" in fig.layout.title.text
+    assert "bus bw" in fig.layout.annotations[2].text
+    marks = [t for t in fig.data if t.name == "stragglers"][0]
+    assert marks.text == ("replica 0: 3.0x the median",)
+
+
+def test_to_tensorboard_writes_one_series_per_replica(tmp_path: Path) -> None:
+    tf = pytest.importorskip("tensorflow")
+    run = make_run(40, replicas=2, every=10)
+    run.finish("done")
+    root = run.to_tensorboard(str(tmp_path))
+    assert root.parent == tmp_path and root.name.startswith("run1-")
+    found: dict[str, dict[str, list]] = {}
+    for event_file in root.rglob("events.out.tfevents.*"):
+        series = found.setdefault(event_file.parent.relative_to(root).as_posix(), {})
+        for event in tf.compat.v1.train.summary_iterator(str(event_file)):
+            for value in event.summary.value:
+                assert value.metadata.plugin_data.plugin_name in ("", "scalars")
+                series.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor))))
+    assert sorted(found) == ["global", "replica_0", "replica_1"]
+    for r in (0, 1):
+        loss = dict(found[f"replica_{r}"]["loss"])
+        assert len(loss) == 40 and loss[9] == pytest.approx(0.1 + 0.1 * r)
+        assert [s for s, _ in found[f"replica_{r}"]["allreduce_ms"]] == [0, 10, 20, 30]
+    assert len(found["global"]["step_ms"]) == 40
+    assert dict(found["global"]["loss"])[0] == pytest.approx(1.05)
+
+
+# -- real kernels ---------------------------------------------------------------------------
+SETUP = [
+    "%load_ext nbdist\n%distribute mirrored --devices 2",
+    "import tensorflow as tf\nGLOBAL = 16\nx = tf.random.normal([{n}, 4])\n"
+    "y = tf.random.normal([{n}, 2])\n"
+    "ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL, drop_remainder=True)",
+    "%%distribute\nmodel = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])\n"
+    "optimizer = tf.keras.optimizers.SGD(0.05)",
+]
+STEP = ("%%distribute --step --data ds --epochs {epochs}\nx, y = batch\n"
+        "with tf.GradientTape() as tape:\n"
+        "    per = tf.reduce_sum(tf.square(model(x, training=True) - y), axis=-1)\n"
+        "    loss = tf.nn.compute_average_loss(per, global_batch_size=GLOBAL)\n"
+        "grads = tape.gradient(loss, model.trainable_variables)\n"
+        "optimizer.apply_gradients(zip(grads, model.trainable_variables))")
+
+
+def _kernel_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+@pytest.mark.timeout(120)
+def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    for key, value in _kernel_env().items():
+        monkeypatch.setenv(key, value)
+    logdir = tmp_path / "tb"
+    step = STEP.format(epochs=2).replace("--epochs 2", f"--epochs 2 --tensorboard {logdir}", 1)
+    cells = [c.format(n=320) for c in SETUP] + [step]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nbclient.NotebookClient(nb, kernel_name="python3", timeout=90, store_widget_state=True,
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = nb.cells[-1].outputs
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
+    assert any("done, 40 step(s)" in o.get("data", {}).get("text/plain", "") for o in outputs)
+    state = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    figures = [m for m in state.values() if "_widget_data" in m["state"]]
+    assert len(figures) == 1
+    fig = figures[0]
+    loss = {t["name"]: i for i, t in enumerate(fig["state"]["_widget_data"])
+            if t.get("xaxis") == "x"}
+    assert sorted(loss) == ["mean of replicas", "replica 0", "replica 1"]
+    # The final figure's points are in the saved state, as float64 binary buffers.
+    import base64
+
+    buffers = {tuple(b["path"]): b["data"] for b in fig.get("buffers", [])}
+    for name in ("replica 0", "replica 1"):
+        y = np.frombuffer(base64.b64decode(buffers[("_widget_data", loss[name], "y", "buffer")]))
+        assert len(y) == 40 and np.all(np.isfinite(y))
+    models = {m["model_name"] for m in state.values()}
+    assert {"VBoxModel", "ButtonModel", "IntProgressModel"} <= models
+    # --tensorboard DIR wrote one series directory per replica, and said where.
+    [run_dir] = logdir.iterdir()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["global", "replica_0", "replica_1"]
+    assert all(list(p.glob("events.out.tfevents.*")) for p in run_dir.iterdir())
+    assert any(f"TensorBoard scalars of run 1 in {run_dir}" in o.get("text", "") for o in outputs)
+
+
+@pytest.mark.timeout(150)
+def test_stop_click_ends_a_running_cell_at_a_step_boundary() -> None:
+    """A real kernel, the Stop click sent through the comm while the cell is busy."""
+    from jupyter_client.manager import start_new_kernel
+
+    out: list[str] = []
+    km, kc = start_new_kernel(kernel_name="python3", env=_kernel_env())
+    try:
+        for code in [c.format(n=16 * 400) for c in SETUP]:
+            reply = kc.execute_interactive(code, timeout=90)
+            assert reply["content"]["status"] == "ok", reply["content"]
+        msg_id = kc.execute(STEP.format(epochs=50))          # 20,000 steps: minutes
+        clicked = None
+        deadline = time.monotonic() + 100
+        while time.monotonic() < deadline:
+            msg = kc.get_iopub_msg(timeout=100)
+            content = msg["content"]
+            if (msg["msg_type"] == "comm_open" and clicked is None
+                    and content["data"]["state"].get("_model_name") == "ButtonModel"):
+                time.sleep(1.0)
+                kc.shell_channel.send(kc.session.msg("comm_msg", {
+                    "comm_id": content["comm_id"],
+                    "data": {"method": "custom", "content": {"event": "click"}}}))
+                clicked = time.monotonic()
+            if (msg["msg_type"] == "status" and content["execution_state"] == "idle"
+                    and msg["parent_header"].get("msg_id") == msg_id):
+                break
+        assert clicked is not None, "the dashboard's Stop button never appeared"
+        assert time.monotonic() - clicked < 30
+        probe = kc.execute_interactive(
+            "import nbdist; r = nbdist.runs[-1]\nprint(r.status, r.steps_done, r.total_steps)",
+            timeout=30, output_hook=lambda m: out.append(m["content"].get("text", "")))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert probe["content"]["status"] == "ok"
+    status, done, total = "".join(out).split()
+    assert status == "stopped" and 0 < int(done) < int(total) == 20_000
+

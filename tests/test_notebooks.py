@@ -1,0 +1,223 @@
+"""The tutorials in notebooks/: committed clean, executed top to bottom in fresh kernels, and
+checked for what they claim (the ring all-reduce sums, N replicas equal one device, ...).
+
+Each notebook runs once per test session in its own kernel (nbclient, kernel ``python3``);
+cells tagged ``raises-exception`` may fail, any other error fails the test. The executed
+notebooks are written to ``test-artifacts/notebooks/`` for inspection.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+ARTIFACTS = ROOT / "test-artifacts" / "notebooks"
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+MAX_SECONDS = 240        # per notebook; ~30-75 s on 2 idle cores, the slack is for a busy CI
+PLOTLY = "application/vnd.plotly.v1+json"
+
+_executed: dict[str, tuple[nbformat.NotebookNode, float]] = {}
+
+
+def run_notebook(name: str) -> nbformat.NotebookNode:
+    """Execute notebooks/<name>.ipynb once (fresh kernel); return the executed notebook."""
+    if name not in _executed:
+        from nbclient import NotebookClient
+
+        # The kernel inherits the environment: find this checkout's nbdist, less C++ noise.
+        paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
+                                resources={"metadata": {"path": str(ARTIFACTS)}})
+        start = time.perf_counter()
+        try:
+            client.execute()
+        finally:
+            nbformat.write(nb, ARTIFACTS / f"{name}.ipynb")
+        _executed[name] = (nb, time.perf_counter() - start)
+    return _executed[name][0]
+
+
+def cell(nb: nbformat.NotebookNode, snippet: str, exact: bool = False) -> nbformat.NotebookNode:
+    """The first code cell whose source contains ``snippet`` (or is it, with ``exact``)."""
+    for c in nb.cells:
+        found = c.source.strip() == snippet if exact else snippet in c.source
+        if c.cell_type == "code" and found:
+            return c
+    raise AssertionError(f"no code cell contains {snippet!r}")
+
+
+def text(c: nbformat.NotebookNode) -> str:
+    """A cell's stdout and text/plain outputs."""
+    parts = []
+    for out in c.get("outputs", []):
+        if out.output_type == "stream" and out.name == "stdout":
+            parts.append(out.text)
+        elif "data" in out:
+            parts.append(out.data.get("text/plain", ""))
+    return "".join(parts)
+
+
+def figures(c: nbformat.NotebookNode) -> list[dict]:
+    return [out.data[PLOTLY] for out in c.get("outputs", []) if PLOTLY in out.get("data", {})]
+
+
+def widget_figures(nb: nbformat.NotebookNode) -> list[list[dict]]:
+    """The traces of every plotly FigureWidget in the saved widget state."""
+    state = nb.metadata.get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return [m["state"]["_widget_data"] for m in state.values()
+            if m.get("state", {}).get("_widget_data")]
+
+
+def replica_series(nb: nbformat.NotebookNode) -> list[set[str]]:
+    """Per dashboard figure: the names of its per-replica loss traces."""
+    return [{t["name"] for t in fig if t.get("name", "").startswith("replica")
+             and t.get("yaxis", "y") == "y"} for fig in widget_figures(nb)]
+
+
+def error(c: nbformat.NotebookNode) -> tuple[str, str]:
+    errs = [(o.ename, o.evalue) for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errs, "the cell was expected to fail"
+    return errs[0]
+
+
+def number(pattern: str, s: str) -> float:
+    found = re.search(pattern, s)
+    assert found, f"{pattern!r} not in {s!r}"
+    return float(found.group(1))
+
+
+# -- static checks (no kernel) ----------------------------------------------------------------
+
+def test_the_course_is_there():
+    assert NAMES[:4] == ["00-quickstart", "01-dataflow-graphs", "02-mirrored-custom-loop",
+                         "03-ring-allreduce"]
+    assert "06-choosing-a-strategy" in NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_clean(name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert "widgets" not in nb.metadata
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, f"outputs in {name}"
+            python = "\n".join(line for line in c.source.splitlines()
+                               if not line.lstrip().startswith("%"))
+            ast.parse(python)    # magics aside, every cell is valid Python
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith(f"# {name[:2]}")
+
+
+def test_the_seeds_ideas_are_taught():
+    words = " ".join(c.source for name in NAMES
+                     for c in nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).cells)
+    words = " ".join(words.replace("*", "").replace("$", "").split())
+    for idea in ("nodes are operations", "edges are tensors", "tf.function", "constant folding",
+                 "common subexpression", "XLA", "GradientTape", "in reverse",
+                 "Parameter server", "scatter-reduce", "all-gather", "2(N-1)/N",
+                 "global batch", "num_replicas_in_sync", "synchronous", "straggler",
+                 "TensorBoard", "CentralStorageStrategy", "TPUStrategy",
+                 "MultiWorkerMirroredStrategy", "placement", "layers"):
+        assert idea.lower() in words.lower(), f"no notebook mentions {idea!r}"
+
+
+# -- executed -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_runs_top_to_bottom_in_time(name):
+    run_notebook(name)
+    assert _executed[name][1] < MAX_SECONDS, f"{name} took {_executed[name][1]:.0f} s"
+
+
+def test_00_quickstart():
+    nb = run_notebook("00-quickstart")
+    assert "16 steps per epoch" in text(cell(nb, "GLOBAL_BATCH = 64 * REPLICAS"))
+    # The step-mode dashboard's saved widget state has one loss series per replica.
+    assert {f"replica {r}" for r in range(4)} in replica_series(nb)
+    table = text(cell(nb, "per_replica = step_run.metrics"))
+    assert all(re.search(rf"^{r}\s", table, re.M) for r in range(4))
+    assert figures(cell(nb, "step_run.plot()"))
+    assert number(r"training accuracy after 3 \+ 2 epochs: ([\d.]+)",
+                  text(cell(nb, "training accuracy"))) > 0.6
+
+
+def test_01_dataflow_graphs():
+    nb = run_notebook("01-dataflow-graphs")
+    listing = text(cell(nb, "concrete.graph.get_operations()"))
+    assert re.search(r"MatMul\s+MatMul\s+in: x:0, w:0\s+out: MatMul:0", listing)
+    assert "Python ran 2 times" in text(cell(nb, "python_runs = []"))
+    assert "the graph ran 4 times" in text(cell(nb, "python_runs = []"))
+    ran = text(cell(nb, "output_partition_graphs=True"))
+    after = ran.split("ops ran in", 1)[1]
+    assert "2 partitions" in ran and "_Send" in after and "_Recv" in after
+    assert " three" not in after and "square_b" not in after     # folded, merged
+    assert "ReluGrad" in text(cell(nb, "backward = nbdist.graphview"))
+    assert "[0.70710677 0.70710677]" in text(cell(nb, "clip_gradient"))
+    step = [f for f in figures(cell(nb, "--graph")) if "compiled step" in f["layout"]["title"]
+            ["text"]]
+    assert step and "2 collective op(s)" in step[0]["layout"]["title"]["text"]
+    lanes = step[0]["layout"]["yaxis"]["ticktext"]
+    assert {"<b>CPU:0</b>", "<b>CPU:1</b>"} <= set(lanes)
+
+
+def test_02_mirrored_custom_loop():
+    nb = run_notebook("02-mirrored-custom-loop")
+    split = text(cell(nb, "experimental_distribute_dataset(ds)"))
+    assert len(re.findall(r"replica \d: x \(8, 8\) on device:CPU:\d", split)) == 4
+    ratios = text(cell(nb, "for scaling in"))
+    assert "global batch size: all-reduced gradient = 1.000 x" in ratios
+    assert "local batch size: all-reduced gradient = 4.000 x" in ratios
+    assert "4 replicas, 48 steps" in text(cell(nb, "losses = run.metrics.pivot"))
+    assert {f"replica {r}" for r in range(4)} in replica_series(nb)
+    assert "replica_3" in text(cell(nb, "run.to_tensorboard"))
+    gap = number(r"4 replicas vs 1 device: largest difference ([\d.e+-]+)",
+                 text(cell(nb, "one_device = train_on_one_device(LR)")))
+    assert gap < 1e-5
+    wrong = text(cell(nb, "vs_4x_lr = "))
+    assert number(r"at 4x the learning rate: ([\d.e+-]+)", wrong) < 1e-5
+    assert number(r"at the same learning rate: ([\d.e+-]+)", wrong) > 1e-3
+
+
+def test_03_ring_allreduce():
+    nb = run_notebook("03-ring-allreduce")
+    assert "every worker holds numpy's sum after 6 rounds" in text(cell(nb, "def ring_allreduce"))
+    rounds = figures(cell(nb, "draw_rounds(history, N)"))[0]
+    assert sum(t["type"] == "heatmap" for t in rounds["data"]) == 7     # start + 2 x 3 rounds
+    assert "sent per worker: [96.0, 96.0, 96.0, 96.0]" in text(cell(nb, "M = gradients[0]"))
+    assert "9 runs" in text(cell(nb, "SWEEP = "))
+    timing = text(cell(nb, "import pandas as pd"))
+    assert re.search(r"replicas\s+2\s+3\s+4", timing)
+    assert number(r"bytes / ([\d.]+) GB/s", timing) > 0
+    assert len(figures(cell(nb, "model fit"))[0]["data"]) == 7
+
+
+def test_06_choosing_a_strategy():
+    nb = run_notebook("06-choosing-a-strategy")
+    picker = cell(nb, "%distribute", exact=True)
+    assert "application/vnd.jupyter.widget-view+json" in str(picker.outputs)
+    same = text(cell(nb, 'final_weights["central_storage"]'))
+    assert "MirroredVariable on device:CPU:0, device:CPU:1" in same
+    assert "AggregatingVariable on device:CPU:0" in same
+    assert len(re.findall(r"vs one_device: \d\.\de[+-]\d\d", same)) == 3
+    graph = figures(cell(nb, "--epochs 2 --graph"))
+    assert graph and "0 collective op(s)" in graph[0]["layout"]["title"]["text"]
+    assert "keras_reported_loss" in text(cell(nb, "fit_run = nbdist.runs[-1]"))
+    assert error(cell(nb, "%distribute tpu"))[0] == "DeviceError"
+    name, message = error(cell(nb, "grpc://127.0.0.1:8470"))
+    assert name == "DeviceError" and "within 5 s" in message
+    assert "cannot split the CPU into 8" in error(cell(nb, "--devices 8"))[1]
+    assert "Did you mean `mirrored`" in error(cell(nb, "%distribute mirored"))[1]
