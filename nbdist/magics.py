@@ -67,6 +67,9 @@ class DistributeMagics(Magics):
     @argument("--graph", action="store_true",
               help="Step mode: after the run, draw the compiled step's dataflow graph with "
                    "its devices and collective ops, as nbdist.show_graph does (default: off).")
+    @argument("--checkpoint", default=None, metavar="DIR",
+              help="Save training state each epoch and resume after a restart (not "
+                   "available yet).")
     @argument("--timing-every", type=int, default=10,
               help="Step mode: time the allreduce on every k-th step; 0 turns it off "
                    "(default: 10, which keeps the measurement's cost under 1%%).")
@@ -123,6 +126,12 @@ class DistributeMagics(Magics):
         strategy = _strategy_spec(args)
         if cell is None:
             return self._line(args, strategy, session)
+        if args.checkpoint:
+            raise ConfigError(
+                "--checkpoint DIR is not available yet. Save state yourself meanwhile: "
+                "tf.keras.callbacks.BackupAndRestore(DIR) in model.fit (tf_keras on the "
+                "workers), or tf.train.CheckpointManager in a scope-mode cell."
+            )
         if args.names or args.worker is not None or args.keras is not None:
             raise ConfigError("Names, --worker and --keras belong on a `%distribute` line "
                               "(one %): push/pull, or starting multiworker.")

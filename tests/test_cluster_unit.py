@@ -7,6 +7,7 @@ import pytest
 from nbdist.cluster import failures, multiworker, tfconfig
 from nbdist.cluster.monitor import ClusterMonitor, StopCoordinator
 from nbdist.errors import ConfigError, StepCodeError
+from nbdist.session import current_session
 from nbdist.spec import StrategySpec
 from nbdist.telemetry.run import Run, RunList
 
@@ -182,3 +183,25 @@ def test_monitor_routes_rows_health_and_run_end():
     assert fit.mode == "fit" and fit.metrics["replica"].tolist() == [-1]
     assert fit.metrics["accuracy"].tolist() == [0.5]
     assert isinstance(step_run, Run)
+
+
+@pytest.mark.parametrize("line, words", [
+    ("multiworker --workers 2 --devices 2", "one device per worker"),
+    ("multiworker --workers 2 --cluster myprofile", "not available yet"),
+    ("push", "needs variable names"),
+    ("pull a b", "takes one name"),
+    ("status --worker 1", "--worker applies to"),
+    ("mirrored --devices 4 --keras legacy", "applies to `multiworker` only"),
+    ("restart", "no worker processes to restart"),
+    ("pull x", "start them first"),
+])
+def test_bad_multiworker_lines_fail_before_any_process_starts(ip, line, words):
+    with pytest.raises(ConfigError, match=words):
+        ip.run_line_magic("distribute", line)
+    assert current_session().cluster is None
+
+
+def test_checkpoint_is_not_available_yet(ip):
+    err = ip.run_cell("%%distribute --checkpoint /tmp/ckpt\npass", store_history=False)
+    assert isinstance(err.error_in_exec, ConfigError)
+    assert "not available yet" in str(err.error_in_exec)
