@@ -254,6 +254,7 @@ class Session:
     def flush_listeners(self, *_: Any) -> None:
         """After each cell: make sure the lab extension has the latest state."""
         if self.lab_channel is not None:
+            self.lab_channel.publish()   # state that changed outside nbdist (a worker died)
             self.lab_channel.flush()
 
     def _changed(self) -> None:

@@ -35,7 +35,8 @@ def test_choice_shows_the_exact_magic_line_and_the_equivalent_tensorflow(session
     assert "CentralStorageStrategy" in view.code.value
     assert "set_logical_device_configuration" in view.code.value
     view.buttons["multiworker"].value = True
-    assert "%distribute multiworker --devices 2 --workers 2" in view.line.value
+    # CPU only: one device per worker (TensorFlow's rule), so no --devices
+    assert "%distribute multiworker --workers 2<" in view.line.value and view.devices.disabled
     assert "TF_CONFIG" in view.code.value and view.ps.disabled
 
 

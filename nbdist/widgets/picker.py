@@ -21,11 +21,17 @@ _USES_WORKERS = ("multiworker", "parameter_server")
 
 
 def spec_from_choices(name: str, devices: int, workers: int, ps: int, cluster: str,
-                      tpu: str) -> StrategySpec:
-    """The StrategySpec for the picker's current controls (only the flags that apply)."""
+                      tpu: str, gpus: int = 0) -> StrategySpec:
+    """The StrategySpec for the picker's current controls (only the flags that apply).
+
+    Without GPUs a multiworker worker has one CPU device (TensorFlow's rule), so --devices is
+    left out there.
+    """
+    per_worker_devices = name != "multiworker" or gpus > 0
     return StrategySpec(
         name,
-        devices=devices if name in _USES_DEVICES and name != "one_device" else None,
+        devices=(devices if name in _USES_DEVICES and name != "one_device"
+                 and per_worker_devices else None),
         workers=workers if name in _USES_WORKERS else None,
         ps=ps if name == "parameter_server" else None,
         cluster=cluster or None if name in _USES_WORKERS else None,
@@ -113,11 +119,13 @@ class Picker:
 
     def spec(self) -> StrategySpec:
         return spec_from_choices(self.choice, self.devices.value, self.workers.value,
-                                 self.ps.value, self.cluster.value, self.tpu.value)
+                                 self.ps.value, self.cluster.value, self.tpu.value,
+                                 gpus=len(self.hardware.gpus))
 
     def refresh(self) -> None:
         name = self.choice
-        self.devices.disabled = name not in _USES_DEVICES or name == "one_device"
+        self.devices.disabled = (name not in _USES_DEVICES or name == "one_device"
+                                 or (name == "multiworker" and not self.hardware.gpus))
         self.workers.disabled = name not in _USES_WORKERS
         self.ps.disabled = name != "parameter_server"
         self.cluster.disabled = name not in _USES_WORKERS
