@@ -228,7 +228,7 @@ class _RunView:
         self.button = w.Button(description="Stop", icon="stop", button_style="danger",
                                tooltip="End training at the next step boundary; the partial "
                                        "Run is kept in nbdist.runs",
-                               layout=w.Layout(width="7em"))
+                               layout=w.Layout(width="9em"))   # fits "Stopping…"
         self.notes = w.HTML()
         self.box = w.VBox([w.HBox([self.header, self.progress, self.button],
                                   layout=w.Layout(align_items="center")),

@@ -70,7 +70,7 @@ class FigureModel:
             layout[axis]["title"] = {"text": "step"}
         layout["updatemenus"] = [{                      # client-side: works while the cell runs
             "type": "buttons", "direction": "right", "showactive": True, "active": 0,
-            "x": 0.0, "y": 1.13, "xanchor": "left", "yanchor": "bottom", "pad": {"r": 4},
+            "x": 1.0, "y": 1.13, "xanchor": "right", "yanchor": "bottom",  # clear of the title
             "font": {"size": 10},
             "buttons": [
                 {"label": "loss: linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
