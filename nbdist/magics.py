@@ -70,9 +70,10 @@ class DistributeMagics(Magics):
     @argument("--checkpoint", default=None, metavar="DIR",
               help="Save training state each epoch and resume after a restart (not "
                    "available yet).")
-    @argument("--timing-every", type=int, default=10,
-              help="Step mode: time the allreduce on every k-th step; 0 turns it off "
-                   "(default: 10, which keeps the measurement's cost under 1%%).")
+    @argument("--timing-every", type=int, default=None,
+              help="Step mode: time the allreduce on every K-th step; 0 turns it off "
+                   "(default: automatic, as often as keeps the timing's cost under 1%% of the "
+                   "run, between every 5th and every 100th step).")
     @line_cell_magic
     def distribute(self, line: str, cell: str | None = None) -> Any:
         """Run TensorFlow under a tf.distribute strategy.

@@ -1,8 +1,9 @@
 """The distributed training loop of step mode.
 
 ``StepRunner`` compiles the user's per-replica step (from ``rewrite``) twice with
-``tf.function``: an untimed variant run on most steps and a timed one run every
-``timing_every`` steps, so measuring the allreduce costs almost nothing. It iterates the
+``tf.function``: an untimed variant run on most steps and a timed one run only as often as
+keeps its extra cost under 1% (``TimingPacer``), so measuring the allreduce costs almost
+nothing. It iterates the
 distributed dataset, runs ``strategy.run`` and appends every step's per-replica numbers to a
 ``Run``. It stops at a step boundary on a kernel interrupt or a stop request, keeping the
 partial Run.
@@ -10,6 +11,7 @@ partial Run.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -93,11 +95,15 @@ class StepRunner:
         dist_ds = self.handle.strategy.experimental_distribute_dataset(dataset)
         run, every = self.run, self.spec.timing_every
         step = epoch = 0
+        pacer = TimingPacer(every)
         try:
             for epoch in range(self.spec.epochs):
                 for batch, data_ms in _timed_batches(dist_ds, self.spec.steps):
-                    timed = every > 0 and step % every == 0
-                    self._one_step(step, epoch, batch, data_ms, timed)
+                    timed = pacer.due(step)
+                    traced = timed not in self._compiled
+                    step_ms = self._one_step(step, epoch, batch, data_ms, timed)
+                    if not traced:
+                        pacer.observe(step, step_ms, timed)
                     step += 1
                     for observer in self.observers:
                         observer.on_step(run)
@@ -121,12 +127,12 @@ class StepRunner:
             raise
         if self._timed_probe and self._timed_probe.allreduce_calls:
             run.allreduce_bytes = self._timed_probe.allreduce_bytes
-        elif every > 0:
+        elif every is None or every > 0:
             run.note("no all_reduce was seen in the step, so allreduce_ms is not measured")
         run.finish("done")
         return run
 
-    def _one_step(self, step: int, epoch: int, batch: Any, data_ms: float, timed: bool) -> None:
+    def _one_step(self, step: int, epoch: int, batch: Any, data_ms: float, timed: bool) -> float:
         start = time.perf_counter()
         fn = self._compiled.get(timed)
         if fn is not None:
@@ -150,6 +156,48 @@ class StepRunner:
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.allreduce_calls:
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
+        return step_ms
+
+
+class TimingPacer:
+    """Decides which steps run the timed variant.
+
+    ``every=K`` times exactly every K-th step (0: never). ``every=None`` (the default) is
+    automatic: the timed step is slower (its timestamps serialise the step; on a tiny MLP here
+    ~1.9 ms more than a 2.3 ms untimed step), so timed steps are spaced so that their extra
+    cost stays under ``budget`` of the run's time, between every 5th and every 100th step.
+    """
+
+    budget = 0.01
+    min_gap = 5
+    max_gap = 100   # still sample the allreduce at least this often
+
+    def __init__(self, every: int | None):
+        self.auto = every is None
+        self.every = self.min_gap if every is None else every
+        self.next = 0
+        self.plain_ms: float | None = None
+        self.timed_ms: float | None = None
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step >= self.next
+
+    def observe(self, step: int, step_ms: float, timed: bool) -> None:
+        if timed:
+            self.timed_ms = _ema(self.timed_ms, step_ms)
+        else:
+            self.plain_ms = _ema(self.plain_ms, step_ms)
+        if not timed or self.every <= 0:
+            return
+        gap = self.every
+        if self.auto and self.plain_ms and self.timed_ms:
+            extra = max(0.0, self.timed_ms - self.plain_ms)
+            gap = max(gap, min(self.max_gap, math.ceil(extra / (self.budget * self.plain_ms))))
+        self.next = step + gap
+
+
+def _ema(previous: float | None, value: float, weight: float = 0.2) -> float:
+    return value if previous is None else (1 - weight) * previous + weight * value
 
 
 def _timed_batches(dist_ds: Any, max_steps: int | None) -> Iterator[tuple[Any, float]]:

@@ -139,7 +139,7 @@ class RunSpec:
     loss: str = "loss"
     grads: str | None = None
     show_code: bool = False
-    timing_every: int = 10
+    timing_every: int | None = None   # None: automatic (see runner.TimingPacer)
     strategy: StrategySpec | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -161,7 +161,7 @@ class RunSpec:
             raise ConfigError(f"--epochs {self.epochs}: give at least 1 epoch.")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"--steps {self.steps}: give at least 1 step, or drop --steps.")
-        if self.timing_every < 0:
+        if self.timing_every is not None and self.timing_every < 0:
             raise ConfigError(
                 f"--timing-every {self.timing_every}: give 0 (never time the allreduce), "
                 "1 (every step) or k (every k-th step)."

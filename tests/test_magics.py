@@ -73,7 +73,8 @@ def test_step_mode_records_one_row_per_step_and_replica(shell):
     assert len(frame) == 16 * 4 and set(frame["epoch"]) == {0, 1}
     assert frame["loss"].notna().all() and frame["grad_norm"].notna().all()
     assert frame["step_ms"].gt(0).all()
-    assert frame.loc[frame["step"] % 10 == 0, "allreduce_ms"].notna().all()
+    timed_steps = frame.groupby("step")["allreduce_ms"].first().notna()
+    assert timed_steps.iloc[:2].all() and 2 <= timed_steps.sum() <= 4   # paced, not every step
 
 
 def test_scope_mode_fit_is_recorded(shell):
