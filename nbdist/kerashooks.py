@@ -118,7 +118,7 @@ class FitRecorder:
     def record(self, logs: dict[str, Any]) -> None:
         step_ms = (time.perf_counter() - self.started) * 1e3
         reported = float(logs.get("loss", float("nan")))
-        extra = {k: float(v) for k, v in logs.items() if k != "loss" and _is_number(v)}
+        extra = {k: float(v) for k, v in logs.items() if k != "loss" and is_number(v)}
         loss = reported
         if self.central_storage:
             extra["keras_reported_loss"] = reported
@@ -174,7 +174,8 @@ def recording_fit(new_run: Callable[[], Run], observers: list[Any],
             cls.fit = own
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """True for values Keras logs that convert to float (skips strings, arrays...)."""
     try:
         float(value)
     except (TypeError, ValueError):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import RunInterrupted
+from ..kerashooks import is_number
 from ..rewrite import register_source, rewrite_step
 from ..telemetry.run import Run
 from .failures import KerasUnsupported, describe_exception
@@ -272,7 +273,7 @@ def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder) -> Any:
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             step_ms = (time.perf_counter() - self.started) * 1e3
             scale = _batch_log_scale(self.model, st.handle.replicas)
-            logs = {k: float(v) * scale for k, v in (logs or {}).items() if _is_number(v)}
+            logs = {k: float(v) * scale for k, v in (logs or {}).items() if is_number(v)}
             extra = {k: v for k, v in logs.items() if k != "loss"}
             run.record_step(self.step, self.epoch, loss=[logs.get("loss", float("nan"))],
                             step_ms=step_ms, replica=-1, extra=extra or None)
@@ -294,11 +295,3 @@ def _batch_log_scale(model: Any, replicas: int) -> float:
     """
     method = getattr(model, "distribute_reduction_method", "auto")
     return 1.0 / replicas if method in ("auto", "sum") and replicas > 1 else 1.0
-
-
-def _is_number(value: Any) -> bool:
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
