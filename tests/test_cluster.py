@@ -7,6 +7,7 @@ the end for the other test modules.
 
 import importlib.util
 import os
+import re
 import signal
 import sys
 import threading
@@ -273,7 +274,9 @@ def test_a_worker_killed_mid_step_fails_the_cell_fast_and_restart_recovers(mw):
     assert isinstance(err, WorkerDied), repr(err)
     assert failed - killed[0] < 10
     assert f"worker 1 (pid {victim}) died" in str(err) and "%distribute restart" in str(err)
-    assert "worker 0 stopped with" in str(err)          # the survivor did not hang
+    # The survivor is named either way; whether its collective already failed when the error is
+    # composed is a race (seen both ways). The ping below shows it did not hang.
+    assert re.search(r"worker 0 (stopped with|still)", str(err)), str(err)
     assert nbdist.runs[-1].status == "failed"
     ping = cluster().engines.client[survivor_engine].apply_async(worker.ping)
     assert ping.get(timeout=10)["ok"]                  # the survivor's engine answers
