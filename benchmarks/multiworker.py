@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from overhead import STEP_BODY  # the same step in both benchmarks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 20
 SEGMENTS = 2          # throughput: best of this many runs of --steps, on each side
@@ -53,13 +55,6 @@ optimizer = tf.keras.optimizers.SGD(0.01)
 loss_object = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 """
 
-STEP_BODY = """x, y = batch
-with tf.GradientTape() as tape:
-    loss = tf.nn.compute_average_loss(loss_object(y, model(x, training=True)),
-                                      global_batch_size=GLOBAL_BATCH)
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
 
 
 # -- the hand-written twin: one of two worker processes -------------------------------------

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,6 @@ class Hardware:
     cpu_cores: int = 1
     profiles: tuple[str, ...] = ()        # IPython/ipyparallel profiles
     ipyparallel: bool = False             # can worker processes be started?
-    notes: tuple[str, ...] = field(default=())
 
     def unavailable(self) -> dict[str, str]:
         """Strategy name -> why it cannot run here (absent when it can)."""
