@@ -41,5 +41,10 @@ class DataError(NbdistError):
     """The ``--data`` value is missing, not a dataset, or cannot be split across replicas."""
 
 
+class CheckpointError(NbdistError):
+    """``--checkpoint DIR`` cannot be used: not writable, nothing to save, or a checkpoint
+    there that belongs to another training."""
+
+
 class RunInterrupted(NbdistError):
     """A run stopped early (kernel interrupt or Stop button); its partial Run is kept."""

@@ -93,7 +93,12 @@ def call_building_optimizers(
 
 
 class FitRecorder:
-    """A Keras callback that appends each training batch of ``fit`` to a Run."""
+    """A Keras callback that appends each training batch of ``fit`` to a Run.
+
+    Reading the logs every batch adds no device synchronisation: Keras 3 on TensorFlow
+    converts each batch's logs to Python numbers on the training thread anyway (its async
+    callback dispatch is off for this backend, ``IS_THREAD_SAFE = False``, Keras 3.15).
+    """
 
     def __init__(self, run: Run, observers: list[Any], central_storage: bool):
         import keras
@@ -101,6 +106,7 @@ class FitRecorder:
         class _Callback(keras.callbacks.Callback):
             def on_epoch_begin(cb, epoch: int, logs: Any = None) -> None:
                 self.epoch = epoch
+                self.step = self.step or resumed_step(epoch, cb.params)
 
             def on_train_batch_begin(cb, batch: int, logs: Any = None) -> None:
                 self.started = time.perf_counter()
@@ -131,9 +137,13 @@ class FitRecorder:
 
 
 @contextlib.contextmanager
-def recording_fit(new_run: Callable[[], Run], observers: list[Any],
-                  central_storage: bool) -> Iterator[list[Run]]:
-    """Patch ``keras.Model.fit`` so each call inside the block records into a fresh Run."""
+def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_storage: bool,
+                  extra_callbacks: Callable[[Any, Run, dict[str, Any]], list[Any]] | None = None
+                  ) -> Iterator[list[Run]]:
+    """Patch ``keras.Model.fit`` so each call inside the block records into a fresh Run.
+
+    ``extra_callbacks(model, run, fit_kwargs)``: more callbacks for each call (--checkpoint).
+    """
     import keras
 
     cls = keras.Model
@@ -149,7 +159,10 @@ def recording_fit(new_run: Callable[[], Run], observers: list[Any],
         if central_storage:
             run.note(CENTRAL_STORAGE_LOSS_NOTE)
         recorder = FitRecorder(run, observers, central_storage)
-        callbacks = list(kwargs.pop("callbacks", None) or []) + [recorder.callback]
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        if extra_callbacks is not None:
+            callbacks += extra_callbacks(model, run, kwargs)
+        callbacks.append(recorder.callback)
         try:
             history = original(model, *args, callbacks=callbacks, **kwargs)
         except KeyboardInterrupt:
@@ -172,6 +185,16 @@ def recording_fit(new_run: Callable[[], Run], observers: list[Any],
             del cls.fit
         else:
             cls.fit = own
+
+
+def resumed_step(epoch: int, params: dict[str, Any] | None) -> int:
+    """The global step a fit starting at ``epoch`` starts from (0 for the first epoch).
+
+    A fit that restored a backup (or got ``initial_epoch``) starts later: its steps go on from
+    there, ``epoch * steps per epoch``, when Keras knows the steps per epoch.
+    """
+    steps = (params or {}).get("steps")
+    return epoch * steps if epoch > 0 and isinstance(steps, int) else 0
 
 
 def is_number(value: Any) -> bool:

@@ -38,11 +38,15 @@ class DistributeMagics(Magics):
               help="Local devices: N GPUs if present, else the CPU split into N logical "
                    "devices (default: all GPUs, else 1 CPU).")
     @argument("--workers", type=int, default=None,
-              help="Worker processes for multiworker/parameter_server (default: none).")
+              help="Worker processes for multiworker/parameter_server (default: 2 local "
+                   "processes; with --cluster, every engine of the cluster).")
     @argument("--ps", type=int, default=None,
               help="Parameter servers for parameter_server (default: none).")
-    @argument("--cluster", default=None,
-              help="An ipyparallel cluster profile to run workers on (default: local).")
+    @argument("--cluster", default=None, metavar="PROFILE",
+              help="multiworker: run the workers on the engines of an existing ipyparallel "
+                   "cluster: a profile name or directory, NAME@CLUSTER_ID to pick one of "
+                   "several; `stop` restarts its engines, never kills the cluster (default: "
+                   "none, local worker processes).")
     @argument("--tpu", default=None,
               help="TPU name or grpc:// address for `tpu` (default: the local TPU VM).")
     @argument("--step", action="store_true",
@@ -68,8 +72,12 @@ class DistributeMagics(Magics):
               help="Step mode: after the run, draw the compiled step's dataflow graph with "
                    "its devices and collective ops, as nbdist.show_graph does (default: off).")
     @argument("--checkpoint", default=None, metavar="DIR",
-              help="Save training state each epoch and resume after a restart (not "
-                   "available yet).")
+              help="Save the training state into DIR after every epoch; re-running the cell "
+                   "after a crash, an interrupt or `%%distribute restart` resumes from the "
+                   "last completed epoch. Step mode saves the objects the cell names (model, "
+                   "optimizer...) in DIR/step; scope mode adds Keras BackupAndRestore to each "
+                   "model.fit (DIR/fit1, DIR/fit2...). Deleted once the training finishes "
+                   "(default: no checkpoint).")
     @argument("--timing-every", type=int, default=None,
               help="Step mode: time the allreduce on every K-th step; 0 turns it off "
                    "(default: automatic, as often as keeps the timing's cost under 1%% of the "
@@ -96,6 +104,33 @@ class DistributeMagics(Magics):
             %distribute pull history --worker 1 # a worker's variable -> the kernel
             %distribute restart                 # fresh workers (after one died)
 
+        Parameter servers (asynchronous training; the kernel is the coordinator, the
+        workers and parameter servers are tf.distribute.Server processes on this machine;
+        defaults --workers 2 --ps 1)::
+
+            %distribute parameter_server --workers 2 --ps 1
+
+        Under ``parameter_server`` a ``%%distribute`` cell runs in the kernel under the
+        strategy's scope (variables go to the parameter servers) and a step cell is
+        scheduled with ``ClusterCoordinator.schedule`` on whichever worker is free; each
+        row records the ``worker`` that ran the step and ``update_ms`` (push, apply and
+        acknowledgement of the parameter update) instead of ``allreduce_ms``. Keras 3
+        ``model.fit`` does not work under it (TensorFlow 2.21): use step mode. A killed
+        worker's steps are re-run on the others; a killed parameter server ends the run.
+
+        An existing ipyparallel cluster (``ipcluster start --profile NAME``: local, SSH, MPI,
+        Slurm...) instead of local processes: its engines are the workers (``--workers N``:
+        the first N). TF_CONFIG uses each engine's reachable address and a port free on its
+        host. TensorFlow allows one MultiWorkerMirroredStrategy per process, so ``stop`` and
+        ``restart`` restart the cluster's engines through ipyparallel (fresh processes and
+        namespaces) and leave its controller running::
+
+            %distribute multiworker --cluster NAME              # or a profile directory
+            %distribute multiworker --cluster NAME --workers 2
+
+        Before the workers start, each is checked: TensorFlow importable, the same
+        TensorFlow and nbdist versions as this kernel; a failure names the worker and the fix.
+
         Scope mode: the cell runs under ``strategy.scope()``; ``model.fit`` calls are
         recorded into ``nbdist.runs``::
 
@@ -115,6 +150,15 @@ class DistributeMagics(Magics):
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
+        Fault tolerance: ``--checkpoint DIR`` saves the training state after every epoch
+        (step mode: the model, optimizer and other objects the cell names; scope mode: Keras
+        ``BackupAndRestore`` in each ``model.fit``). If the run dies (a worker killed, the
+        kernel interrupted), run ``%distribute restart`` if workers died, re-create the model
+        and re-run the same cell: it resumes from the last completed epoch and says so::
+
+            %%distribute --step --data train_ds --epochs 5 --checkpoint ckpt/run1
+            ...
+
         A strategy may also be given on the cell line (``%%distribute mirrored --devices 2
         --step --data ds``); it must match the kernel's strategy if one is set. Each run is
         kept in ``nbdist.runs``; ``nbdist.runs[-1].metrics`` is a DataFrame with one row per
@@ -127,19 +171,13 @@ class DistributeMagics(Magics):
         strategy = _strategy_spec(args)
         if cell is None:
             return self._line(args, strategy, session)
-        if args.checkpoint:
-            raise ConfigError(
-                "--checkpoint DIR is not available yet. Save state yourself meanwhile: "
-                "tf.keras.callbacks.BackupAndRestore(DIR) in model.fit (tf_keras on the "
-                "workers), or tf.train.CheckpointManager in a scope-mode cell."
-            )
         if args.names or args.worker is not None or args.keras is not None:
             raise ConfigError("Names, --worker and --keras belong on a `%distribute` line "
                               "(one %): push/pull, or starting multiworker.")
         run_spec = RunSpec(
             step=args.step, data=args.data, epochs=args.epochs, steps=args.steps,
             loss=args.loss, grads=args.grads, show_code=args.show_code,
-            timing_every=args.timing_every, strategy=strategy,
+            timing_every=args.timing_every, strategy=strategy, checkpoint=args.checkpoint,
         )
         header = f"%%distribute {line}".strip()
         from .widgets.dashboard import observer_for
@@ -162,7 +200,7 @@ class DistributeMagics(Magics):
 
     def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
         cell_only = [f for f in ("step", "data", "steps", "grads", "show_code",
-                                     "tensorboard", "graph") if getattr(args, f)]
+                                     "tensorboard", "graph", "checkpoint") if getattr(args, f)]
         if args.worker is not None and args.what != "pull":
             raise ConfigError("--worker applies to `%distribute pull NAME --worker i`.")
         if args.names and args.what not in ("push", "pull"):

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from . import errormap
 from .data import check_dataset, lookup_dataset
-from .errors import RunInterrupted, StepCodeError
+from .errors import CheckpointError, RunInterrupted, StepCodeError
 from .kerashooks import call_building_optimizers
 from .rewrite import StepSource
 from .spec import RunSpec
@@ -47,9 +47,11 @@ class StepRunner:
     spec: RunSpec
     run: Run
     observers: list[RunObserver] = field(default_factory=list)
+    checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
     _factory: Any = None
     _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> traced tf.function
     _timed_probe: StepProbe | None = None
+    _keys: dict[bool, list[str]] = field(default_factory=dict)   # rows of the step's output
 
     def prepare(self) -> None:
         """Compile the generated step source; the tf.functions are made on first use."""
@@ -70,15 +72,23 @@ class StepRunner:
         replica_fn = self._factory(probe)
         strategy = self.handle.strategy
 
-        def train_step(dist_batch: Any) -> dict[str, Any]:
+        keys = self._keys.setdefault(timed, [])
+
+        def train_step(dist_batch: Any) -> Any:
+            # One [metrics, replicas] float64 tensor: one host fetch per step, not one per
+            # metric (float64 keeps tf.timestamp's precision; float32 losses convert exactly).
             out = strategy.run(replica_fn, args=(dist_batch,))
-            return {k: tf.stack(strategy.experimental_local_results(v)) for k, v in out.items()}
+            keys[:] = list(out)
+            return tf.stack([
+                tf.cast(tf.stack(strategy.experimental_local_results(v)), tf.float64)
+                for v in out.values()
+            ])
 
         compiled = tf.function(train_step)
         if not timed:
             return compiled
 
-        def call_timed(dist_batch: Any) -> dict[str, Any]:
+        def call_timed(dist_batch: Any) -> Any:
             with probe.hooked():   # the hook only matters while (re)tracing, but is cheap
                 return compiled(dist_batch)
 
@@ -94,10 +104,15 @@ class StepRunner:
             self.prepare()
         dist_ds = self.handle.strategy.experimental_distribute_dataset(dataset)
         run, every = self.run, self.spec.timing_every
-        step = epoch = 0
+        step = epoch = first = 0
         pacer = TimingPacer(every)
+        ckpt = self.checkpoint
+        if ckpt is not None:   # its on_traced checks that it saves what the step trains
+            self.observers = [*self.observers, ckpt]
         try:
-            for epoch in range(self.spec.epochs):
+            if ckpt is not None:   # resume: epochs and steps go on from the restored ones
+                first, step = ckpt.restore(self.spec.epochs, run)
+            for epoch in range(first, self.spec.epochs):
                 for batch, data_ms in _timed_batches(dist_ds, self.spec.steps):
                     timed = pacer.due(step)
                     traced = timed not in self._compiled
@@ -110,13 +125,15 @@ class StepRunner:
                     if any(o.should_stop() for o in self.observers):
                         run.finish("stopped")
                         return run
+                if ckpt is not None:
+                    ckpt.save(epoch + 1, step)
         except KeyboardInterrupt:
             run.finish("interrupted")
             raise RunInterrupted(
                 f"Interrupted after step {run.steps_done} (epoch {epoch + 1}); the steps "
                 f"finished so far are kept in nbdist.runs[-1] (run {run.id})."
             ) from None
-        except StepCodeError as err:
+        except (StepCodeError, CheckpointError) as err:
             run.finish("failed", str(err))
             raise
         except Exception as err:
@@ -129,6 +146,8 @@ class StepRunner:
             run.allreduce_bytes = self._timed_probe.allreduce_bytes
         elif every is None or every > 0:
             run.note("no all_reduce was seen in the step, so allreduce_ms is not measured")
+        if ckpt is not None:
+            ckpt.complete()
         run.finish("done")
         return run
 
@@ -144,7 +163,7 @@ class StepRunner:
             for observer in self.observers:   # optional hook, e.g. `%%distribute --graph`
                 if hasattr(observer, "on_traced"):
                     observer.on_traced(getattr(fn, "tf_function", fn), batch, timed)
-        values = {k: v.numpy() for k, v in out.items()}
+        values = dict(zip(self._keys[timed], out.numpy(), strict=True))
         step_ms = (time.perf_counter() - start) * 1e3
         timing = _split_timing(values) if "t_reduce_start" in values else {}
         self.run.record_step(

@@ -7,6 +7,7 @@ and the lab extension act through the same code path.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,11 +38,14 @@ class Session:
         Returns the StrategyHandle, or for ``multiworker`` the MultiWorkerCluster running the
         worker processes (``keras``: which Keras they run, see ``resolve_keras``).
         """
-        if spec.name == "multiworker":
+        if spec.name in ("multiworker", "parameter_server"):
             return self._configure_cluster(spec, keras)
         if self.cluster is not None:
             self._stop_cluster()
         if self.handle is None or self.handle.spec != spec:
+            from .cluster.ps_context import check_kernel_usable
+
+            check_kernel_usable()   # after parameter_server, TensorFlow may be stuck to it
             self.handle = build_strategy(spec)
             self._changed()
         return self.handle
@@ -49,14 +53,32 @@ class Session:
     def _configure_cluster(self, spec: StrategySpec, keras: str) -> Any:
         from .cluster.multiworker import MultiWorkerCluster
 
+        if spec.name == "parameter_server":
+            return self._configure_ps(spec)
         current = self.cluster
         if current is not None and current.spec == spec and keras in ("auto", current.keras_choice):
             return current
         self._stop_cluster()
         cluster = MultiWorkerCluster(spec, self.runs, keras=keras)
         keras = "tf_keras" if cluster.keras == "legacy" else "Keras 3"
-        print(f"nbdist: starting {cluster.n} worker processes; they run {keras} as tf.keras "
+        what = (f"workers on the engines of ipyparallel profile {spec.cluster!r}"
+                if spec.cluster else f"{cluster.n} worker processes")
+        print(f"nbdist: starting {what}; they run {keras} as tf.keras "
               f"({cluster.keras_note}), this kernel keeps its own Keras.")
+        cluster.start()
+        self.handle, self.cluster = None, cluster
+        self._changed()
+        return cluster
+
+    def _configure_ps(self, spec: StrategySpec) -> Any:
+        from .cluster.paramserver import ParameterServerCluster
+
+        if self.cluster is not None and self.cluster.spec == spec:
+            return self.cluster
+        cluster = ParameterServerCluster(spec, self.runs)   # validates before stopping
+        self._stop_cluster()
+        print(f"nbdist: starting {cluster.n} worker(s) and {cluster.n_ps} parameter server(s) "
+              "as tf.distribute.Server processes; this kernel is their coordinator.")
         cluster.start()
         self.handle, self.cluster = None, cluster
         self._changed()
@@ -126,7 +148,10 @@ class Session:
 
     def status_text(self) -> str:
         if self.cluster is not None:
-            from .cluster.status import status_text
+            if self.cluster.spec.name == "parameter_server":
+                from .cluster.ps_status import status_text
+            else:
+                from .cluster.status import status_text
 
             return status_text(self.cluster, self.runs)
         if self.handle is None:
@@ -173,7 +198,10 @@ class Session:
     def _cluster_state(self) -> dict[str, Any]:
         if self.cluster is None:
             return {}
-        from .cluster.status import state
+        if self.cluster.spec.name == "parameter_server":
+            from .cluster.ps_status import state
+        else:
+            from .cluster.status import state
 
         spec = self.cluster.spec
         return {"strategy": spec.name, "magic_line": spec.magic_line(), **state(self.cluster)}
@@ -186,6 +214,7 @@ class Session:
         from .runner import StepRunner
 
         handle = self.require(spec.strategy)
+        spec = _with_checkpoint_dir(spec)
         if handle is self.cluster:
             return self._on_cluster(self.cluster.run_step_cell, cell, spec, observers, header)
         self._cells += 1
@@ -197,6 +226,12 @@ class Session:
             print(source.source)
         assert spec.data is not None
         dataset = lookup_dataset(self.shell.user_ns, spec.data)
+        checkpoint = None
+        if spec.checkpoint:
+            from .checkpoint import StepCheckpoint
+
+            checkpoint = StepCheckpoint.for_cell(spec.checkpoint, handle.strategy, cell,
+                                                 self.shell.user_ns, say=print)
         per_epoch = (steps_per_epoch(dataset, spec.steps)
                      if hasattr(dataset, "cardinality") else None)
         run = self.runs.new(
@@ -205,7 +240,7 @@ class Session:
         )
         self._changed()
         runner = StepRunner(handle, source, self.shell.user_ns, spec, run,
-                            observers=[*observers, _Notify(self._changed)])
+                            observers=[*observers, _Notify(self._changed)], checkpoint=checkpoint)
         try:
             return runner.execute()
         finally:
@@ -217,8 +252,11 @@ class Session:
         from .kerashooks import recording_fit
 
         handle = self.require(spec.strategy)
+        spec = _with_checkpoint_dir(spec)
         if handle is self.cluster:
-            return self._on_cluster(self.cluster.run_scope_cell, cell, None, observers, header)
+            extra = {"checkpoint": spec.checkpoint} if spec.checkpoint else {}
+            return self._on_cluster(self.cluster.run_scope_cell, cell, None, observers, header,
+                                    **extra)
         text = f"# {header}\n{cell}"
         filename = self.shell.compile.cache(text)
         tree = ast.parse(self.shell.transform_cell(text), filename=filename)
@@ -232,21 +270,32 @@ class Session:
 
         user_ns = self.shell.user_ns
         central = handle.spec.name == "central_storage"
-        with handle.strategy.scope(), recording_fit(new_run, observers, central):
+        fits = None
+        if spec.checkpoint:
+            from .checkpoint import FitCheckpoint
+
+            fits = FitCheckpoint(spec.checkpoint, say=print)
+        with handle.strategy.scope(), recording_fit(
+                new_run, observers, central,
+                extra_callbacks=fits.callbacks if fits else None) as started:
             exec(self.shell.compile(tree, filename, "exec"), user_ns)  # noqa: S102 - user's cell
             result = None
             if last is not None:
                 expr = ast.Expression(last.value)
                 result = eval(self.shell.compile(expr, filename, "eval"), user_ns)  # noqa: S307
+        if fits is not None and not started:
+            from .checkpoint import NOTHING_TRAINED
+
+            print(NOTHING_TRAINED.format(dir=spec.checkpoint))
         self._changed()
         return result
 
     def _on_cluster(self, method: Callable[..., Any], cell: str, spec: RunSpec | None,
-                    observers: list[Any], header: str) -> Any:
+                    observers: list[Any], header: str, **options: Any) -> Any:
         observers = [*observers, _Notify(self._changed)]
         try:
             if spec is None:
-                return method(cell, observers, header=header)
+                return method(cell, observers, header=header, **options)
             return method(cell, spec, observers, header=header)
         finally:
             self._changed()
@@ -264,6 +313,15 @@ class Session:
                 listener()
             except Exception:  # a broken status display must never stop training
                 pass
+
+
+def _with_checkpoint_dir(spec: RunSpec) -> RunSpec:
+    """``--checkpoint DIR`` made absolute and checked writable, before anything runs."""
+    if not spec.checkpoint:
+        return spec
+    from .checkpoint import prepare_dir
+
+    return dataclasses.replace(spec, checkpoint=prepare_dir(spec.checkpoint))
 
 
 class _Notify:

@@ -141,6 +141,7 @@ class RunSpec:
     show_code: bool = False
     timing_every: int | None = None   # None: automatic (see runner.TimingPacer)
     strategy: StrategySpec | None = None
+    checkpoint: str | None = None     # --checkpoint DIR (see nbdist.checkpoint)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -166,6 +167,8 @@ class RunSpec:
                 f"--timing-every {self.timing_every}: give 0 (never time the allreduce), "
                 "1 (every step) or k (every k-th step)."
             )
+        if self.checkpoint is not None and not self.checkpoint.strip():
+            raise ConfigError("--checkpoint needs a directory, e.g. `--checkpoint ckpt/run1`.")
         for flag in ("data", "loss", "grads"):
             value = getattr(self, flag)
             if value is not None and not value.isidentifier():

@@ -128,9 +128,9 @@ def build_strategy(spec: StrategySpec, *, collective_timeout: float | None = Non
 
     if spec.name == "parameter_server":
         raise ConfigError(
-            "`parameter_server` is not available yet in this version of nbdist. Use "
-            "`%distribute multiworker --workers N` (synchronous training in N worker "
-            "processes) or `mirrored --devices N` (N local devices)."
+            "ParameterServerStrategy needs its worker and parameter-server processes: use "
+            "`%distribute parameter_server --workers N --ps P`, which starts them and makes "
+            "this kernel their coordinator (nbdist.cluster.paramserver)."
         )
     if spec.name == "multiworker":
         return _build_multiworker(spec, collective_timeout)
@@ -223,7 +223,9 @@ def ensure_local_devices(count: int | None, name: str = "mirrored") -> tuple[tup
                 have = len(tf.config.list_logical_devices("CPU"))
                 raise DeviceError(_TOO_LATE.format(have=have, want=want, name=name)) from err
         devices, kind = tuple(f"/device:CPU:{i}" for i in range(want)), "CPU"
-    existing = {d.name for d in tf.config.list_logical_devices(kind)}
+    # After parameter_server the kernel's own devices are named /job:chief/.../device:CPU:i.
+    existing = {"/device:" + d.name.split("/device:")[-1]
+                for d in tf.config.list_logical_devices(kind)}
     missing = [d for d in devices if d not in existing]
     if missing:
         raise DeviceError(

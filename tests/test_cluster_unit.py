@@ -43,13 +43,10 @@ def test_legacy_keras_without_tf_keras_or_a_bad_choice_fail_clearly(monkeypatch)
         multiworker.resolve_keras("keras2")
 
 
-def test_unavailable_options_say_so():
-    runs = RunList()
-    with pytest.raises(ConfigError, match="--cluster PROFILE .* not available yet"):
-        multiworker.MultiWorkerCluster(StrategySpec("multiworker", workers=2, cluster="p"), runs)
+def test_parameter_server_is_not_an_in_kernel_strategy():
     from nbdist.strategies import build_strategy
 
-    with pytest.raises(ConfigError, match="parameter_server` is not available yet"):
+    with pytest.raises(ConfigError, match="needs its worker and parameter-server processes"):
         build_strategy(StrategySpec("parameter_server", workers=2, ps=1))
 
 
@@ -187,7 +184,7 @@ def test_monitor_routes_rows_health_and_run_end():
 
 @pytest.mark.parametrize("line, words", [
     ("multiworker --workers 2 --devices 2", "one device per worker"),
-    ("multiworker --workers 2 --cluster myprofile", "not available yet"),
+    ("multiworker --workers 2 --cluster no-such-profile", "no IPython profile 'no-such-pro"),
     ("push", "needs variable names"),
     ("pull a b", "takes one name"),
     ("status --worker 1", "--worker applies to"),
@@ -201,7 +198,7 @@ def test_bad_multiworker_lines_fail_before_any_process_starts(ip, line, words):
     assert current_session().cluster is None
 
 
-def test_checkpoint_is_not_available_yet(ip):
-    err = ip.run_cell("%%distribute --checkpoint /tmp/ckpt\npass", store_history=False)
-    assert isinstance(err.error_in_exec, ConfigError)
-    assert "not available yet" in str(err.error_in_exec)
+def test_checkpoint_belongs_on_a_cell(ip):
+    """(--checkpoint itself is tested in test_checkpoint.py.)"""
+    with pytest.raises(ConfigError, match="--checkpoint belongs on a `%%distribute` cell"):
+        ip.run_line_magic("distribute", "--checkpoint /tmp/ckpt")

@@ -123,7 +123,7 @@ def test_inline_strategy_must_agree(shell):
     ("mirrored --devices -3", ConfigError, "--devices -3"),
     ("mirrored --gpus 2", UsageError, "unrecognized arguments"),
     ("mirrored --devices 8", DeviceError, "Restart the kernel"),
-    ("parameter_server --workers 2 --ps 1", ConfigError, "not available yet"),
+    ("parameter_server --workers 2 --ps 0", ConfigError, "--ps 0 is not allowed"),
 ])
 def test_bad_strategy_lines(shell, line, kind, words):
     with pytest.raises(kind, match=words):

@@ -87,6 +87,14 @@ def replica_series(nb: nbformat.NotebookNode) -> list[set[str]]:
              and t.get("yaxis", "y") == "y"} for fig in widget_figures(nb)]
 
 
+def dashboard_texts(nb: nbformat.NotebookNode) -> list[str]:
+    """The text values of the saved widgets (dashboard headers and notes)."""
+    state = nb.metadata.get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return [m["state"]["value"] for m in state.values()
+            if isinstance(m.get("state", {}).get("value"), str)]
+
+
 def error(c: nbformat.NotebookNode) -> tuple[str, str]:
     errs = [(o.ename, o.evalue) for o in c.get("outputs", []) if o.output_type == "error"]
     assert errs, "the cell was expected to fail"
@@ -104,7 +112,7 @@ def number(pattern: str, s: str) -> float:
 def test_the_course_is_there():
     assert NAMES[:4] == ["00-quickstart", "01-dataflow-graphs", "02-mirrored-custom-loop",
                          "03-ring-allreduce"]
-    assert "06-choosing-a-strategy" in NAMES
+    assert "04-multi-worker" in NAMES and "06-choosing-a-strategy" in NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -203,6 +211,47 @@ def test_03_ring_allreduce():
     assert re.search(r"replicas\s+2\s+3\s+4", timing)
     assert number(r"bytes / ([\d.]+) GB/s", timing) > 0
     assert len(figures(cell(nb, "model fit"))[0]["data"]) == 7
+
+
+def test_04_multi_worker():
+    nb = run_notebook("04-multi-worker")
+    status = text(cell(nb, "%distribute status", exact=True))
+    for i in (0, 1):
+        assert f'"task": {{"type": "worker", "index": {i}}}' in status
+    assert "[worker 1] I am {'type': 'worker', 'index': 1}" in text(cell(nb, "TF_CONFIG"))
+    figs = widget_figures(nb)
+    assert any({t.get("name") for t in f} >= {"w0/r0", "w1/r0"} for f in figs)   # per worker
+    assert "2 workers x 1 replica, 32 steps" in text(cell(nb, "per_worker = run.metrics"))
+    flagged = set(re.findall(r"straggler: (w\d/r\d)", " ".join(dashboard_texts(nb))))
+    assert flagged == {"w1/r0"}                      # the slow one, and only it
+    assert number(r"worker 1 computes ([\d.]+)x longer", text(cell(nb, "slow = "))) > 2
+    name, message = error(cell(nb, "--epochs 3 --checkpoint"))
+    assert name == "WorkerDied" and "worker 1" in message and "%distribute restart" in message
+    again = [c for c in nb.cells if c.cell_type == "code" and "--checkpoint" in c.source][1]
+    resumed = text(again)                     # the same cell, after `%distribute restart`
+    assert re.search(r"\[worker 0\] nbdist: resumed from epoch 2 of 3 in \S+/step", resumed)
+    summary = text(cell(nb, "resumed = nbdist.runs[-1]"))
+    assert "steps 32..47, epochs [2], status done" in summary
+    assert "resumed from epoch 2 of 3" in summary
+    assert "checkpoint left behind: []" in summary
+
+
+def test_05_parameter_server():
+    nb = run_notebook("05-parameter-server")
+    placed = text(cell(nb, "v.value.device"))
+    assert placed.count("on /job:ps/replica:0/task:0/device:CPU:0") == 4
+    ran = text(cell(nb, "per_worker = steps.groupby"))
+    counts = [int(n) for n in re.findall(r"worker \d ran (\d+)", ran)]
+    assert len(counts) == 2 and min(counts) > 0 and sum(counts) == 160, ran
+    assert number(r"median ([\d.]+) ms, whole", ran) > 0          # the parameter update
+    assert {"w0/r0", "w1/r0"} in [{t["name"] for t in fig if t.get("name", "").startswith("w")
+                                   and t.get("yaxis", "y") == "y"} for fig in widget_figures(nb)]
+    assert len(figures(cell(nb, "coloured by the worker"))[0]["data"]) == 2
+    assert number(r"staleness: mean ([\d.]+) updates", text(cell(nb, "staleness ="))) >= 0
+    assert number(r"\(([\d.]+)x as many on the fast worker", text(cell(nb, "slow = "))) > 1.2
+    survived = text(cell(nb, "survived = "))
+    assert "the run finished: done, 300 of 300 steps" in survived
+    assert "ran on worker(s) [0]" in survived
 
 
 def test_06_choosing_a_strategy():

@@ -2,6 +2,8 @@
 
 * ``tfconfig``     free ports and each worker's TF_CONFIG
 * ``engines``      the ipyparallel controller and engines (local processes), and their cleanup
+* ``profile``      ``--cluster PROFILE``: the engines of a cluster the user runs (never killed)
+* ``compat``       checks before setup: TensorFlow importable, same versions as the kernel
 * ``worker``       what runs inside each engine: the strategy, the channel, heartbeats
 * ``cells``        scope and step cells on a worker, Keras fit recording, the stop gate
 * ``monitor``      the kernel's view of the workers: health, metric rows into Runs, stopping
@@ -10,10 +12,23 @@
 * ``multiworker``  ``MultiWorkerCluster``, what the Session holds for ``multiworker``
 * ``status``       ``%distribute status`` and the lab extension's state for a cluster
 
-Nothing here imports TensorFlow in the kernel: the kernel is never a TensorFlow worker.
+``parameter_server`` (the kernel is the coordinator, the processes only host TF servers):
+
+* ``ps_server``      what runs inside each engine: one ``tf.distribute.Server``
+* ``ps_context``     the kernel's TensorFlow context as coordinator: connect, disconnect
+* ``ps_steps``       step mode scheduled with ``ClusterCoordinator``, rows into the Run
+* ``ps_instrument``  the parameter-update timer and quieter coordinator logs
+* ``paramserver``    ``ParameterServerCluster``, what the Session holds for it
+* ``ps_status``      its ``%distribute status`` and lab-extension state
+
+Under ``multiworker`` nothing here imports TensorFlow in the kernel (the kernel is never a
+TensorFlow worker); under ``parameter_server`` the kernel is the coordinator, and TensorFlow
+starts a gRPC server in it too.
 
 Sockets: the telemetry channel, the ipyparallel controller, engines and nannies listen on
-127.0.0.1 only. TensorFlow's gRPC server (one per worker, on its TF_CONFIG port) listens on
-all interfaces whatever address TF_CONFIG gives, has no authentication and no encryption,
-and runs any graph it is sent: on a shared network, firewall those ports (see README).
+127.0.0.1 only (with ``--cluster`` on remote engines the channel binds the kernel's address
+toward them, and the cluster's sockets are the user's). TensorFlow's gRPC server (one per
+worker, on its TF_CONFIG port) listens on all interfaces whatever address TF_CONFIG gives, has
+no authentication and no encryption, and runs any graph it is sent: on a shared network,
+firewall those ports (see README).
 """

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import RunInterrupted
-from ..kerashooks import is_number
+from ..kerashooks import is_number, resumed_step
 from ..rewrite import register_source, rewrite_step
+from ..telemetry import fitreduce
 from ..telemetry.run import Run
 from .failures import KerasUnsupported, describe_exception
 from .worker import WorkerState, state, user_namespace
@@ -142,7 +143,8 @@ def _in_run(st: WorkerState, key: str, mode: str, run: Run, forward: _Forwarder,
         if run.status == "running":
             run.finish("done")
         forward.flush(run)
-        st.channel.send({"type": "run_end", "run": key, "status": run.status})
+        st.channel.send({"type": "run_end", "run": key, "status": run.status,
+                         "notes": run.notes})
         st.channel.flush()
         st.gate.reset()
 
@@ -170,12 +172,19 @@ def run_step(cell: str, header: str, filename: str, key: str,
         dataset = lookup_dataset(ns, spec.data or "")
         per_epoch = (steps_per_epoch(dataset, spec.steps)
                      if hasattr(dataset, "cardinality") else None)
+        checkpoint = None
+        if spec.checkpoint:
+            from ..checkpoint import StepCheckpoint
+
+            checkpoint = StepCheckpoint.for_cell(spec.checkpoint, st.handle.strategy, cell, ns,
+                                                 say=_chief_says(st))
         run = _local_run(st, "step")
         forward = _Forwarder(st, key)
         observers = [forward, _GateObserver(st.gate)]
         with _in_run(st, key, "step", run, forward,
                      per_epoch * spec.epochs if per_epoch else None):
-            StepRunner(st.handle, source, ns, spec, run, observers=observers).execute()
+            StepRunner(st.handle, source, ns, spec, run, observers=observers,
+                       checkpoint=checkpoint).execute()
         return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
                                       "notes": run.notes, "bytes": run.allreduce_bytes}}
     except BaseException as err:
@@ -183,8 +192,12 @@ def run_step(cell: str, header: str, filename: str, key: str,
 
 
 # -- scope mode -------------------------------------------------------------------------------
-def run_scope(cell: str, header: str, filename: str, cell_id: str) -> dict[str, Any]:
-    """Run a cell under the strategy's scope, recording every ``model.fit`` into a Run."""
+def run_scope(cell: str, header: str, filename: str, cell_id: str,
+              checkpoint: str | None = None) -> dict[str, Any]:
+    """Run a cell under the strategy's scope, recording every ``model.fit`` into a Run.
+
+    ``checkpoint``: --checkpoint DIR, Keras BackupAndRestore in each fit (nbdist.checkpoint).
+    """
     try:
         st = state()
         from IPython import get_ipython
@@ -196,7 +209,12 @@ def run_scope(cell: str, header: str, filename: str, cell_id: str) -> dict[str, 
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         ns = shell.user_ns
         result = None
-        with st.handle.strategy.scope(), _recording_fits(st, cell_id):
+        fits = None
+        if checkpoint:
+            from ..checkpoint import FitCheckpoint
+
+            fits = FitCheckpoint(checkpoint, say=_chief_says(st))
+        with st.handle.strategy.scope(), _recording_fits(st, cell_id, fits):
             exec(shell.compile(tree, filename, "exec"), ns)  # noqa: S102 - the user's cell
             if last is not None:
                 expr = ast.Expression(last.value)
@@ -221,13 +239,13 @@ def _fit_classes() -> list[tuple[type, str]]:
 
 
 @contextlib.contextmanager
-def _recording_fits(st: WorkerState, cell_id: str) -> Iterator[None]:
+def _recording_fits(st: WorkerState, cell_id: str, fits: Any = None) -> Iterator[None]:
     patched: list[tuple[type, Any]] = []
     count = [0]
     for cls, kind in _fit_classes():
         own = cls.__dict__.get("fit")
         patched.append((cls, own))
-        cls.fit = _recording_fit(st, cell_id, cls.fit, kind, count)
+        cls.fit = _recording_fit(st, cell_id, cls.fit, kind, count, fits)
     try:
         yield
     finally:
@@ -239,7 +257,7 @@ def _recording_fits(st: WorkerState, cell_id: str) -> Iterator[None]:
 
 
 def _recording_fit(st: WorkerState, cell_id: str, original: Any, kind: str,
-                   count: list[int]) -> Any:
+                   count: list[int], fits: Any = None) -> Any:
     def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
         if kind == "keras3":
             raise KerasUnsupported(KERAS3_MWMS)
@@ -247,25 +265,43 @@ def _recording_fit(st: WorkerState, cell_id: str, original: Any, kind: str,
         key = f"{cell_id}-fit{count[0]}"
         run = _local_run(st, "fit")
         forward = _Forwarder(st, key)
-        callback = _fit_callback(st, run, forward)
-        kwargs["callbacks"] = [*list(kwargs.get("callbacks") or []), callback]
-        with _in_run(st, key, "fit", run, forward):
+        clock = _allreduce_clock(model, st, run)
+        callback = _fit_callback(st, run, forward, clock)
+        extra = fits.callbacks(model, run, kwargs) if fits is not None else []
+        kwargs["callbacks"] = [*list(kwargs.get("callbacks") or []), *extra, callback]
+        with _in_run(st, key, "fit", run, forward), fitreduce.hooked(clock):
             history = original(model, *args, **kwargs)
+            if clock is not None and not callback.timed and run.steps_done:
+                run.note("no gradient all-reduce was seen in tf_keras's optimizer (a custom "
+                         "train_step?), so allreduce_ms is not measured")
             run.finish("stopped" if callback.stopped else "done")
             return history
 
     return fit
 
 
-def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder) -> Any:
+def _allreduce_clock(model: Any, st: WorkerState, run: Run) -> Any:
+    """The model's all-reduce clock (telemetry.fitreduce), or None with a note saying why."""
+    why = fitreduce.unavailable_reason()
+    if why is not None:
+        run.note(f"allreduce_ms is not measured in fit: {why}")
+        return None
+    clock = fitreduce.clock_for(model, st.handle.strategy)
+    clock.reset()
+    run.note(fitreduce.NOTE)
+    return clock
+
+
+def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder, clock: Any = None) -> Any:
     """A tf_keras callback recording each training batch into the kernel's Run."""
     import tensorflow as tf
 
     class _Recorder(tf.keras.callbacks.Callback):
-        epoch, step, started, stopped = 0, 0, 0.0, False
+        epoch, step, started, stopped, timed = 0, 0, 0.0, False, False
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch = epoch
+            self.step = self.step or resumed_step(epoch, self.params)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             self.started = time.perf_counter()
@@ -275,8 +311,11 @@ def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder) -> Any:
             scale = _batch_log_scale(self.model, st.handle.replicas)
             logs = {k: float(v) * scale for k, v in (logs or {}).items() if is_number(v)}
             extra = {k: v for k, v in logs.items() if k != "loss"}
+            allreduce = clock.read_ms() if clock is not None else None
+            self.timed = self.timed or allreduce is not None
             run.record_step(self.step, self.epoch, loss=[logs.get("loss", float("nan"))],
-                            step_ms=step_ms, replica=-1, extra=extra or None)
+                            step_ms=step_ms, replica=-1, extra=extra or None,
+                            allreduce_ms=allreduce)
             self.step += 1
             forward.on_step(run, extra)
             if st.gate.should_stop(self.step):
@@ -284,6 +323,11 @@ def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder) -> Any:
                 self.stopped = True
 
     return _Recorder()
+
+
+def _chief_says(st: WorkerState) -> Any:
+    """Where a worker tells the user something once: worker 0 prints, the others stay quiet."""
+    return print if st.index == 0 else None
 
 
 def _batch_log_scale(model: Any, replicas: int) -> float:

@@ -80,23 +80,27 @@ class Dispatcher:
         self.pids = pids or {}
 
     def call(self, fn: Callable[..., Any], args: list[tuple[Any, ...]],
-             observers: list[Any] = (), quiet: bool = False
-             ) -> tuple[dict[int, dict[str, Any]], bool]:
+             observers: list[Any] = (), quiet: bool = False,
+             fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
         """Run ``fn(*args[i])`` on worker i; return ({worker: outcome}, interrupted).
 
-        ``quiet``: show the workers' output only if the call fails.
+        ``quiet``: show the workers' output only if the call fails. ``fail_fast``: once a
+        worker has failed, wait at most this many seconds for the others; those still running
+        then get the outcome ``{"ok": False, "abandoned": True}`` (they are typically blocked
+        waiting for the failed one, e.g. in the strategy's start-up, and must be stopped).
         """
         results = {i: self.client[eid].apply_async(fn, *args[i])
                    for i, eid in enumerate(self.engine_ids)}
-        return self.wait(results, list(observers), quiet)
+        return self.wait(results, list(observers), quiet, fail_fast)
 
-    def wait(self, results: dict[int, Any], observers: list[Any], quiet: bool = False
-             ) -> tuple[dict[int, dict[str, Any]], bool]:
+    def wait(self, results: dict[int, Any], observers: list[Any], quiet: bool = False,
+             fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
         output = _Output(results, quiet)
         stopping: _Stopping | None = None
+        give_up = _FailFast(results, fail_fast)
         while True:
             try:
-                while not all(ar.ready() for ar in results.values()):
+                while not all(ar.ready() for ar in results.values()) and not give_up():
                     output.pump()
                     self._notify(observers)
                     self._check_health(results, output)
@@ -111,6 +115,11 @@ class Dispatcher:
                     stopping = _Stopping(self, interrupted=True)
                 else:
                     stopping.escalate()
+        if give_up.expired:
+            outcomes = {i: _outcome(ar) if ar.ready() else {"ok": False, "abandoned": True}
+                        for i, ar in results.items()}
+            output.pump(final=True, show=True)
+            return outcomes, False
         self._check_health(results, output)   # a worker may have died just as it returned
         for ar in results.values():
             ar.wait_for_output(1.0)
@@ -168,6 +177,25 @@ class Dispatcher:
             out[w] = ("finished" if outcome["ok"]
                       else f"stopped with {outcome['error']['type']}")
         return out
+
+
+class _FailFast:
+    """True once some worker failed more than ``grace`` seconds ago (never if grace is None)."""
+
+    def __init__(self, results: dict[int, Any], grace: float | None):
+        self.results, self.grace = results, grace
+        self.failed_at: float | None = None
+        self.expired = False
+
+    def __call__(self) -> bool:
+        if self.grace is None:
+            return False
+        if self.failed_at is None:
+            if any(ar.ready() and not _outcome(ar)["ok"] for ar in self.results.values()):
+                self.failed_at = time.monotonic()
+            return False
+        self.expired = time.monotonic() - self.failed_at > self.grace
+        return self.expired
 
 
 class _Stopping:

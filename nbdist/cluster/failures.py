@@ -101,8 +101,13 @@ def _error_class(name: str) -> type[NbdistError] | None:
     return cls if isinstance(cls, type) and issubclass(cls, NbdistError) else None
 
 
-def build_error(failures: dict[int, dict[str, Any]], total: int) -> NbdistError:
-    """The one error to show for the failures of some of ``total`` workers."""
+def build_error(failures: dict[int, dict[str, Any]], total: int,
+                waiting: list[int] = ()) -> NbdistError:
+    """The one error to show for the failures of some of ``total`` workers.
+
+    ``waiting``: workers that were still blocked (waiting for the failed ones) when the kernel
+    stopped waiting for them.
+    """
     index, root = _root(failures)
     same = sorted(w for w, f in failures.items()
                   if f["type"] == root["type"] and f["message"] == root["message"])
@@ -114,7 +119,10 @@ def build_error(failures: dict[int, dict[str, Any]], total: int) -> NbdistError:
         notes.append(f"{_workers(others)} then failed with {', '.join(kinds)}"
                      + (" (a consequence: a collective lost its peer)"
                         if set(kinds) <= COLLATERAL else ""))
-    ok = total - len(failures)
+    if waiting:
+        were = "was" if len(waiting) == 1 else "were"
+        notes.append(f"{_workers(list(waiting))} waited for it and {were} stopped")
+    ok = total - len(failures) - len(waiting)
     if ok:
         notes.append(f"{ok} other worker(s) finished")
     suffix = f" ({'; '.join(notes)})" if notes else ""

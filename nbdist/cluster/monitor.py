@@ -182,6 +182,10 @@ class ClusterMonitor:
             health.in_run = None
             entry = self._entry(str(message.get("run")), create=False)
             if entry is not None:
+                notes = message.get("notes")
+                for note in notes if isinstance(notes, list) else []:
+                    if isinstance(note, str):   # e.g. "resumed from epoch 2 of 3 in DIR"
+                        entry.run.note(note[:1000])
                 entry.end(worker, str(message.get("status")), len(self.health))
         elif kind == "paused" and isinstance(message.get("step"), int):
             self.stopper.on_paused(worker, message["step"])

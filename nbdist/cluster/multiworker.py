@@ -6,6 +6,12 @@ TensorFlow import), then ``worker.setup`` on every engine at once with its TF_CO
 ports on 127.0.0.1): each connects back to the channel and creates
 MultiWorkerMirroredStrategy, whose collectives are bounded by ``collective_timeout``.
 Cells run on every worker through ``Dispatcher``.
+
+With ``--cluster PROFILE`` the engines are those of a cluster the user runs
+(``profile.ProfileEngines``): TF_CONFIG uses their reachable addresses and ports chosen on their
+hosts, the channel binds where they can reach it, and ``stop`` restarts them instead of
+killing them. Either way ``compat.preflight`` first checks every engine (TensorFlow importable,
+same TensorFlow and nbdist versions as the kernel).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import atexit
 import importlib.metadata
 import importlib.util
 import os
+import signal
+import sys
 import weakref
 from typing import Any
 
@@ -23,13 +31,17 @@ from ..spec import RunSpec, StrategySpec
 from ..telemetry.channel import ChannelServer, new_key
 from ..telemetry.run import Run, RunList
 from . import cells, tfconfig, worker
+from .compat import check_engines
 from .dispatch import Dispatcher
 from .engines import ClusterStartError, LocalEngines
 from .failures import ClusterError, WorkerError, build_error
 from .monitor import ClusterMonitor
+from .profile import ProfileEngines
 
 #: Default bound on each collective (seconds): a peer that is gone cannot hang the others.
 COLLECTIVE_TIMEOUT_S = 120.0
+#: After one worker's setup failed, seconds the others get before they are given up on.
+SETUP_FAIL_FAST_S = 2.0
 KERAS_CHOICES = ("auto", "legacy", "keras3")
 KERAS_ISSUE = ("Keras 3 model.fit fails under MultiWorkerMirroredStrategy "
                "(keras-team/keras#20585)")
@@ -71,67 +83,108 @@ class MultiWorkerCluster:
                  collective_timeout: float = COLLECTIVE_TIMEOUT_S):
         if spec.name != "multiworker":
             raise ConfigError(f"MultiWorkerCluster runs `multiworker`, not `{spec.name}`.")
-        if spec.cluster:
-            raise ConfigError(
-                "--cluster PROFILE (engines of an existing ipyparallel cluster) is not "
-                "available yet; drop it to start local worker processes."
-            )
         if spec.devices is not None and spec.devices > 1:
             from ..strategies import MULTIWORKER_CPU_DEVICES, physical_gpus
 
             if not physical_gpus():   # imports TensorFlow here, but creates no device
                 raise ConfigError(MULTIWORKER_CPU_DEVICES.format(devices=spec.devices))
         self.spec = spec
-        self.n = spec.workers or 2
+        # --cluster: the profile's engines (or the first --workers of them), known at start
+        self.n = spec.workers or (0 if spec.cluster else 2)
         self.runs = runs
         self.keras_choice = keras
         self.keras, self.keras_note = resolve_keras(keras)
         self.collective_timeout = collective_timeout
         self.broken: str | None = None
         self.info: list[dict[str, Any]] = []
-        self.engines: LocalEngines | None = None
+        self.engines: LocalEngines | ProfileEngines | None = None
         self.channel: ChannelServer | None = None
         self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
         self.dispatcher: Dispatcher | None = None
+        self._engine_pids: dict[int, int] = {}   # worker -> engine pid (from the preflight)
         self._cells = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         key = new_key()
-        self.channel = ChannelServer(key, self.monitor.handle)
         env = {"TF_USE_LEGACY_KERAS": "1" if self.keras == "legacy" else "0",
                "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-        self.engines = LocalEngines(self.n, environment=env)
+        profile = bool(self.spec.cluster)
+        self.engines = (ProfileEngines(self.spec.cluster, self.spec.workers) if profile
+                        else LocalEngines(self.n, environment=env))
         _LIVE.add(self)
         try:
             self.engines.start()
             # after ipyparallel's own atexit hook, so this one runs first (quicker: see stop)
             atexit.register(self._stop_at_exit)
+            if profile:
+                self.n = len(self.engines.ids)
+                self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
+            host = self.engines.channel_host if profile else "127.0.0.1"
+            self.channel = ChannelServer(key, self.monitor.handle, host=host)
             self.dispatcher = Dispatcher(self.engines.client, self.engines.ids, self.monitor,
                                          self._signal)
-            configs = tfconfig.local_tf_configs(self.n)
+            if profile:
+                self.engines.touched = True   # from here on stop must restart the engines
+            self._preflight(env)
+            configs = (self.engines.tf_configs() if profile
+                       else tfconfig.local_tf_configs(self.n))
+            # A user's engines outlive this kernel: they must not exit when it does.
             options = {"spec": self.spec.to_json(), "channel": list(self.channel.address),
-                       "key": key.hex(), "kernel_pid": os.getpid(), "keras": self.keras,
-                       "collective_timeout": self.collective_timeout}
+                       "key": key.hex(), "kernel_pid": None if profile else os.getpid(),
+                       "keras": self.keras, "collective_timeout": self.collective_timeout}
             outcomes, _ = self.dispatcher.call(
                 worker.setup, [(i, self.n, configs[i], options) for i in range(self.n)],
-                quiet=True)   # TensorFlow's start-up lines are noise unless setup fails
-            failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"]}
+                quiet=True,   # TensorFlow's start-up lines are noise unless setup fails
+                fail_fast=SETUP_FAIL_FAST_S)   # the others wait for a failed one forever
+            failures = {w: o["error"] for w, o in outcomes.items() if "error" in o}
             if failures:
-                cause = build_error(failures, self.n)
+                waiting = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
+                self._kill_blocked(waiting)
+                cause = build_error(failures, self.n, waiting)
                 if isinstance(cause, WorkerError):   # e.g. TensorFlow missing on a worker
                     raise ClusterStartError(f"The worker processes could not set up "
                                             f"MultiWorkerMirroredStrategy: {cause}") from cause
                 raise cause
             self.info = [outcomes[i]["value"] for i in range(self.n)]
-            self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)}
+            self.dispatcher.pids = (self.engines.local_pids() if profile else
+                                    {i: info["pid"] for i, info in enumerate(self.info)})
             self.engines.remember_processes()
         except BaseException:
             self.stop()
             raise
 
+    def _kill_blocked(self, workers: list[int]) -> None:
+        """SIGKILL local workers blocked in TensorFlow's start-up (they cannot quit, and
+        SIGTERM waits seconds): a user's cluster restarts its engines in ``stop`` instead."""
+        if self.spec.cluster:
+            return
+        for w in workers:
+            pid = self._engine_pids.get(w)
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def _preflight(self, environment: dict[str, str]) -> None:
+        """``compat.check_engines`` on every engine before any worker builds its strategy."""
+        if self.spec.cluster:
+            fix = (f"restart the engines of profile {self.spec.cluster!r} with that "
+                   f"environment (`ipcluster stop --profile-dir {self.engines.profile_dir}`, "
+                   "then `ipcluster start` as before) and run `%distribute multiworker "
+                   f"--cluster {self.spec.cluster}` again")
+        else:
+            fix = ("run the `%distribute multiworker` line again: nbdist starts fresh engines "
+                   f"with this kernel's Python ({sys.executable}) and environment")
+        self._engine_pids = check_engines(self.dispatcher, self.engines.ids, environment, fix)
+
     def stop(self) -> list[int]:
-        """Stop every process and the channel; return pids that had to be killed."""
+        """Stop every process and the channel; return pids that had to be killed.
+
+        With --cluster nbdist kills nothing: the user's engines are restarted (see
+        ``profile.ProfileEngines.stop``) and the controller keeps running.
+        """
         killed: list[int] = []
         if self.engines is not None:
             killed = self.engines.stop(quit_fn=worker.exit_soon)
@@ -146,6 +199,8 @@ class MultiWorkerCluster:
 
     def _stop_at_exit(self) -> None:
         try:
+            if self.engines is not None:
+                self.engines.exiting = True   # a user's cluster: no engine restart now
             self.stop()
         except Exception:  # interpreter shutdown: best effort, never raise
             pass
@@ -255,7 +310,8 @@ class MultiWorkerCluster:
         run = self._new_run("step")
         self.monitor.expect_run(key, run)
         options = {"data": spec.data, "epochs": spec.epochs, "steps": spec.steps,
-                   "loss": spec.loss, "grads": spec.grads, "timing_every": spec.timing_every}
+                   "loss": spec.loss, "grads": spec.grads, "timing_every": spec.timing_every,
+                   "checkpoint": spec.checkpoint}
         outcomes, interrupted = self._call(
             cells.run_step, [(cell, header, filename, key, options)] * self.n, observers)
         self._finish(outcomes, interrupted, [run])
@@ -266,16 +322,24 @@ class MultiWorkerCluster:
             run.allreduce_bytes = first["bytes"]
         return run
 
-    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "") -> Any:
-        """Run the cell on every worker under the strategy's scope; show worker values."""
+    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "",
+                       checkpoint: str | None = None) -> Any:
+        """Run the cell on every worker under the strategy's scope; show worker values.
+
+        ``checkpoint``: --checkpoint DIR (absolute), Keras BackupAndRestore in each fit.
+        """
         self._usable()
         self._cells += 1
         before = set(map(id, self.monitor.runs()))
         filename = f"<nbdist-cell-{self._cells}>"
-        args = (cell, header, filename, f"cell{self._cells}")
+        args = (cell, header, filename, f"cell{self._cells}", checkpoint)
         outcomes, interrupted = self._call(cells.run_scope, [args] * self.n, observers)
         new = [r for r in self.monitor.runs() if id(r) not in before]
         self._finish(outcomes, interrupted, new)
+        if checkpoint and not new:
+            from ..checkpoint import NOTHING_TRAINED
+
+            print(NOTHING_TRAINED.format(dir=checkpoint))
         values = {w: o.get("value") for w, o in outcomes.items()}
         return WorkerValues(values) if any(v is not None for v in values.values()) else None
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import psutil
 
+from ..telemetry.run import runs_summary
+from .monitor import HUNG_AFTER_S
 from .multiworker import MultiWorkerCluster, _version
 
 
@@ -15,6 +17,11 @@ def worker_alive(cluster: MultiWorkerCluster, index: int) -> bool:
     pid = cluster.info[index].get("pid") if index < len(cluster.info) else None
     if pid is None:
         return False
+    local = getattr(cluster.engines, "local", None)
+    if local is not None and index < len(local) and not local[index]:
+        # an engine on another machine: judge by its heartbeats
+        silent = cluster.monitor.health[index].silent_for()
+        return silent is not None and silent < HUNG_AFTER_S
     try:
         return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.NoSuchProcess:
@@ -27,7 +34,7 @@ def status_text(cluster: MultiWorkerCluster, runs: list[Any]) -> str:
     keras = info0.get("keras", "?")
     lines = [
         f"strategy   {spec.name} ({spec.tf_class})",
-        f"workers    {cluster.n} local ipyparallel engines (controller on 127.0.0.1)"
+        f"workers    {_engines_text(cluster)}"
         + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
         f"replicas   {cluster.replicas_local * cluster.n} ({cluster.replicas_local} per worker)",
         f"keras      workers run {keras} as tf.keras; this kernel has keras {_version('keras')}",
@@ -58,11 +65,17 @@ def status_text(cluster: MultiWorkerCluster, runs: list[Any]) -> str:
     lines.append(f"magic      {spec.magic_line()}"
                  + ("" if cluster.keras_choice == "auto" else f" --keras {cluster.keras_choice}"))
     if runs:
-        last = runs[-1]
-        lines.append(f"runs       {len(runs)} (last: {last.status}, {last.steps_done} steps)")
+        lines.append(f"runs       {runs_summary(runs)}")
     lines += ["", "Equivalent TensorFlow, in worker i's process:"]
     lines += ["    " + line for line in equivalent_code(cluster).splitlines()]
     return "\n".join(lines)
+
+
+def _engines_text(cluster: MultiWorkerCluster) -> str:
+    describe = getattr(cluster.engines, "describe", None)
+    if describe is not None:
+        return describe()
+    return f"{cluster.n} local ipyparallel engines (controller on 127.0.0.1)"
 
 
 def equivalent_code(cluster: MultiWorkerCluster) -> str:

@@ -90,8 +90,9 @@ def _build(st: WorkerState, options: dict[str, Any]) -> None:
         text = str(err)
         if "already in use" in text or "Could not start gRPC server" in text:
             raise RuntimeError(
-                f"TensorFlow could not listen on its TF_CONFIG port {_my_address(st)} (another "
-                "process took it after nbdist chose it). Run `%distribute restart`: it picks "
+                f"TensorFlow could not listen on its TF_CONFIG port {_my_address(st)}: it is "
+                "already in use (another process took it after nbdist chose it). Run the "
+                "`%distribute multiworker` line (or `%distribute restart`) again: nbdist picks "
                 "new free ports."
             ) from err
         raise

@@ -234,3 +234,9 @@ class RunList(list):
 
 
 runs = RunList()
+
+
+def runs_summary(runs: Sequence[Run]) -> str:
+    """``"3 (last: done, 400 steps)"``: how many runs, and how the last one ended."""
+    last = runs[-1]
+    return f"{len(runs)} (last: {last.status}, {last.steps_done} steps)"

@@ -1,0 +1,286 @@
+"""``ParameterServerCluster``: what the Session holds for ``%distribute parameter_server``.
+
+The kernel is the coordinator. Starting: N + P local ipyparallel engines (``LocalEngines``),
+each of which starts one ``tf.distribute.Server`` (``ps_server.serve``) as ``worker i`` or
+``ps i`` of a cluster on free ports of 127.0.0.1; then the kernel connects to them with
+ParameterServerStrategy and a ClusterCoordinator (``ps_context.connect``). Scope-mode cells
+run in the kernel under ``strategy.scope()`` (variables are created on the parameter
+servers); step-mode cells are scheduled on the workers by ``ps_steps.PSStepLoop``. The
+metrics are fetched by the coordinator itself, so no telemetry channel is needed.
+
+Defaults: ``--workers 2`` and ``--ps 1``.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import contextlib
+import os
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+
+from ..errors import ConfigError
+from ..rewrite import rewrite_step
+from ..spec import RunSpec, StrategySpec
+from ..telemetry.run import Run, RunList
+from . import ps_context, ps_server, tfconfig
+from .engines import START_TIMEOUT_S, ClusterStartError, LocalEngines
+from .failures import ClusterError, KerasUnsupported, WorkerError, build_error
+from .ps_steps import ProcessWatch, PSStepLoop
+
+DEFAULT_WORKERS = 2
+DEFAULT_PS = 1
+KERAS3_PS = (
+    "Keras 3 `model.fit` does not work under ParameterServerStrategy in TensorFlow 2.21 (it "
+    "asks for ClusterCoordinator.create_per_worker_dataset, which its fit cannot use), and "
+    "this kernel's Keras cannot be switched to tf_keras after it was imported. Train in step "
+    "mode instead: build the model and optimizer in a `%%distribute` cell (their variables "
+    "go to the parameter servers), then write the training step in a `%%distribute --step "
+    "--data DATASET` cell; nbdist schedules it on the workers."
+)
+_LIVE: weakref.WeakSet[ParameterServerCluster] = weakref.WeakSet()
+
+
+class ParameterServerCluster(ProcessWatch):
+    """Worker and parameter-server processes, with this kernel as their coordinator."""
+
+    def __init__(self, spec: StrategySpec, runs: RunList):
+        if spec.name != "parameter_server":
+            raise ConfigError(f"ParameterServerCluster runs `parameter_server`, not "
+                              f"`{spec.name}`.")
+        if spec.cluster:
+            raise ConfigError(
+                "--cluster PROFILE is not available for parameter_server yet; drop it to "
+                "start local worker and parameter-server processes."
+            )
+        if spec.devices not in (None, 1):
+            raise ConfigError(
+                f"--devices {spec.devices}: under parameter_server each worker trains on one "
+                "device of its own process (asynchronously, no replicas in sync). Use "
+                "--workers N for N workers, or `mirrored --devices N` for N local devices."
+            )
+        ps_context.check_kernel_usable()
+        self.spec = spec
+        self.n = spec.workers or DEFAULT_WORKERS
+        self.n_ps = spec.ps or DEFAULT_PS
+        self.runs = runs
+        self.cluster_spec: dict[str, list[str]] = {}
+        self.info: dict[tuple[str, int], dict[str, Any]] = {}
+        self.engines: LocalEngines | None = None
+        self.strategy: Any = None
+        self.coordinator: Any = None
+        self.broken: str | None = None
+        self.dead_workers: set[int] = set()
+        self.steps_by_worker: dict[int, int] = {}
+        self._cells = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def tasks(self) -> list[tuple[str, int]]:
+        return [("worker", i) for i in range(self.n)] + [("ps", i) for i in range(self.n_ps)]
+
+    def start(self) -> None:
+        env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        self.engines = LocalEngines(len(self.tasks), environment=env)
+        _LIVE.add(self)
+        try:
+            self.engines.start()
+            atexit.register(self._stop_at_exit)
+            ports = tfconfig.free_ports(len(self.tasks))
+            addresses = [f"127.0.0.1:{p}" for p in ports]
+            self.cluster_spec = {"worker": addresses[:self.n], "ps": addresses[self.n:]}
+            self._serve()
+            self.strategy, self.coordinator = ps_context.connect(self.cluster_spec)
+            self.engines.remember_processes()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _serve(self) -> None:
+        """Start one TensorFlow server per engine and wait for all of them."""
+        assert self.engines is not None
+        client = self.engines.client
+        pending = {task: client[eid].apply_async(ps_server.serve, self.cluster_spec, *task)
+                   for task, eid in zip(self.tasks, self.engines.ids, strict=True)}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        outcomes: dict[tuple[str, int], dict[str, Any]] = {}
+        for task, ar in pending.items():
+            try:
+                outcomes[task] = ar.get(max(1.0, deadline - time.monotonic()))
+            except Exception as err:
+                outcomes[task] = {"ok": False, "error": {
+                    "type": getattr(err, "ename", type(err).__name__),
+                    "message": str(getattr(err, "evalue", err)), "traceback": "",
+                    "nbdist": False}}
+        failed = {i: o["error"] for i, (task, o) in enumerate(outcomes.items()) if not o["ok"]}
+        if failed:
+            first = min(failed)
+            job, index = self.tasks[first]
+            cause = build_error({first: failed[first]}, len(self.tasks))
+            raise ClusterStartError(
+                f"The {_job_name(job)} {index} process could not start its TensorFlow server: "
+                f"{cause}"
+            ) from (cause if isinstance(cause, WorkerError) else None)
+        self.info = {task: outcome["value"] for task, outcome in outcomes.items()}
+
+    def stop(self) -> list[int]:
+        """Detach the kernel, stop every process; return pids that had to be killed."""
+        killed: list[int] = []
+        if self.coordinator is not None:
+            ps_context.disconnect(self.coordinator, worker_died=bool(self.dead_workers))
+            self.coordinator = self.strategy = None
+        if self.engines is not None:
+            killed = self.engines.stop(quit_fn=ps_server.exit_soon)
+            self.engines = None
+        _LIVE.discard(self)
+        atexit.unregister(self._stop_at_exit)
+        return killed
+
+    def _stop_at_exit(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # interpreter shutdown: best effort, never raise
+            pass
+
+    def restarted(self) -> ParameterServerCluster:
+        """Fresh processes and a fresh coordinator (after this one is stopped)."""
+        self.stop()
+        ps_context.check_kernel_usable()
+        fresh = ParameterServerCluster(self.spec, self.runs)
+        fresh.start()
+        return fresh
+
+    def processes(self) -> list[Any]:
+        """psutil Processes of the controller, engines and their children still running."""
+        return self.engines.processes() if self.engines is not None else []
+
+    # -- health (ps_steps.ProcessWatch) ----------------------------------------------------
+    def pid(self, job: str, index: int) -> int | None:
+        return self.info.get((job, index), {}).get("pid")
+
+    def alive(self, job: str, index: int) -> bool:
+        pid = self.pid(job, index)
+        if pid is None:
+            return False
+        try:
+            return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE,
+                                                        psutil.STATUS_DEAD)
+        except psutil.NoSuchProcess:
+            return False
+
+    def dead(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {"worker": [], "ps": []}
+        for job, index in self.tasks:
+            if not self.alive(job, index):
+                out[job].append(index)
+        return out
+
+    def describe(self, job: str, index: int) -> str:
+        return f"{_job_name(job)} {index} (pid {self.pid(job, index) or '?'})"
+
+    # -- what the magics and the status show -----------------------------------------------
+    @property
+    def replicas(self) -> int:
+        return self.n
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(self.n))
+
+    def _usable(self) -> None:
+        if self.broken:
+            raise ClusterError(f"The parameter-server cluster is unusable: {self.broken} Run "
+                               "`%distribute restart` to start fresh processes.")
+        if self.coordinator is None:
+            raise ClusterError("The parameter-server cluster is stopped. Run `%distribute "
+                               "restart`.")
+
+    def push(self, values: dict[str, Any]) -> None:
+        raise ConfigError(_NO_PUSH)
+
+    def pull(self, name: str, worker_index: int = 0) -> Any:
+        raise ConfigError(_NO_PUSH)
+
+    # -- cells -----------------------------------------------------------------------------
+    def run_step_cell(self, cell: str, spec: RunSpec, observers: list[Any],
+                      header: str = "") -> Run:
+        """Schedule the step on the workers (async) until --epochs/--steps are done."""
+        from IPython import get_ipython
+
+        self._usable()
+        self._cells += 1
+        source = rewrite_step(f"# {header}\n{cell}", filename=f"<nbdist-ps-step-{self._cells}>",
+                              loss=spec.loss, grads=spec.grads)
+        if spec.show_code:
+            print(source.source)
+        run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
+                            workers=self.n, devices=self.devices)
+        loop = PSStepLoop(self.strategy, self.coordinator, source, get_ipython().user_ns,
+                          spec, run, self.n, self, observers=observers,
+                          on_worker_death=self.dead_workers.add)
+        try:
+            return loop.execute()
+        except ClusterError as err:
+            self.broken = str(err).split(": ")[0] + "."
+            raise
+        finally:
+            for worker, count in run.metrics.groupby("worker").size().items():
+                self.steps_by_worker[int(worker)] = (self.steps_by_worker.get(int(worker), 0)
+                                                     + int(count))
+
+    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "") -> Any:
+        """Run the cell in the kernel under ``strategy.scope()``: variables it creates live
+        on the parameter servers. Keras 3 ``model.fit`` is refused with the way out."""
+        from IPython import get_ipython
+
+        self._usable()
+        shell = get_ipython()
+        text = f"# {header}\n{cell}"
+        filename = shell.compile.cache(text)
+        tree = ast.parse(shell.transform_cell(text), filename=filename)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        ns = shell.user_ns
+        with self.strategy.scope(), _keras3_fit_refused():
+            exec(shell.compile(tree, filename, "exec"), ns)  # noqa: S102 - the user's cell
+            if last is None:
+                return None
+            return eval(shell.compile(ast.Expression(last.value), filename, "eval"), ns)  # noqa: S307
+
+
+_NO_PUSH = ("push/pull move values to worker processes that run Python cells (multiworker). "
+            "Under parameter_server the workers only run TensorFlow functions the kernel "
+            "sends them, and every cell runs in the kernel: use your variables directly.")
+
+
+def _job_name(job: str) -> str:
+    return "parameter server" if job == "ps" else job
+
+
+@contextlib.contextmanager
+def _keras3_fit_refused() -> Iterator[None]:
+    import keras
+
+    cls = keras.Model
+    own = cls.__dict__.get("fit")
+
+    def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+        raise KerasUnsupported(KERAS3_PS)
+
+    cls.fit = fit
+    try:
+        yield
+    finally:
+        if own is None:
+            del cls.fit
+        else:
+            cls.fit = own
+
+
+def live_ps_clusters() -> list[ParameterServerCluster]:
+    """Clusters of this process that are not stopped (tests check none is left)."""
+    return list(_LIVE)

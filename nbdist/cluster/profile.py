@@ -1,0 +1,420 @@
+"""Workers on the engines of an existing ipyparallel cluster: ``--cluster PROFILE``.
+
+The user started the cluster (``ipcluster start --profile NAME``, or any launcher: SSH, MPI,
+Slurm...); nbdist neither starts nor kills its controller. ``ProfileEngines`` finds it from
+the profile's cluster file (``ipyparallel.Cluster.from_file``; ``NAME@CLUSTER_ID`` picks one
+of several clusters in a profile), or, for a controller started by hand, its
+``ipcontroller-client.json`` (``ipyparallel.Client(profile_dir=...)``). The workers are the
+engines registered there, in engine-id order (``--workers N``: the first N).
+
+Addresses. Each engine reports its host name, process and the IP it uses to reach the
+controller. When every engine runs on this machine (same host name, and a process with that
+pid and start time exists here), TF_CONFIG uses 127.0.0.1 and the telemetry channel binds
+127.0.0.1. Otherwise each worker is addressed by that IP (an engine on this machine by this
+machine's IP toward the others) and the channel binds the kernel's IP toward the engines: the
+workers must be able to open TCP connections to it (its messages are HMAC-signed; nothing on
+it is trusted without the session key). TF_CONFIG ports are chosen on each engine's host by
+asking an engine there.
+
+Stopping. TensorFlow allows one MultiWorkerMirroredStrategy per process (a second one in the
+same process, with a new TF_CONFIG, hangs: checked with TF 2.21), so an engine that served as
+a worker cannot serve another session. ``stop`` therefore ends the engines nbdist used and
+restarts the cluster's engines through ipyparallel (``Cluster.restart_engines``: the same
+launcher, the same number of engines, fresh processes with empty namespaces and new engine
+ids); the controller keeps running. ipyparallel restarts engines by engine *set*, so engines
+of those sets that nbdist did not use are restarted too. Without a cluster file (a hand-started
+controller) nbdist cannot restart engines: it resets their namespaces, closes its channel and
+says that they must be restarted before nbdist can use them again; a later session refuses
+such engines with that advice, and restarts them by itself when it can. At interpreter exit
+nbdist only lets go of the engines (no processes are started from a dying kernel); the next
+session restarts them. Restarted engines are recorded in the cluster file, so `ipcluster stop`
+stops them; if a foreground `ipcluster start` is interrupted instead, they exit on their own
+when the controller's heartbeats stop (``IPEngine.max_heartbeat_misses``).
+"""
+
+from __future__ import annotations
+
+import glob
+import ipaddress
+import logging
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from ..errors import ConfigError
+from . import tfconfig
+from .engines import ClusterStartError
+
+log = logging.getLogger("nbdist.cluster")
+
+#: Seconds to wait for a cluster's engines to register (after a start or a restart).
+REGISTER_TIMEOUT_S = 60.0
+#: Seconds the engines nbdist used get to exit before their sets are restarted.
+QUIT_WAIT_S = 3.0
+#: Set on an engine whose process served as an nbdist worker (it cannot serve again).
+_SPENT = False
+
+
+# -- on the engines ---------------------------------------------------------------------------
+def route_ip(host: str) -> str:
+    """The local IP this process would use to reach ``host`` (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((socket.gethostbyname(host), 9))
+            return sock.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def identify(controller_host: str) -> dict[str, Any]:
+    """Runs on an engine: who and where it is, and whether nbdist already used its process."""
+    from . import worker
+
+    host = socket.gethostname()
+    try:
+        host_ip = socket.gethostbyname(host)
+    except OSError:
+        host_ip = None
+    return {
+        "host": host, "pid": os.getpid(), "started": psutil.Process().create_time(),
+        "ip": route_ip(controller_host), "host_ip": host_ip,
+        "used": _SPENT or worker._STATE is not None,
+    }
+
+
+def release_engine() -> None:
+    """Runs on an engine nbdist cannot restart: stop being a worker, empty the namespace.
+
+    TensorFlow's MultiWorkerMirroredStrategy (and its gRPC server) stay in the process: it
+    is marked spent, and a later nbdist session refuses it.
+    """
+    global _SPENT
+    from IPython import get_ipython
+
+    from . import worker
+
+    st = worker._STATE
+    if st is not None:
+        st.stop.set()
+        if st.channel is not None:
+            st.channel.close()
+        worker._STATE = None
+        _SPENT = True
+    os.environ.pop("TF_CONFIG", None)
+    shell = get_ipython()
+    if shell is not None:
+        shell.reset(new_session=False)
+
+
+# -- in the kernel ----------------------------------------------------------------------------
+def resolve_profile(name: str) -> tuple[str, str | None]:
+    """``(profile_dir, cluster_id)`` for ``--cluster NAME[@CLUSTER_ID]`` (a profile name or a
+    profile directory)."""
+    base, _, cluster_id = name.partition("@") if not os.path.isdir(name) else (name, "", "")
+    if os.path.isdir(base):
+        return os.path.abspath(base), cluster_id or None
+    from IPython.core.profiledir import ProfileDir, ProfileDirError
+    from IPython.paths import get_ipython_dir
+
+    try:
+        found = ProfileDir.find_profile_dir_by_name(get_ipython_dir(), base)
+    except ProfileDirError:
+        raise ConfigError(
+            f"--cluster {name}: there is no IPython profile {base!r} (looked in "
+            f"{get_ipython_dir()}) and no directory of that name. Start a cluster first, e.g. "
+            f"`ipcluster start --profile {base} --n 2`, or give its profile directory."
+        ) from None
+    return found.location, cluster_id or None
+
+
+def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
+    """The running ipyparallel ``Cluster`` of the profile, or None for a hand-started
+    controller (only its ``ipcontroller[-ID]-client.json``)."""
+    import ipyparallel as ipp
+
+    pattern = f"cluster-{cluster_id}.json" if cluster_id is not None else "cluster-*.json"
+    running = {}
+    for path in sorted(glob.glob(os.path.join(profile_dir, "security", pattern))):
+        try:
+            cluster = ipp.Cluster.from_file(path, log=log)
+        except Exception as err:  # a stale or unreadable cluster file
+            log.debug("skipping cluster file %s: %s", path, err)
+            continue
+        if cluster.controller is not None and cluster._is_running():
+            running[cluster.cluster_id] = cluster
+    if len(running) == 1:
+        return next(iter(running.values()))
+    if len(running) > 1:
+        ids = ", ".join(f"{label}@{cid}" for cid in sorted(running))
+        raise ConfigError(f"--cluster {label}: the profile has {len(running)} running clusters "
+                          f"({ids}); name one, e.g. `--cluster {label}@{sorted(running)[0]}`.")
+    client_file = "ipcontroller-client.json" if not cluster_id else \
+        f"ipcontroller-{cluster_id}-client.json"
+    if os.path.exists(os.path.join(profile_dir, "security", client_file)):
+        return None
+    raise ConfigError(
+        f"--cluster {label}: no running ipyparallel cluster in {profile_dir} (no live cluster "
+        f"file, no {client_file}). Start one, e.g. `ipcluster start --profile-dir "
+        f"{profile_dir} --n 2 --daemonize`, or drop --cluster to let nbdist start local "
+        "workers."
+    )
+
+
+def is_local(ident: dict[str, Any]) -> bool:
+    """True if the engine described by ``ident`` is a process of this machine."""
+    if ident["host"] != socket.gethostname():
+        return False
+    try:
+        return abs(psutil.Process(ident["pid"]).create_time() - ident["started"]) < 0.05
+    except psutil.Error:
+        return False
+
+
+def _loopback(ip: str | None) -> bool:
+    try:
+        return ip is None or ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return True
+
+
+def worker_hosts(idents: list[dict[str, Any]], local: list[bool]) -> tuple[list[str], str]:
+    """Each worker's TF_CONFIG host, and the address the telemetry channel binds."""
+    if all(local):
+        return ["127.0.0.1"] * len(idents), "127.0.0.1"
+    remote_ips = [d["ip"] for d, here in zip(idents, local, strict=True)
+                  if not here and not _loopback(d["ip"])]
+    if not remote_ips:
+        raise ClusterStartError(
+            "The remote engines reach the controller through 127.0.0.1 (an SSH tunnel?), so "
+            "nbdist cannot tell at which address the other workers can reach them. "
+            "MultiWorkerMirroredStrategy needs direct TCP connections between workers: start "
+            "the engines so that they connect to the controller's network address."
+        )
+    mine = route_ip(remote_ips[0])   # this machine's address toward the remote engines
+    hosts = []
+    for d, here in zip(idents, local, strict=True):
+        if here:
+            hosts.append(mine)
+        elif not _loopback(d["ip"]):
+            hosts.append(d["ip"])
+        elif not _loopback(d.get("host_ip")):
+            hosts.append(d["host_ip"])
+        else:
+            raise ClusterStartError(
+                f"The engine on {d['host']} (pid {d['pid']}) reports no address other than "
+                "127.0.0.1, so the other workers cannot reach it. Give that host a resolvable "
+                "network address, or start its engine so that it reaches the controller over "
+                "the network rather than a tunnel."
+            )
+    return hosts, mine
+
+
+class ProfileEngines:
+    """The engines of a cluster the user runs. nbdist uses them, never kills the cluster."""
+
+    owned = False
+
+    def __init__(self, name: str, n: int | None = None, timeout: float | None = None):
+        self.name = name
+        self.wanted = n
+        self.timeout = REGISTER_TIMEOUT_S if timeout is None else timeout
+        self.profile_dir, self.cluster_id = resolve_profile(name)
+        self.cluster: Any = None          # ipyparallel.Cluster, when the profile has one
+        self.client: Any = None
+        self.ids: list[int] = []          # engine id of worker i
+        self.idents: list[dict[str, Any]] = []
+        self.local: list[bool] = []
+        self.hosts: list[str] = []
+        self.channel_host = "127.0.0.1"
+        self.exiting = False              # set at interpreter exit: no restart then
+        self.touched = False              # nbdist ran its code there (preflight onwards)
+
+    # -- start -----------------------------------------------------------------------------
+    @property
+    def restartable(self) -> bool:
+        return self.cluster is not None and bool(self.cluster.engines)
+
+    def expected_engines(self) -> int:
+        """Engines the cluster file says were started (0 if unknown)."""
+        if self.cluster is None:
+            return 0
+        return sum(getattr(es, "n", 0) or 0 for es in self.cluster.engines.values())
+
+    def start(self) -> None:
+        """Connect to the cluster, pick the engines, learn where they run."""
+        import ipyparallel as ipp
+
+        self.cluster = find_cluster(self.profile_dir, self.cluster_id, self.name)
+        if self.cluster is not None:
+            self.client = self.cluster.connect_client_sync()
+        else:
+            self.client = ipp.Client(profile_dir=self.profile_dir,
+                                     cluster_id=self.cluster_id or "")
+        self._wait_for_engines()
+        self._choose()
+        if any(d["used"] for d in self.idents):
+            self._restart_spent()
+        self.local = [is_local(d) for d in self.idents]
+        self.hosts, self.channel_host = worker_hosts(self.idents, self.local)
+
+    def _controller_host(self) -> str:
+        cfg = getattr(self.client, "_config", {}) or {}
+        host = (cfg.get("interface") or "tcp://127.0.0.1").split("://")[-1]
+        if host in ("*", "0.0.0.0", ""):
+            host = cfg.get("location") or "127.0.0.1"
+        return host
+
+    def _wait_for_engines(self, at_least: int = 1) -> None:
+        want = max(at_least, min(self.expected_engines(), self.wanted or 10**6), 1)
+        try:
+            self.client.wait_for_engines(want, timeout=self.timeout, interactive=False)
+        except Exception:  # TimeoutError; fewer engines may still be enough
+            if len(self.client.ids) < max(at_least, 1):
+                raise ClusterStartError(
+                    f"--cluster {self.name}: only {len(self.client.ids)} engine(s) registered "
+                    f"with the controller within {self.timeout:.0f} s. Start engines, e.g. "
+                    f"`ipcluster engines --profile-dir {self.profile_dir} --n 2 --daemonize`, "
+                    "and check their logs in the profile's log/ directory."
+                ) from None
+
+    def _choose(self) -> None:
+        available = sorted(self.client.ids)
+        if self.wanted is not None and self.wanted > len(available):
+            raise ConfigError(
+                f"--workers {self.wanted}: the cluster of profile {self.name!r} has "
+                f"{len(available)} engine(s). Ask for at most {len(available)}, drop --workers "
+                f"to use them all, or start more engines (`ipcluster engines --profile-dir "
+                f"{self.profile_dir} --n {self.wanted - len(available)} --daemonize`)."
+            )
+        self.ids = available[: self.wanted or len(available)]
+        host = self._controller_host()
+        self.idents = self.client[self.ids].apply_sync(identify, host)
+
+    def _restart_spent(self) -> None:
+        spent = [eid for eid, d in zip(self.ids, self.idents, strict=True) if d["used"]]
+        if not self.restartable:
+            raise ClusterStartError(
+                f"Engine(s) {', '.join(map(str, spent))} of profile {self.name!r} already "
+                "served an nbdist session; TensorFlow allows one MultiWorkerMirroredStrategy "
+                "per process, and this cluster has no cluster file through which nbdist could "
+                "restart its engines. Restart those engines yourself (stop and start their "
+                "`ipengine` processes), then run this line again."
+            )
+        print(f"nbdist: engine(s) {', '.join(map(str, spent))} of profile {self.name!r} "
+              "already served an nbdist session; restarting the cluster's engines "
+              "(one MultiWorkerMirroredStrategy per process).", file=sys.stderr)
+        from .worker import exit_soon
+
+        self._quit_used(exit_soon)
+        self._restart()
+        self._wait_for_engines()
+        self._choose()
+
+    def _restart(self) -> None:
+        before = set(self.client.ids)
+        self.cluster.restart_engines_sync()
+        deadline = time.monotonic() + self.timeout
+        while set(self.client.ids) & before and time.monotonic() < deadline:
+            time.sleep(0.1)   # the controller unregisters the old engines
+
+    def tf_configs(self) -> list[dict[str, Any]]:
+        """Each worker's TF_CONFIG: its host, a port free there (asked on that host)."""
+        by_host: dict[str, list[int]] = {}
+        for i, host in enumerate(self.hosts):
+            by_host.setdefault(host, []).append(i)
+        ports: dict[int, int] = {}
+        for host, workers in by_host.items():
+            bind = "127.0.0.1" if _loopback(host) else "0.0.0.0"
+            found = self.client[self.ids[workers[0]]].apply_sync(
+                tfconfig.free_ports, len(workers), bind)
+            ports.update(zip(workers, found, strict=True))
+        addresses = [f"{host}:{ports[i]}" for i, host in enumerate(self.hosts)]
+        return [tfconfig.tf_config(addresses, i) for i in range(len(addresses))]
+
+    def describe(self) -> str:
+        where = ("on this machine" if all(self.local) else
+                 f"on {len(set(d['host'] for d in self.idents))} host(s)")
+        return (f"{len(self.ids)} engines {list(self.ids)} of ipyparallel profile "
+                f"{self.name!r} ({self.profile_dir}), {where}; not started by nbdist")
+
+    def local_pids(self) -> dict[int, int]:
+        """Worker index -> pid, for the workers that run on this machine."""
+        return {i: d["pid"] for i, d in enumerate(self.idents) if self.local[i]}
+
+    # -- processes (none are ours) ---------------------------------------------------------
+    def remember_processes(self) -> None:
+        """Nothing to remember: nbdist owns no process of this cluster."""
+
+    def processes(self) -> list[psutil.Process]:
+        """Processes nbdist started for this cluster: none."""
+        return []
+
+    def send_signal(self, sig: int, engine_ids: list[int]) -> None:
+        """Signal engines through ipyparallel (their nanny); local ones directly if that
+        fails (engines started without a nanny)."""
+        if self.client is None or not engine_ids:
+            return
+        try:
+            self.client.send_signal(sig, targets=engine_ids, block=True)
+        except Exception as err:
+            log.debug("ipyparallel could not signal engines %s: %s", engine_ids, err)
+            for i, eid in enumerate(self.ids):
+                if eid in engine_ids and i < len(self.local) and self.local[i]:
+                    try:
+                        os.kill(self.idents[i]["pid"], sig)
+                    except OSError:
+                        pass
+
+    # -- stop ------------------------------------------------------------------------------
+    def stop(self, timeout: float = 1.0, quit_fn: Any = None) -> list[int]:
+        """Leave the cluster running and clean: restart its engines (or reset them when
+        that is impossible). Returns [] as nbdist kills nothing here."""
+        if self.client is None:
+            return []
+        try:
+            if self.exiting:
+                pass   # the kernel is exiting: the next session restarts the spent engines
+            elif not self.touched:
+                pass   # e.g. --workers too large: nothing ran on the engines
+            elif self.restartable and self.ids:
+                self._quit_used(quit_fn)
+                self._restart()
+                print(f"nbdist: restarted the engines of profile {self.name!r} (fresh "
+                      "processes, empty namespaces); the cluster keeps running.")
+            elif self.ids:
+                self._release()
+        finally:
+            try:
+                self.client.close(linger=0)
+            except Exception:  # closing is best effort
+                pass
+            self.client = None
+        return []
+
+    def _quit_used(self, quit_fn: Any) -> None:
+        """Make the used engines exit at once (quicker than ipyparallel's SIGTERM/SIGKILL,
+        and it works for a worker blocked in TensorFlow, which the restart then kills)."""
+        if quit_fn is None:
+            return
+        for eid in self.ids:
+            try:
+                self.client[eid].apply_async(quit_fn)
+            except Exception as err:  # a dead engine: the restart handles it
+                log.debug("could not ask engine %s to quit: %s", eid, err)
+        deadline = time.monotonic() + QUIT_WAIT_S
+        while set(self.ids) & set(self.client.ids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def _release(self) -> None:
+        try:
+            self.client[self.ids].apply_sync(release_engine)
+        except Exception as err:
+            log.debug("could not release engines %s: %s", self.ids, err)
+        print(f"nbdist: engines {self.ids} of profile {self.name!r} are released (namespaces "
+              "reset) but still hold TensorFlow's MultiWorkerMirroredStrategy, one per process; "
+              "nbdist cannot restart them (no cluster file). Restart them before the next "
+              "nbdist session on this profile.", file=sys.stderr)

@@ -1,0 +1,88 @@
+"""``%distribute status`` for a parameter-server cluster, and its JSON state for the lab
+extension."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..telemetry.run import runs_summary
+from .paramserver import ParameterServerCluster, _job_name
+
+
+def status_text(cluster: ParameterServerCluster, runs: list[Any]) -> str:
+    spec = cluster.spec
+    lines = [
+        f"strategy   {spec.name} ({spec.tf_class}), asynchronous",
+        f"roles      coordinator: this kernel (pid {_kernel_pid()}); {cluster.n} worker(s) and "
+        f"{cluster.n_ps} parameter server(s): tf.distribute.Server processes, local "
+        "ipyparallel engines (controller on 127.0.0.1)"
+        + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
+        f"cluster    {json.dumps(cluster.cluster_spec)}",
+        f"kernel     TensorFlow gRPC server of the coordinator: {_coordinator_address()} "
+        "(all interfaces, no authentication: see the README's security notes)",
+    ]
+    for job, index in cluster.tasks:
+        info = cluster.info.get((job, index), {})
+        alive = "alive" if cluster.alive(job, index) else "DEAD"
+        role = ("runs the steps the coordinator schedules" if job == "worker"
+                else "holds variables; workers pull them and push updates")
+        steps = (f", {cluster.steps_by_worker.get(index, 0)} steps run"
+                 if job == "worker" else "")
+        lines.append(f"{_job_name(job):<16} {index}  {alive}, pid {info.get('pid')}, "
+                     f"{cluster.cluster_spec[job][index]}{steps}: {role}")
+    if cluster.dead_workers:
+        lines.append("note       a worker died during a run: ClusterCoordinator re-ran its steps "
+                     "on the others; restart the kernel before using another strategy")
+    lines.append(f"magic      {spec.magic_line()}")
+    if runs:
+        lines.append(f"runs       {runs_summary(runs)}")
+    lines += ["", "Equivalent TensorFlow:"]
+    lines += ["    " + line for line in equivalent_code(cluster).splitlines()]
+    return "\n".join(lines)
+
+
+def equivalent_code(cluster: ParameterServerCluster) -> str:
+    """What the processes and the kernel run, written by hand."""
+    return "\n".join([
+        "import tensorflow as tf",
+        f"cluster = tf.train.ClusterSpec({json.dumps(cluster.cluster_spec)})",
+        "# in the process of each task (job 'worker' or 'ps', index i):",
+        "tf.distribute.Server(cluster, job_name=job, task_index=i, protocol='grpc').join()",
+        "# in the coordinator (this kernel):",
+        "resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, "
+        "rpc_layer='grpc')",
+        "strategy = tf.distribute.ParameterServerStrategy(resolver)",
+        "coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)",
+    ])
+
+
+def state(cluster: ParameterServerCluster) -> dict[str, Any]:
+    dead = cluster.dead()
+    return {
+        "replicas": cluster.n,
+        "devices": list(cluster.devices),
+        "workers_total": cluster.n,
+        "workers_alive": cluster.n - len(dead["worker"]),
+        "dead_workers": dead["worker"],
+    }
+
+
+def _coordinator_address() -> str:
+    """The kernel's own task in TensorFlow's cluster (the coordinator's gRPC server)."""
+    try:
+        from tensorflow.python.eager import context
+
+        server_def = context.get_server_def()
+    except Exception:  # not connected, or a TensorFlow without it
+        return "unknown"
+    if server_def is None:
+        return "none"
+    return ", ".join(address for job in server_def.cluster.job
+                     if job.name == server_def.job_name for address in job.tasks.values())
+
+
+def _kernel_pid() -> int:
+    import os
+
+    return os.getpid()

@@ -1,0 +1,363 @@
+"""Step mode under ParameterServerStrategy: the kernel schedules, the workers train async.
+
+``PSStepLoop`` compiles the rewritten step cell into a ``tf.function`` that takes the next
+batch from a per-worker iterator (``ClusterCoordinator.create_per_worker_dataset``), runs the
+step with ``strategy.run`` and returns the loss, the gradient norm, the index of the worker
+that ran it (``tf.distribute.coordinator.experimental_get_current_worker_index``, TensorFlow's
+public API for it) and in-graph timestamps. ``ClusterCoordinator.schedule`` hands each step to
+whichever worker is free: there is no barrier between workers, each applies its own
+gradients to the variables on the parameter servers as soon as it has them (asynchronous
+training). At most ``window`` steps are in flight; the loop records each step into the Run in
+schedule order as its result arrives, so the dashboard follows every worker live.
+
+Timing: ``step_ms`` is the worker's time for the whole step, ``data_ms`` getting the batch,
+``compute_ms`` from the batch to the gradients (reading the parameters from the parameter
+servers is part of it: they are read as the forward pass needs them). The parameter update
+(``update_ms``, an extra column) is measured on timed steps only (``runner.TimingPacer``): a
+hook on the optimizer's ``apply_gradients`` brackets it with timestamps, the second one after
+a read of every updated variable on its parameter server, so it covers pushing the
+gradients, applying them there and the acknowledgement. There is no allreduce:
+``allreduce_ms`` stays empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errormap
+from ..data import check_dataset, lookup_dataset, steps_per_epoch
+from ..errors import RunInterrupted, StepCodeError
+from ..kerashooks import call_building_optimizers
+from ..rewrite import StepSource
+from ..runner import TimingPacer
+from ..spec import RunSpec
+from ..telemetry.probe import StepProbe
+from ..telemetry.run import Run
+from .failures import ClusterError
+from .ps_instrument import UpdateTimer, quiet_recovery_logs
+
+#: Steps scheduled ahead of the oldest unfinished one, per worker.
+WINDOW_PER_WORKER = 4
+#: How often the loop checks that the worker and parameter-server processes are alive.
+HEALTH_EVERY_S = 0.25
+#: After an UnavailableError: how long to wait for the failed process to be seen dead.
+DEATH_GRACE_S = 3.0
+
+UPDATE_NOTE = (
+    "parameter_server: update_ms is the parameter update measured on the worker (push the "
+    "gradients to the parameter servers, apply them there, acknowledgement), on timed steps "
+    "only; reading the parameters is part of compute_ms; there is no allreduce, so "
+    "allreduce_ms is empty. Steps are numbered in the order the coordinator scheduled them; "
+    "`worker` is the worker that ran the step (asynchronous: no two rows share a step)"
+)
+EPOCH_NOTE = (
+    "parameter_server: each worker reads its own copy of the dataset, repeated; an epoch is "
+    "as many steps as the dataset has batches, spread over the workers"
+)
+
+
+class ProcessWatch:
+    """What the loop needs from the cluster: which processes died (checked by pid)."""
+
+    def dead(self) -> dict[str, list[int]]:  # {"worker": [indices], "ps": [indices]}
+        raise NotImplementedError
+
+    def describe(self, job: str, index: int) -> str:
+        raise NotImplementedError
+
+
+class TaskDied(ClusterError):
+    """A parameter server (or every worker) is gone: the run cannot go on."""
+
+
+@dataclass
+class PSStepLoop:
+    """Runs a rewritten step cell on the workers through ``coordinator``, recording ``run``."""
+
+    strategy: Any
+    coordinator: Any
+    source: StepSource
+    user_ns: dict[str, Any]
+    spec: RunSpec
+    run: Run
+    workers: int
+    watch: ProcessWatch
+    observers: list[Any] = field(default_factory=list)
+    on_worker_death: Callable[[int], None] = lambda index: None
+    _factory: Any = None
+    _compiled: dict[bool, Any] = field(default_factory=dict)
+    _dead_seen: set[int] = field(default_factory=set)
+    _next_check: float = 0.0
+    _pending: deque[tuple[int, int, bool, Any]] = field(default_factory=deque)
+    _pacer: TimingPacer | None = None
+    _scheduled: int = 0
+    _lost: int = 0
+
+    def total_steps(self) -> tuple[Any, int]:
+        """The dataset and the number of steps the run will schedule."""
+        assert self.spec.data is not None
+        dataset = lookup_dataset(self.user_ns, self.spec.data)
+        check_dataset(dataset, self.spec.data, 1, self.spec.steps)
+        per_epoch = steps_per_epoch(dataset, self.spec.steps)
+        if not per_epoch:
+            raise StepCodeError(
+                f"--data {self.spec.data}: its number of batches is unknown (e.g. after "
+                "`filter`), and under parameter_server the coordinator must know how many "
+                "steps to schedule. Give --steps N (steps per epoch)."
+            )
+        return dataset, per_epoch
+
+    def execute(self) -> Run:
+        dataset, per_epoch = self.total_steps()
+        self.run.total_steps = per_epoch * self.spec.epochs
+        self.run.note(UPDATE_NOTE)
+        self.run.note(EPOCH_NOTE)
+        namespace: dict[str, Any] = {}
+        self.source.register()
+        exec(compile(self.source.source, self.source.filename, "exec", dont_inherit=True),  # noqa: S102
+             self.user_ns, namespace)
+        self._factory = namespace[self.source.factory_name]
+        with self.strategy.scope():
+            per_worker = self.coordinator.create_per_worker_dataset(dataset.repeat())
+        iterator = iter(per_worker)
+        try:
+            with quiet_recovery_logs(self.run):
+                self._loop(iterator, per_epoch)
+        except KeyboardInterrupt:
+            self._drain(quiet=True)
+            self.run.finish("interrupted")
+            raise RunInterrupted(
+                f"Interrupted after step {self.run.steps_done}: nbdist stopped scheduling, "
+                "waited for the steps already sent to the workers and kept them in "
+                f"nbdist.runs[-1] (run {self.run.id}). The cluster is still usable."
+            ) from None
+        except StepCodeError as err:
+            self.run.finish("failed", str(err))
+            raise
+        except TaskDied as err:
+            self.run.finish("failed", str(err))
+            raise
+        except Exception as err:
+            died = self._dead_message_after(err)
+            if died:
+                self.run.finish("failed", died)
+                raise TaskDied(died) from None
+            mapped = errormap.to_cell_error(err, self.source)
+            self.run.finish("failed", str(mapped or err))
+            if mapped is not None:
+                raise mapped from err
+            raise
+        if self.run.status == "running":
+            self.run.finish("done")
+        return self.run
+
+    # -- the loop --------------------------------------------------------------------------
+    def _loop(self, iterator: Any, per_epoch: int) -> None:
+        total = per_epoch * self.spec.epochs
+        window = WINDOW_PER_WORKER * self.workers
+        self._pacer = TimingPacer(self.spec.timing_every)
+        for step in range(total):
+            if any(o.should_stop() for o in self.observers):
+                self._drain()
+                self.run.finish("stopped")
+                return
+            self._check_health()
+            timed = self._pacer.due(step)
+            self._pending.append((step, step // per_epoch, timed,
+                                  self._schedule(iterator, timed)))
+            self._scheduled = step
+            while len(self._pending) >= window:
+                self._record(*self._pending[0])
+                self._pending.popleft()
+        self._drain()
+
+    def _drain(self, quiet: bool = False) -> None:
+        """Record every step already scheduled (the coordinator runs them anyway)."""
+        while self._pending:
+            try:
+                self._record(*self._pending[0])
+            except Exception:
+                if not quiet:
+                    raise
+                self._pending.clear()   # the run failed meanwhile: keep what was recorded
+                return
+            self._pending.popleft()
+
+    def _schedule(self, iterator: Any, timed: bool) -> Any:
+        fn = self._compiled.get(timed)
+        if fn is not None:
+            return self.coordinator.schedule(fn, args=(iterator,))
+        # First use: trace (in schedule), building any Keras optimizer the step would build.
+        scheduler, remote = call_building_optimizers(
+            lambda: _Scheduler(self.coordinator, self._compile(timed)), iterator,
+            self.strategy)
+        self._compiled[timed] = scheduler.fn
+        for observer in self.observers:   # optional hook, e.g. `%%distribute --graph`
+            if hasattr(observer, "on_traced"):
+                observer.on_traced(scheduler.fn, iterator, timed)
+        return remote
+
+    def _record(self, step: int, epoch: int, timed: bool, remote: Any) -> None:
+        """Wait for a scheduled step's result and append its row (once: an interrupt may
+        come between recording and dequeuing)."""
+        if step < self.run.steps_done:
+            return
+        while True:   # fetch blocks; wake up to watch the processes meanwhile
+            if _ready(remote):
+                break
+            self._check_health()
+            time.sleep(0.002)
+        try:
+            values = remote.fetch()
+        except Exception as err:
+            if not self._lost_with_dead_worker(err):
+                raise
+            return
+        ms = {k: (float(values[b]) - float(values[a])) * 1e3 for k, (a, b) in _SPANS.items()
+              if a in values and b in values}
+        extra = {"update_ms": ms["update_ms"]} if "update_ms" in ms else None
+        self.run.record_step(
+            step, epoch, loss=[float(values["loss"])],
+            grad_norm=[float(values["grad_norm"])] if "grad_norm" in values else None,
+            compute_ms=[ms["compute_ms"]] if "compute_ms" in ms else None,
+            step_ms=ms["step_ms"], data_ms=ms["data_ms"], worker=int(values["worker"]),
+            replica=0, extra=extra, wall_time=float(values["t_end"]),
+        )
+        if self._pacer is not None:   # spaces timed steps from the last scheduled one
+            self._pacer.observe(self._scheduled, ms["step_ms"], timed)
+        for observer in self.observers:
+            observer.on_step(self.run)
+
+    # -- health ----------------------------------------------------------------------------
+    def _check_health(self) -> None:
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + HEALTH_EVERY_S
+        dead = self.watch.dead()
+        if dead.get("ps") or len(dead.get("worker", [])) == self.workers:
+            raise TaskDied(self._dead_message())
+        for index in dead.get("worker", []):
+            if index not in self._dead_seen:
+                self._dead_seen.add(index)
+                self.on_worker_death(index)
+                who = self.watch.describe("worker", index)
+                print(f"nbdist: {who} died after step {self.run.steps_done}; "
+                      "ClusterCoordinator runs its unfinished steps on the other workers.",
+                      file=sys.stderr)
+                self.run.note(f"{who} died during the run; ClusterCoordinator re-ran its "
+                              "unfinished steps on the other workers")
+
+    def _lost_with_dead_worker(self, err: Exception) -> bool:
+        """A step a worker finished just before it died: its update reached the parameter
+        servers, but its result stayed on the worker (a RemoteValue's tensors live there
+        until fetched). Count it as lost; any other error is the run's."""
+        if type(err).__name__ != "UnavailableError":
+            return False
+        text = str(err)
+        deadline = time.monotonic() + DEATH_GRACE_S
+        while True:   # a killed process closes its sockets a moment before psutil sees it
+            dead = self.watch.dead()
+            if dead.get("ps") or len(dead.get("worker", [])) == self.workers:
+                raise TaskDied(self._dead_message()) from None
+            if any(f"/job:worker/replica:0/task:{i}" in text for i in dead.get("worker", [])):
+                break
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        self._check_health()
+        self._lost += 1
+        self.run.note(f"{self._lost} step(s) finished on a worker just before it died: their "
+                      "parameter updates were applied, but their metrics were lost with it")
+        if self._lost > 1:   # one note, with the current count
+            old = f"{self._lost - 1} step(s) finished"
+            self.run.notes[:] = [n for n in self.run.notes if not n.startswith(old)]
+        return True
+
+    def _dead_message_after(self, err: Exception) -> str:
+        """``_dead_message``, giving a process behind an UnavailableError time to be seen
+        dead."""
+        deadline = time.monotonic() + (DEATH_GRACE_S if type(err).__name__ ==
+                                       "UnavailableError" else 0.0)
+        while True:
+            died = self._dead_message()
+            if died or time.monotonic() > deadline:
+                return died
+            time.sleep(0.05)
+
+    def _dead_message(self) -> str:
+        dead = self.watch.dead()
+        steps = f" after step {self.run.steps_done}" if self.run.steps_done else ""
+        if dead.get("ps"):
+            who = ", ".join(self.watch.describe("ps", i) for i in dead["ps"])
+            return (f"{who} died{steps}: its process is gone, and with it the model's "
+                    "variables that lived there; ParameterServerStrategy cannot continue "
+                    "without it. Run `%distribute restart` for fresh servers, then create "
+                    "the model and optimizer again (the steps so far are kept in "
+                    "nbdist.runs[-1]).")
+        if dead.get("worker") and len(dead["worker"]) == self.workers:
+            return (f"Every worker died{steps}, so no step can run. Run `%distribute "
+                    "restart` for fresh workers, then create the model again.")
+        return ""
+
+    # -- compiling -------------------------------------------------------------------------
+    def _compile(self, timed: bool) -> Any:
+        import tensorflow as tf
+
+        probe = StepProbe(timed=False, loss_name=self.spec.loss, grads_name=self.spec.grads)
+        replica_fn = self._factory(probe)
+        strategy = self.strategy
+        timer = UpdateTimer() if timed else None
+
+        def train_step(iterator: Any) -> dict[str, Any]:
+            t_start = tf.timestamp()
+            batch = next(iterator)
+            with tf.control_dependencies(_tensors(batch)):
+                t_begin = tf.timestamp()
+            with timer.hooked() if timer else contextlib.nullcontext():
+                out = strategy.run(replica_fn, args=(batch,))
+            out = {k: strategy.experimental_local_results(v)[0] for k, v in out.items()}
+            if timer and timer.spans:
+                out["t_update_start"], out["t_update_end"] = timer.spans[0][0], timer.spans[-1][1]
+            with tf.control_dependencies(_tensors(out)):
+                out["t_end"] = tf.timestamp()
+            out.update(t_start=t_start, t_begin=t_begin,
+                       worker=tf.distribute.coordinator.experimental_get_current_worker_index())
+            return out
+
+        return tf.function(train_step)
+
+
+_SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
+          "compute_ms": ("t_begin", "t_update_start"),
+          "update_ms": ("t_update_start", "t_update_end")}
+
+
+class _Scheduler:
+    """Calls ``fn`` through the coordinator (so ``call_building_optimizers`` can retry it)."""
+
+    def __init__(self, coordinator: Any, fn: Any):
+        self.coordinator, self.fn = coordinator, fn
+
+    def __call__(self, iterator: Any) -> Any:
+        return self.coordinator.schedule(self.fn, args=(iterator,))
+
+
+def _tensors(structure: Any) -> list[Any]:
+    import tensorflow as tf
+
+    return [t for t in tf.nest.flatten(structure) if isinstance(t, tf.Tensor)]
+
+
+def _ready(remote: Any) -> bool:
+    """Whether a RemoteValue has its result (or error) without blocking."""
+    status = getattr(remote, "_status", None)
+    if status is None:   # a TensorFlow without the attribute: fetch (and block) directly
+        return True
+    return status.name != "NOT_READY"

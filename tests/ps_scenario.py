@@ -1,0 +1,281 @@
+"""Driver for tests/test_paramserver.py: one fresh IPython kernel-like process.
+
+ParameterServerStrategy makes the kernel a coordinator, which renames its TensorFlow devices
+and may leave it unusable for other strategies; so these scenarios run in their own
+interpreter (``python tests/ps_scenario.py NAME``) and print what they observed as one JSON
+line after ``RESULT:``. The process starts like the test session does (4 logical CPUs,
+``mirrored --devices 4``), so connecting after local devices exist is covered too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+import traceback
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+SETUP = """%%distribute
+import numpy as np
+import tensorflow as tf
+import keras
+rng = np.random.default_rng(0)
+xs = rng.normal(size=(32 * 8, 4)).astype("float32")
+ys = xs.sum(axis=1, keepdims=True)
+ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(32, drop_remainder=True)
+long_ds = ds.repeat()
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+optimizer = keras.optimizers.Adam(0.05)
+model.trainable_variables[0].value.device
+"""
+
+STEP = """%%distribute --step --data {data} {flags}
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(tf.square(model(x) - y))
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+out: dict = {}
+
+
+def shell():
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "nbdist")
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+    return ip
+
+
+def cell(ip, code):
+    """Run a cell; return (result, 'ErrorType: message' or None)."""
+    result = ip.run_cell(textwrap.dedent(code), store_history=False)
+    err = result.error_before_exec or result.error_in_exec
+    return result.result, None if err is None else f"{type(err).__name__}: {err}"
+
+
+def status(ip):
+    from nbdist.session import current_session
+
+    return current_session().status_text()
+
+
+def cluster():
+    from nbdist.session import current_session
+
+    return current_session().cluster
+
+
+def when_rows(action, min_rows=20, timeout=120):
+    """Run ``action`` in a thread once the newest running Run has ``min_rows`` rows."""
+    import nbdist
+
+    done = []
+    before = nbdist.runs[-1] if nbdist.runs else None
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = nbdist.runs[-1] if nbdist.runs else None
+            if run is not None and run is not before and run.status == "running" \
+                    and run.n_rows >= min_rows:
+                done.append(time.monotonic())
+                action()
+                return
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)   # never hang the test
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def alive(procs):
+    import psutil
+
+    def ok(p):
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    return [p.pid for p in procs if ok(p)]
+
+
+def frame_summary(run):
+    m = run.metrics
+    return {
+        "status": run.status, "steps": run.steps_done, "rows": len(m),
+        "total": run.total_steps, "notes": run.notes, "error": run.error,
+        "by_worker": {str(k): int(v) for k, v in m.groupby("worker").size().items()},
+        "replicas": sorted(set(m["replica"].tolist())),
+        "step_unique": bool(m["step"].is_unique),
+        "loss_first": float(m["loss"].iloc[0]) if len(m) else None,
+        "loss_last": float(m["loss"].iloc[-1]) if len(m) else None,
+        "grad_norm_ok": bool(m["grad_norm"].notna().all()) if len(m) else False,
+        "step_ms_ok": bool((m["step_ms"] > 0).all()) if len(m) else False,
+        "allreduce_all_nan": bool(m["allreduce_ms"].isna().all()),
+        "update_ms_count": int(m["update_ms"].notna().sum()) if "update_ms" in m else 0,
+        "update_ms_median": float(m["update_ms"].median()) if "update_ms" in m else None,
+        "rate": run.steps_done / max(run.duration, 1e-9),
+        "steady_rate": ((len(m) - 21) / float(m["wall_time"].iloc[-1] - m["wall_time"].iloc[20])
+                        if len(m) > 40 else None),
+    }
+
+
+# -- scenarios --------------------------------------------------------------------------------
+
+def main_scenario(ip):
+    """Start, status, training, stop/interrupt, fit, then a clean stop and another strategy."""
+    import nbdist
+    from nbdist.session import current_session
+
+    started = time.monotonic()
+    ip.run_line_magic("distribute", "parameter_server")     # defaults: --workers 2 --ps 1
+    out["start_s"] = time.monotonic() - started
+    c = cluster()
+    out["n"], out["n_ps"] = c.n, c.n_ps
+    out["status"] = status(ip)
+    out["cluster_spec"] = c.cluster_spec
+    listening = []
+    import psutil
+
+    for proc in [psutil.Process(), *c.processes()]:
+        listening += [[c2.laddr.ip, c2.laddr.port, proc.pid == os.getpid()]
+                      for c2 in proc.net_connections("inet") if c2.status == psutil.CONN_LISTEN]
+    out["listening"] = listening
+    from tensorflow.python.eager import context
+
+    server_def = context.get_server_def()
+    out["kernel_tf_ports"] = [int(address.rsplit(":", 1)[1]) for job in server_def.cluster.job
+                              if job.name == server_def.job_name
+                              for address in job.tasks.values()]
+    value, out["setup_error"] = cell(ip, SETUP)
+    out["variable_device"] = str(value)
+
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.wait(0.02):
+            run = nbdist.runs[-1] if nbdist.runs else None
+            if run is not None and run.strategy == "parameter_server":
+                seen.append([run.status, run.n_rows])
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    _, out["step_error"] = cell(ip, STEP.format(data="ds", flags="--epochs 15 --timing-every 4"))
+    stop.set()
+    thread.join()
+    out["seen_running"] = [s for s in seen if s[0] == "running" and 0 < s[1] < 120]
+    out["step_run"] = frame_summary(nbdist.runs[-1])
+
+    _, out["fast_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 200 "
+                                                "--timing-every 0"))
+    out["fast_run"] = frame_summary(nbdist.runs[-1])
+
+    # the dashboard's Stop button: an observer asking to stop after 30 steps
+    from nbdist.spec import RunSpec
+
+    class StopAfter:
+        def on_step(self, run):
+            self.rows = run.n_rows
+
+        def should_stop(self):
+            return getattr(self, "rows", 0) >= 30
+
+    spec = RunSpec(step=True, data="long_ds", steps=100000)
+    current_session().run_step_cell(STEP.split("\n", 1)[1], spec, [StopAfter()],
+                                    header="%%distribute --step --data long_ds")
+    out["stopped_run"] = frame_summary(nbdist.runs[-1])
+
+    thread, sent = when_rows(lambda: os.kill(os.getpid(), signal.SIGINT))
+    _, out["interrupt_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+    out["interrupt_s"] = time.monotonic() - sent[0] if sent else None
+    thread.join()
+    out["interrupted_run"] = frame_summary(nbdist.runs[-1])
+    _, out["after_interrupt_error"] = cell(ip, STEP.format(data="ds", flags="--steps 3"))
+    out["after_interrupt_status"] = nbdist.runs[-1].status
+
+    _, out["fit_error"] = cell(ip, "%%distribute\nmodel.compile(optimizer='sgd', loss='mse')\n"
+                                   "model.fit(ds, epochs=1, verbose=0)")
+    _, out["push_error"] = cell(ip, "%distribute push ds")
+    _, out["graph_fn_error"] = cell(ip, "%%distribute --step --data ds\nx, y = batch\n"
+                                        "loss = tf.reduce_mean(x) + undefined_name\n")
+
+    procs = c.processes()
+    out["processes_before_stop"] = len(procs)
+    ip.run_line_magic("distribute", "stop")
+    from nbdist.cluster.paramserver import live_ps_clusters
+
+    out["left_after_stop"] = alive(procs)
+    out["live_after_stop"] = len(live_ps_clusters())
+    value, out["mirrored_after_error"] = cell(
+        ip, "%distribute mirrored --devices 2\n")
+    value, out["mirrored_cell_error"] = cell(
+        ip, "%%distribute --step --data ds --steps 2\nx, y = batch\n"
+            "loss = tf.reduce_mean(tf.square(x))\n")
+    out["mirrored_run"] = frame_summary(nbdist.runs[-1])
+
+
+def fault_scenario(ip):
+    """Kill a worker mid-run (the run goes on), then the parameter server (a clear error)."""
+    import nbdist
+
+    ip.run_line_magic("distribute", "parameter_server --workers 2 --ps 1")
+    c = cluster()
+    _, out["setup_error"] = cell(ip, SETUP)
+    victim = c.pid("worker", 1)
+    kill_wall = []
+    thread, killed = when_rows(lambda: (kill_wall.append(time.time()),
+                                        os.kill(victim, signal.SIGKILL)), min_rows=40)
+    started = time.monotonic()
+    _, out["worker_kill_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 400"))
+    out["worker_kill_s"] = time.monotonic() - started
+    thread.join()
+    run = nbdist.runs[-1]
+    out["worker_kill_run"] = frame_summary(run)
+    m = run.metrics
+    after = m[m["wall_time"] > kill_wall[0] + 1.0]
+    out["workers_after_kill"] = sorted({int(w) for w in after["worker"]})
+    out["status_after_kill"] = status(ip)
+
+    ps = c.pid("ps", 0)
+    thread, killed = when_rows(lambda: os.kill(ps, signal.SIGKILL), min_rows=20)
+    _, out["ps_kill_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+    out["ps_kill_s"] = time.monotonic() - killed[0] if killed else None
+    thread.join()
+    out["ps_kill_run"] = frame_summary(nbdist.runs[-1])
+    _, out["after_ps_kill_error"] = cell(ip, STEP.format(data="ds", flags="--steps 2"))
+
+    procs = c.processes()
+    started = time.monotonic()
+    ip.run_line_magic("distribute", "stop")
+    out["stop_s"] = time.monotonic() - started
+    out["left_after_stop"] = alive(procs)
+    _, out["mirrored_after_error"] = cell(ip, "%distribute mirrored --devices 2")
+    _, out["ps_again_error"] = cell(ip, "%distribute parameter_server")
+
+
+SCENARIOS = {"main": main_scenario, "faults": fault_scenario}
+
+if __name__ == "__main__":
+    ip = shell()
+    try:
+        SCENARIOS[sys.argv[1]](ip)
+    except BaseException:
+        out["crash"] = traceback.format_exc()
+    finally:
+        print("RESULT:" + json.dumps(out, default=str), flush=True)
+        try:
+            ip.run_line_magic("distribute", "stop")
+        except BaseException:
+            pass
+        os._exit(0)

@@ -1,0 +1,292 @@
+"""``--checkpoint DIR``: a run that dies in a later epoch resumes from the last completed one.
+
+Local strategies first (the kernel's 4 logical CPUs from conftest): the run fails in epoch 3
+(its input pipeline raises), a fresh model is built as after a restart, and the same cell
+resumes. Then a real 2-worker cluster: worker 1 SIGKILLs itself in epoch 3 (deterministic: its
+input pipeline does it at a given batch), `%distribute restart`, and the same cell resumes.
+
+"Weights continue" is checked exactly: training is deterministic here (no shuffling, CPU), so
+the resumed run's steps have the losses the dead run had recorded for the same steps: the
+first one shows the weights are those after epoch 2 (a fresh model is far off), the next ones
+that the optimizer's state (Adam's moments and step count) came back too.
+"""
+
+import os
+import re
+import signal
+
+import numpy as np
+import pytest
+from helpers import run_err, run_ok
+
+import nbdist
+from nbdist.cluster.failures import WorkerDied
+from nbdist.cluster.multiworker import live_clusters
+from nbdist.errors import CheckpointError
+from nbdist.session import current_session
+
+EPOCHS, PER_EPOCH = 3, 8
+
+DATA = """
+import numpy as np
+import tensorflow as tf
+
+GLOBAL_BATCH = 32
+rng = np.random.default_rng(7)
+xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
+ys = (xs @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32") + 0.1).astype("float32")
+clean_ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True)
+
+def dying(ds, at, action):
+    '''`ds` whose `at`-th batch (counted over all epochs) runs `action` first.'''
+    seen = [0]
+
+    def check(x):
+        seen[0] += 1
+        if seen[0] == at:
+            action()
+        return x
+
+    def checked(x, y):
+        return tf.ensure_shape(tf.numpy_function(check, [x], tf.float32), x.shape), y
+
+    return ds.map(checked)
+
+def at_batch(epoch, batch, action):
+    '''A callback running `action` as model.fit starts batch `batch` of epoch `epoch`.'''
+    class At(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, e, logs=None):
+            self.e = e
+
+        def on_train_batch_begin(self, b, logs=None):
+            if (self.e, b) == (epoch, batch):
+                action()
+
+    return [At()]
+
+hooks = []
+"""
+
+MODEL = """%%distribute
+tf.keras.utils.set_random_seed(SEED)
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(8, activation="tanh"),
+                             tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.Adam(0.01)
+"""
+
+STEP = """%%distribute --step --data train_ds --epochs 3 {flags}
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+FIT = """%%distribute {flags}
+model.compile(optimizer=optimizer, loss="mse")
+model.fit(train_ds, epochs=3, verbose=0, callbacks=hooks)
+"""
+
+
+def losses(run):
+    return run.metrics.groupby("step")["loss"].sum()
+
+
+def assert_same_steps(resumed, died, first=16):
+    """The steps both runs did have the same losses (the resumed one continued the other)."""
+    both = sorted(set(losses(died).index) & set(losses(resumed).index))
+    assert both[0] == first and len(both) >= 3, both
+    np.testing.assert_allclose(losses(resumed)[both], losses(died)[both], rtol=1e-5)
+
+
+# -- local strategies (the kernel's `mirrored --devices 4`) ------------------------------------
+
+@pytest.fixture
+def local(ip, tmp_path):
+    """The kernel on 2 replicas (the cheapest that still all-reduces), 4 again afterwards."""
+    ip.run_line_magic("distribute", "mirrored --devices 2")
+    yield _local(ip, tmp_path)
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def _local(ip, tmp_path):
+    run_ok(ip, DATA)
+    ip.user_ns["SEED"] = 1
+
+    def fail():
+        raise RuntimeError("the input pipeline broke")
+
+    ip.user_ns["fail"] = fail
+    ip.user_ns["interrupt"] = lambda: os.kill(os.getpid(), signal.SIGINT)   # Kernel > Interrupt
+    return ip, str(tmp_path / "ckpt")
+
+
+DIE_IN_EPOCH_3 = {   # (how, the run's status, steps it finished)
+    # tf.data delivers the error in order, at the last batch of epoch 3
+    STEP: ("train_ds = dying(clean_ds, 3 * 8, fail)", "failed", 23),
+    # Kernel > Interrupt (a real SIGINT), from a callback: Keras prefetches a whole epoch, so
+    # a signal sent from the input pipeline would land at an unpredictable step
+    FIT: ("hooks = at_batch(2, 3, interrupt)", "interrupted", 19),
+}
+
+
+def _die_then_resume(ip, cell, ckpt, capsys):
+    """Train with --checkpoint, interrupt the kernel in epoch 3, rebuild the model (other
+    seed, as after a restart), resume."""
+    how, status, steps = DIE_IN_EPOCH_3[cell]
+    run_ok(ip, MODEL)
+    run_ok(ip, how)
+    flags = f"--checkpoint {ckpt}"
+    run_err(ip, cell.format(flags=flags))
+    died = nbdist.runs[-1]
+    assert (died.status, died.steps_done) == (status, steps)
+    ip.user_ns["SEED"] = 2                       # as after a restart: a fresh model
+    run_ok(ip, MODEL)
+    ip.user_ns["SEED"] = 1
+    ip.user_ns["train_ds"], ip.user_ns["hooks"] = ip.user_ns["clean_ds"], []
+    capsys.readouterr()
+    run_ok(ip, cell.format(flags=flags))
+    return died, nbdist.runs[-1], capsys.readouterr().out
+
+
+def test_local_step_mode_resumes_from_the_last_completed_epoch(local, capsys):
+    ip, ckpt = local
+    died, resumed, out = _die_then_resume(ip, STEP, ckpt, capsys)
+    step_dir = os.path.join(ckpt, "step")
+    assert f"nbdist: resumed from epoch 2 of 3 in {step_dir}" in out
+    frame = resumed.metrics
+    assert resumed.status == "done" and sorted(frame["step"].unique()) == list(range(16, 24))
+    assert set(frame["epoch"]) == {2} and resumed.total_steps == 24
+    assert any("resumed from epoch 2 of 3" in n for n in resumed.notes)
+    assert "model" in resumed.notes[-1] and "optimizer" in resumed.notes[-1]
+    assert_same_steps(resumed, died)
+    assert not os.path.exists(step_dir)              # finished: the backup is gone
+
+
+def test_local_keras3_fit_resumes_and_forgets_the_restored_epoch(local, capsys):
+    ip, ckpt = local
+    ip.run_line_magic("distribute", "one_device")     # Keras 3 fit: the quickest strategy
+    died, resumed, out = _die_then_resume(ip, FIT, ckpt, capsys)
+    assert f"nbdist: resumed from epoch 2 of 3 in {os.path.join(ckpt, 'fit1')}" in out
+    frame = resumed.metrics
+    assert resumed.mode == "fit" and sorted(frame["step"]) == list(range(16, 24))
+    assert set(frame["epoch"]) == {2}
+    assert_same_steps(resumed, died)
+    assert ip.user_ns["model"]._initial_epoch is None   # a later plain fit starts at epoch 0
+    run_ok(ip, FIT.format(flags=""))
+    assert nbdist.runs[-1].metrics["epoch"].min() == 0
+    assert not os.path.exists(os.path.join(ckpt, "fit1"))
+
+
+def test_a_checkpoint_of_another_model_is_refused_with_the_way_out(local):
+    ip, ckpt = local
+    run_ok(ip, MODEL)
+    run_ok(ip, "train_ds = dying(clean_ds, 8 + 2, fail)")
+    run_err(ip, STEP.format(flags=f"--checkpoint {ckpt}"))            # leaves ckpt-1
+    run_ok(ip, "%%distribute\nmodel = tf.keras.Sequential([tf.keras.Input((4,)), "
+               "tf.keras.layers.Dense(3), tf.keras.layers.Dense(1)])\n"
+               "optimizer = tf.keras.optimizers.Adam(0.01)")
+    ip.user_ns["train_ds"] = ip.user_ns["clean_ds"]
+    err = run_err(ip, STEP.format(flags=f"--checkpoint {ckpt}"))
+    assert isinstance(err, CheckpointError), repr(err)
+    assert "does not fit this training" in str(err) and "delete" in str(err)
+    assert "another --checkpoint directory" in str(err)
+    assert nbdist.runs[-1].status == "failed"
+
+
+def test_an_unwritable_directory_fails_before_training(local, tmp_path):
+    ip, _ = local
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    before = len(nbdist.runs)
+    err = run_err(ip, STEP.format(flags=f"--checkpoint {blocker}/ckpt"))
+    assert isinstance(err, CheckpointError) and "cannot write there" in str(err)
+    assert "give a directory you can write to" in str(err) and len(nbdist.runs) == before
+
+
+def test_a_cell_that_trains_nothing_says_so(local, capsys):
+    ip, ckpt = local
+    ip.user_ns["train_ds"] = ip.user_ns["clean_ds"]
+    err = run_err(ip, f"%%distribute --step --data train_ds --checkpoint {ckpt}\n"
+                      "loss = tf.reduce_mean(batch[1])\n")
+    assert isinstance(err, CheckpointError) and "names nothing to save" in str(err)
+    run_ok(ip, f"%%distribute --checkpoint {ckpt}\nunused = 1\n")
+    assert "this cell called no model.fit, so nothing was saved" in capsys.readouterr().out
+
+
+# -- a real 2-worker cluster: SIGKILL, `%distribute restart`, resume ---------------------------
+
+@pytest.fixture(scope="module")
+def mw(ip, tmp_path_factory):
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "multiworker --workers 2")
+    yield ip, tmp_path_factory.mktemp("mw")
+    ip.run_line_magic("distribute", "stop")
+    assert live_clusters() == []
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def _fresh_workers(ip, seed):
+    """What a user does after a restart: data and model again (the workers are new)."""
+    run_ok(ip, "%%distribute\nimport os, signal\n" + DATA + f"\nSEED = {seed}\n"
+               "kill = lambda: os.kill(os.getpid(), signal.SIGKILL)\ntrain_ds = clean_ds\n")
+    run_ok(ip, MODEL)
+
+
+def _killed_then_resumed(ip, cell, how, ckpt, capsys):
+    """Run ``cell`` with --checkpoint until worker 1 SIGKILLs itself (``how``), restart the
+    cluster, rebuild data and a fresh model, run the same cell again."""
+    _fresh_workers(ip, seed=1)
+    run_ok(ip, f"%%distribute\nif nbdist_worker == 1:\n    {how}\n")
+    victim = current_session().cluster.info[1]["pid"]
+    err = run_err(ip, cell.format(flags=f"--checkpoint {ckpt}"))
+    assert isinstance(err, WorkerDied) and f"worker 1 (pid {victim}) died" in str(err), err
+    died = nbdist.runs[-1]
+    assert died.status == "failed"
+    ip.run_line_magic("distribute", "restart")
+    _fresh_workers(ip, seed=2)
+    capsys.readouterr()
+    run_ok(ip, cell.format(flags=f"--checkpoint {ckpt}"))
+    return died, nbdist.runs[-1], capsys.readouterr().out
+
+
+def assert_continues(resumed, died):
+    """Steps 16.. on both workers; the steps both runs did have the same losses per worker."""
+    frame = resumed.metrics
+    assert resumed.status == "done" and resumed.workers == 2
+    assert frame.groupby("worker")["step"].agg(["min", "max"]).values.tolist() == [[16, 23]] * 2
+    assert set(frame["epoch"]) == {2}
+    assert any(re.match(r"resumed from epoch 2 of 3 in ", n) for n in resumed.notes)
+
+    def per_worker(run):
+        return run.metrics.groupby(["step", "worker"])["loss"].sum()
+
+    before, after = per_worker(died), per_worker(resumed)
+    both = sorted(set(before.index) & set(after.index))
+    assert both and both[0] == (16, 0), both        # the dead run got into epoch 3
+    np.testing.assert_allclose(after[both], before[both], rtol=1e-5)
+
+
+def test_multiworker_step_mode_resumes_after_a_worker_is_killed(mw, capsys):
+    ip, tmp = mw
+    ckpt = str(tmp / "step-run")
+    # the pipeline prefetches: fetching epoch 3's last batch happens during epoch 3
+    died, resumed, out = _killed_then_resumed(
+        ip, STEP, "train_ds = dying(clean_ds, 3 * 8, kill)", ckpt, capsys)
+    assert 16 <= died.steps_done < 24
+    assert f"[worker 0] nbdist: resumed from epoch 2 of 3 in {ckpt}/step" in out
+    assert "[worker 1] nbdist: resumed" not in out           # said once
+    assert_continues(resumed, died)
+    assert not os.path.exists(os.path.join(ckpt, "step"))
+
+
+def test_multiworker_fit_resumes_after_a_worker_is_killed(mw, capsys):
+    ip, tmp = mw
+    ckpt = str(tmp / "fit-run")
+    died, resumed, out = _killed_then_resumed(
+        ip, FIT, "hooks = at_batch(2, 3, kill)", ckpt, capsys)
+    assert died.steps_done == 19 and died.mode == "fit"
+    assert f"[worker 0] nbdist: resumed from epoch 2 of 3 in {ckpt}/fit1" in out
+    assert resumed.mode == "fit"
+    assert_continues(resumed, died)
+    assert not os.path.exists(os.path.join(ckpt, "fit1", "chief"))

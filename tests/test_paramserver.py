@@ -1,0 +1,201 @@
+"""`%distribute parameter_server`: real tf.distribute.Server processes, the kernel as coordinator.
+
+Being a coordinator changes a process's TensorFlow context (device names, a gRPC server in
+the kernel), so the cluster scenarios run in fresh interpreters (tests/ps_scenario.py), each
+once per module; the tests below check what they observed. Bad inputs are checked in the
+shared test shell: they must fail before any process starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nbdist.cluster import ps_context
+from nbdist.cluster.paramserver import live_ps_clusters
+from nbdist.errors import ConfigError
+from nbdist.session import current_session
+from nbdist.spec import StrategySpec
+from nbdist.strategies import build_strategy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIO_TIMEOUT_S = 300
+_results: dict[str, dict] = {}
+
+
+def scenario(name: str) -> dict:
+    """Run tests/ps_scenario.py NAME once; its observations as a dict."""
+    if name not in _results:
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), TF_CPP_MIN_LOG_LEVEL="2")
+        done = subprocess.run([sys.executable, os.path.join(HERE, "ps_scenario.py"), name],
+                              capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S,
+                              env=env, cwd=HERE)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT:")]
+        assert lines, f"scenario {name} printed no result:\n{done.stdout[-3000:]}\n" \
+                      f"{done.stderr[-3000:]}"
+        result = json.loads(lines[-1][len("RESULT:"):])
+        result["_stderr"] = done.stderr
+        assert "crash" not in result, result["crash"]
+        _results[name] = result
+    return _results[name]
+
+
+@pytest.fixture(scope="module")
+def main():
+    return scenario("main")
+
+
+@pytest.fixture(scope="module")
+def faults():
+    return scenario("faults")
+
+
+# -- bad inputs: one clear paragraph, nothing started ----------------------------------------
+
+@pytest.mark.parametrize("line, expected", [
+    ("parameter_server --ps 0", "--ps 0 is not allowed"),
+    ("parameter_server --workers 0", "--workers 0 is not allowed"),
+    ("parameter_server --devices 2", "each worker trains on one device"),
+    ("parameter_server --cluster myprofile", "--cluster PROFILE is not available"),
+    ("parameter_server --keras legacy", "applies to `multiworker` only"),
+    ("mirrored --ps 1", "Use `multiworker` or `parameter_server`"),
+    ("multiworker --ps 1", "--ps only applies to `parameter_server`"),
+])
+def test_bad_lines_fail_clearly_before_starting_anything(ip, line, expected):
+    before = current_session().handle
+    with pytest.raises(ConfigError, match=None) as info:
+        ip.run_line_magic("distribute", line)
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
+    assert live_ps_clusters() == [] and current_session().handle is before
+
+
+def test_building_it_like_a_local_strategy_points_to_the_magic():
+    with pytest.raises(ConfigError, match="%distribute parameter_server --workers N --ps P"):
+        build_strategy(StrategySpec("parameter_server", workers=2, ps=1))
+
+
+def test_a_kernel_left_bound_to_a_cluster_says_restart_the_kernel(monkeypatch):
+    monkeypatch.setattr(ps_context, "_TAINTED", "a worker died")
+    with pytest.raises(ConfigError, match=r"\(a worker died\).*Restart the kernel"):
+        ps_context.check_kernel_usable()
+
+
+# -- the cluster ------------------------------------------------------------------------------
+
+def test_defaults_status_roles_and_health(main):
+    assert (main["n"], main["n_ps"]) == (2, 1)              # --workers 2 --ps 1 by default
+    status, spec = main["status"], main["cluster_spec"]
+    assert "parameter_server (tf.distribute.ParameterServerStrategy), asynchronous" in status
+    assert "coordinator: this kernel" in status and json.dumps(spec) in status
+    for i in (0, 1):
+        assert f"worker           {i}  alive, pid" in status and spec["worker"][i] in status
+    assert "parameter server 0  alive" in status and spec["ps"][0] in status
+    assert "ParameterServerStrategy(resolver)" in status
+    assert f"coordinator: localhost:{main['kernel_tf_ports'][0]}" in status
+    assert main["start_s"] < 90
+
+
+def test_sockets_we_open_bind_loopback_tensorflow_servers_are_the_known_exception(main):
+    tf_ports = {int(a.rsplit(":", 1)[1]) for job in main["cluster_spec"].values() for a in job}
+    tf_ports |= set(main["kernel_tf_ports"])        # the coordinator's own gRPC server
+    ours = [(ip, port) for ip, port, _ in main["listening"] if port not in tf_ports]
+    assert len(ours) >= 5 and {ip for ip, _ in ours} == {"127.0.0.1"}, main["listening"]
+    assert tf_ports <= {port for _, port, _ in main["listening"]}
+
+
+def test_variables_live_on_the_parameter_server(main):
+    assert main["setup_error"] is None
+    assert main["variable_device"] == "/job:ps/replica:0/task:0/device:CPU:0"
+
+
+def test_step_mode_trains_async_and_records_which_worker_ran_each_step(main):
+    run = main["step_run"]
+    assert main["step_error"] is None
+    assert run["status"] == "done" and run["steps"] == run["rows"] == run["total"] == 120
+    assert run["step_unique"] and run["replicas"] == [0]       # one row per step: async
+    assert set(run["by_worker"]) == {"0", "1"} and min(run["by_worker"].values()) >= 20
+    assert run["loss_last"] < 1e-2 * run["loss_first"]
+    assert run["grad_norm_ok"] and run["step_ms_ok"]
+
+
+def test_parameter_update_timing_replaces_allreduce(main):
+    run = main["step_run"]
+    assert run["allreduce_all_nan"]
+    assert run["update_ms_count"] >= 15 and 0 < run["update_ms_median"] < 1000
+    assert any("update_ms is the parameter update" in n for n in run["notes"])
+    assert main["fast_run"]["update_ms_count"] == 0              # --timing-every 0
+
+
+def test_rows_stream_into_the_run_while_it_runs(main):
+    assert main["seen_running"], "the Run only received rows at the end"
+
+
+def test_steps_flag_and_throughput(main):
+    run = main["fast_run"]
+    assert main["fast_error"] is None and run["status"] == "done" and run["rows"] == 200
+    print(f"parameter_server step mode: {run['rate']:.0f} steps/s overall, "
+          f"{run['steady_rate']:.0f} steps/s after the first 20 steps")
+    assert run["steady_rate"] > 10
+
+
+def test_stop_request_ends_the_run_after_the_steps_in_flight(main):
+    run = main["stopped_run"]
+    assert run["status"] == "stopped" and 30 <= run["rows"] <= 30 + 4 * 2 + 1
+
+
+def test_kernel_interrupt_stops_scheduling_keeps_the_partial_run(main):
+    assert main["interrupt_error"].startswith("RunInterrupted: Interrupted after step")
+    assert main["interrupt_s"] < 5
+    run = main["interrupted_run"]
+    assert run["status"] == "interrupted" and run["rows"] == run["steps"] >= 20
+    assert main["after_interrupt_error"] is None and main["after_interrupt_status"] == "done"
+
+
+def test_keras3_fit_is_refused_with_the_way_to_step_mode(main):
+    name, _, message = main["fit_error"].partition(": ")
+    assert name == "KerasUnsupported" and "step mode" in message and "2.21" in message
+
+
+def test_push_is_explained_and_step_errors_name_the_cell_line(main):
+    assert main["push_error"].startswith("ConfigError: push/pull move values")
+    assert main["graph_fn_error"].startswith("StepCodeError: cell line 3")
+
+
+def test_stop_leaves_no_process_and_the_kernel_can_use_another_strategy(main):
+    assert main["processes_before_stop"] >= 4          # controller + 3 engines (+ nannies)
+    assert main["left_after_stop"] == [] and main["live_after_stop"] == 0
+    assert main["mirrored_after_error"] is None and main["mirrored_cell_error"] is None
+    assert main["mirrored_run"]["status"] == "done" and main["mirrored_run"]["replicas"] == [0, 1]
+
+
+# -- faults -----------------------------------------------------------------------------------
+
+def test_a_killed_worker_s_steps_are_retried_on_the_other(faults):
+    assert faults["worker_kill_error"] is None, faults["worker_kill_error"]
+    run = faults["worker_kill_run"]
+    assert run["status"] == "done" and run["steps"] == 400
+    assert faults["workers_after_kill"] == [0]                 # only the survivor after
+    assert run["rows"] >= 400 - 4 * 2                          # results lost with the worker
+    assert any("worker 1 (pid" in n and "re-ran" in n for n in run["notes"])
+    assert "worker           1  DEAD" in faults["status_after_kill"]
+    assert faults["worker_kill_s"] < 60
+
+
+def test_a_killed_parameter_server_is_named_within_seconds(faults):
+    name, _, message = faults["ps_kill_error"].partition(": ")
+    assert name == "TaskDied" and message.startswith("parameter server 0 (pid")
+    assert "%distribute restart" in message and faults["ps_kill_s"] < 10
+    assert faults["ps_kill_run"]["status"] == "failed"
+    assert faults["after_ps_kill_error"].startswith("ClusterError: The parameter-server "
+                                                    "cluster is unusable")
+
+
+def test_stop_after_faults_is_quick_leaves_nothing_and_says_restart_the_kernel(faults):
+    assert faults["stop_s"] < 15 and faults["left_after_stop"] == []
+    for key in ("mirrored_after_error", "ps_again_error"):
+        assert faults[key].startswith("ConfigError:") and "Restart the kernel" in faults[key]
