@@ -184,6 +184,10 @@ def test_step_mode_streams_rows_of_every_worker_live(mw):
     assert frame["loss"].notna().all() and frame["grad_norm"].notna().all()
     assert any(status == "running" and 0 < n < 32 for status, n in seen), seen
     assert frame.loc[frame.step == 15, "loss"].nunique() == 2   # each worker's own batch
+    # the workers' tf_keras optimizer all-reduces through merge_call; the probe times it too
+    timed = frame[frame.allreduce_ms.notna()]
+    assert set(timed.worker) == {0, 1} and (timed.allreduce_ms > 0).all()
+    assert (timed.compute_ms >= 0).all() and not any("no all_reduce" in n for n in run.notes)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None,

@@ -71,6 +71,14 @@ def _entry_points() -> tuple[type, type] | str:
     return Optimizer, OptimizerV2
 
 
+def optimizer_methods() -> list[tuple[type, str]] | str:
+    """The tf_keras methods that aggregate gradients, as (class, name), or why not."""
+    found = _entry_points()
+    if isinstance(found, str):
+        return found
+    return [(found[0], "aggregate_gradients"), (found[1], "_aggregate_gradients")]
+
+
 def unavailable_reason() -> str | None:
     """None if the hook can be installed, else why not (for the Run's note)."""
     found = _entry_points()
@@ -115,6 +123,28 @@ def clock_for(model: Any, strategy: Any) -> AllreduceClock:
     return clock
 
 
+def timed_aggregation(original: Any, optimizer: Any, grads_and_vars: Any
+                      ) -> tuple[Any, Any, list[Any], list[Any]]:
+    """Call a tf_keras aggregation between two ``tf.timestamp`` ops: the first after this
+    replica's gradients exist, the second after the reduced ones do. Returns ``(t0, t1,
+    reduced grads_and_vars, the gradient tensors that went in)``."""
+    import tensorflow as tf
+
+    pairs = list(grads_and_vars)
+    ready = [t for g, _ in pairs if g is not None
+             for t in tf.nest.flatten(g, expand_composites=True)]
+    with tf.control_dependencies(ready):
+        t0 = tf.timestamp()
+    with tf.control_dependencies([t0]):
+        pairs = [(tf.identity(g) if isinstance(g, tf.Tensor) else g, v) for g, v in pairs]
+    reduced = list(original(optimizer, pairs))
+    done = [t for g, _ in reduced if g is not None
+            for t in tf.nest.flatten(g, expand_composites=True)]
+    with tf.control_dependencies(done):
+        t1 = tf.timestamp()
+    return t0, t1, reduced, ready
+
+
 def _timed(original: Any) -> Any:
     def aggregate(optimizer: Any, grads_and_vars: Any) -> Any:
         clock = _ACTIVE
@@ -122,18 +152,7 @@ def _timed(original: Any) -> Any:
             return original(optimizer, grads_and_vars)
         import tensorflow as tf
 
-        pairs = list(grads_and_vars)
-        ready = [t for g, _ in pairs if g is not None
-                 for t in tf.nest.flatten(g, expand_composites=True)]
-        with tf.control_dependencies(ready):
-            t0 = tf.timestamp()
-        with tf.control_dependencies([t0]):
-            pairs = [(tf.identity(g) if isinstance(g, tf.Tensor) else g, v) for g, v in pairs]
-        reduced = list(original(optimizer, pairs))
-        done = [t for g, _ in reduced if g is not None
-                for t in tf.nest.flatten(g, expand_composites=True)]
-        with tf.control_dependencies(done):
-            t1 = tf.timestamp()
+        t0, t1, reduced, _ = timed_aggregation(original, optimizer, grads_and_vars)
         with tf.control_dependencies([clock.stamp(t0, t1)]):
             return [(tf.identity(g) if isinstance(g, tf.Tensor) else g, v) for g, v in reduced]
 
@@ -150,7 +169,7 @@ def hooked(clock: AllreduceClock | None) -> Iterator[None]:
         yield
         return
     patched = []
-    for cls, name in ((found[0], "aggregate_gradients"), (found[1], "_aggregate_gradients")):
+    for cls, name in optimizer_methods():
         patched.append((cls, name, cls.__dict__.get(name)))
         setattr(cls, name, _timed(getattr(cls, name)))
     _ACTIVE = clock

@@ -88,22 +88,72 @@ class StepProbe:
                 [v for v in tf.nest.flatten(result) if isinstance(v, tf.Tensor)]
             ):
                 t1 = tf.timestamp()
-            if not reduces:
-                probe.allreduce_bytes = 0
-                probe.allreduce_calls = 0
-            reduces.append((t0, t1))
-            probe.allreduce_calls += 1
-            probe.allreduce_bytes += sum(_nbytes(t) for t in tensors)
+            probe._record(reduces, t0, t1, tensors)
             return result
 
         cls.all_reduce = timed_all_reduce
         try:
-            yield
+            with self._tf_keras_hooked():
+                yield
         finally:
             if own is None:
                 del cls.all_reduce
             else:
                 cls.all_reduce = own
+
+    @contextlib.contextmanager
+    def _tf_keras_hooked(self) -> Iterator[None]:
+        """Also time tf_keras optimizers' gradient aggregation (the Keras of multiworker
+        workers), which reaches the collective through ``merge_call``, not ``all_reduce``."""
+        from .fitreduce import optimizer_methods
+
+        found = optimizer_methods()
+        if isinstance(found, str):   # tf_keras absent or untested: nothing to hook
+            yield
+            return
+        patched = [(cls, name, cls.__dict__.get(name), getattr(cls, name)) for cls, name in found]
+        for cls, name, _, original in patched:
+            setattr(cls, name, self._timed_aggregation(original))
+        try:
+            yield
+        finally:
+            for cls, name, own, _ in patched:
+                if own is None:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, own)
+
+    def _timed_aggregation(self, original: Any) -> Any:
+        from .fitreduce import timed_aggregation
+
+        probe = self
+
+        def aggregate(optimizer: Any, grads_and_vars: Any) -> Any:
+            import tensorflow as tf
+
+            state = probe._local
+            reduces = getattr(state, "reduces", None)
+            if reduces is None:   # outside our step
+                return original(optimizer, grads_and_vars)
+            state.reduces = None   # an all_reduce inside is this same collective: not twice
+            try:
+                t0, t1, reduced, tensors = timed_aggregation(original, optimizer, grads_and_vars)
+            finally:
+                state.reduces = reduces
+            probe._record(reduces, t0, t1, tensors)
+            with tf.control_dependencies([t1]):
+                return [(_identity(g), v) for g, v in reduced]
+
+        return aggregate
+
+    def _record(self, reduces: list[Any], t0: Any, t1: Any, tensors: list[Any]) -> None:
+        """One timed collective of this step: its stamps, and the bytes it carried."""
+        if not reduces:
+            self.allreduce_bytes = 0
+            self.allreduce_calls = 0
+        reduces.append((t0, t1))
+        self.allreduce_calls += 1
+        self.allreduce_bytes += sum(_nbytes(t) for t in tensors if hasattr(t, "shape"))
 
     # -- checks ----------------------------------------------------------------------------
     def _scalar_loss(self, loss: Any) -> Any:
