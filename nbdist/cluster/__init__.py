@@ -3,6 +3,7 @@
 * ``tfconfig``     free ports and each worker's TF_CONFIG
 * ``engines``      the ipyparallel controller and engines (local processes), and their cleanup
 * ``profile``      ``--cluster PROFILE``: the engines of a cluster the user runs (never killed)
+* ``hosts``        where those engines are: local or not, each worker's reachable address
 * ``compat``       checks before setup: TensorFlow importable, same versions as the kernel
 * ``worker``       what runs inside each engine: the strategy, the channel, heartbeats
 * ``cells``        scope and step cells on a worker, Keras fit recording, the stop gate

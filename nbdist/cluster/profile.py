@@ -35,7 +35,6 @@ when the controller's heartbeats stop (``IPEngine.max_heartbeat_misses``).
 from __future__ import annotations
 
 import glob
-import ipaddress
 import logging
 import os
 import socket
@@ -48,6 +47,7 @@ import psutil
 from ..errors import ConfigError
 from . import tfconfig
 from .engines import ClusterStartError
+from .hosts import is_local, is_loopback, route_ip, worker_hosts
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -60,16 +60,6 @@ _SPENT = False
 
 
 # -- on the engines ---------------------------------------------------------------------------
-def route_ip(host: str) -> str:
-    """The local IP this process would use to reach ``host`` (no packet is sent)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect((socket.gethostbyname(host), 9))
-            return sock.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
-
-
 def identify(controller_host: str) -> dict[str, Any]:
     """Runs on an engine: who and where it is, and whether nbdist already used its process."""
     from . import worker
@@ -162,55 +152,6 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
         f"{profile_dir} --n 2 --daemonize`, or drop --cluster to let nbdist start local "
         "workers."
     )
-
-
-def is_local(ident: dict[str, Any]) -> bool:
-    """True if the engine described by ``ident`` is a process of this machine."""
-    if ident["host"] != socket.gethostname():
-        return False
-    try:
-        return abs(psutil.Process(ident["pid"]).create_time() - ident["started"]) < 0.05
-    except psutil.Error:
-        return False
-
-
-def _loopback(ip: str | None) -> bool:
-    try:
-        return ip is None or ipaddress.ip_address(ip).is_loopback
-    except ValueError:
-        return True
-
-
-def worker_hosts(idents: list[dict[str, Any]], local: list[bool]) -> tuple[list[str], str]:
-    """Each worker's TF_CONFIG host, and the address the telemetry channel binds."""
-    if all(local):
-        return ["127.0.0.1"] * len(idents), "127.0.0.1"
-    remote_ips = [d["ip"] for d, here in zip(idents, local, strict=True)
-                  if not here and not _loopback(d["ip"])]
-    if not remote_ips:
-        raise ClusterStartError(
-            "The remote engines reach the controller through 127.0.0.1 (an SSH tunnel?), so "
-            "nbdist cannot tell at which address the other workers can reach them. "
-            "MultiWorkerMirroredStrategy needs direct TCP connections between workers: start "
-            "the engines so that they connect to the controller's network address."
-        )
-    mine = route_ip(remote_ips[0])   # this machine's address toward the remote engines
-    hosts = []
-    for d, here in zip(idents, local, strict=True):
-        if here:
-            hosts.append(mine)
-        elif not _loopback(d["ip"]):
-            hosts.append(d["ip"])
-        elif not _loopback(d.get("host_ip")):
-            hosts.append(d["host_ip"])
-        else:
-            raise ClusterStartError(
-                f"The engine on {d['host']} (pid {d['pid']}) reports no address other than "
-                "127.0.0.1, so the other workers cannot reach it. Give that host a resolvable "
-                "network address, or start its engine so that it reaches the controller over "
-                "the network rather than a tunnel."
-            )
-    return hosts, mine
 
 
 class ProfileEngines:
@@ -328,7 +269,7 @@ class ProfileEngines:
             by_host.setdefault(host, []).append(i)
         ports: dict[int, int] = {}
         for host, workers in by_host.items():
-            bind = "127.0.0.1" if _loopback(host) else "0.0.0.0"
+            bind = "127.0.0.1" if is_loopback(host) else "0.0.0.0"
             found = self.client[self.ids[workers[0]]].apply_sync(
                 tfconfig.free_ports, len(workers), bind)
             ports.update(zip(workers, found, strict=True))
