@@ -118,13 +118,20 @@ def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
 
 
 def bench_fit(ip, rounds: int, steps: int) -> None:
-    """Scope-mode fit vs plain fit, steady state and per-cell fixed cost, both measured alike.
+    """Scope-mode fit vs plain fit under the same strategy, paired and interleaved.
 
-    Each side runs a short fit (``steps``) and a long one (``3 * steps``) per round; the
-    steady rate is the extra steps over the extra time, which cancels what every call pays
-    once (iterator creation, callbacks set-up, and for %%distribute the dashboard's final
-    figure). The fixed cost is what remains of the short call.
+    Each round runs four fits per side in the order plain, ours, ours, plain (then the
+    mirror image next round), a short one (``steps``) and a long one (``3 * steps``), so slow
+    load changes on a shared machine hit both sides alike. Two numbers:
+
+    * whole-call ratio: plain seconds / ours seconds for the long fit, per round (what a user
+      waits for, fixed costs included);
+    * steady ratio: steps/s from a least-squares line ``seconds = fixed + steps / rate`` fitted
+      to all of a side's calls, ours / plain; ``fixed`` is what each call pays once (iterator
+      and callbacks set-up, for %%distribute also the Run and the final dashboard figure).
     """
+    import numpy as np
+
     import nbdist
 
     ip.run_line_magic("distribute", "stop")
@@ -138,28 +145,35 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
             model.compile(optimizer="sgd", loss=loss_object)
         model.fit(fit_ds, epochs=1, steps_per_epoch=WARMUP_STEPS, verbose=0)
     """.replace("WARMUP_STEPS", str(WARMUP)))
-    plain_cell = ("with strategy.scope():\n"
-                  "    model.fit(fit_ds, epochs=1, steps_per_epoch={n}, verbose=0)\n")
-    ours_cell = "%%distribute\nmodel.fit(fit_ds, epochs=1, steps_per_epoch={n}, verbose=0)\n"
-    lengths = (steps, 3 * steps)
-    rates: dict[str, list[float]] = {"plain": [], "ours": []}
-    fixed: dict[str, list[float]] = {"plain": [], "ours": []}
-    for _ in range(rounds):
-        for side, cell in (("plain", plain_cell), ("ours", ours_cell)):
-            seconds = []
-            for n in lengths:
+    cells = {"plain": ("with strategy.scope():\n"
+                       "    model.fit(fit_ds, epochs=1, steps_per_epoch={n}, verbose=0)\n"),
+             "ours": "%%distribute\nmodel.fit(fit_ds, epochs=1, steps_per_epoch={n}, verbose=0)\n"}
+    calls: dict[str, list[tuple[int, float]]] = {"plain": [], "ours": []}
+    whole = []
+    for r in range(rounds):
+        order = (("plain", "ours", "ours", "plain") if r % 2 == 0
+                 else ("ours", "plain", "plain", "ours"))
+        long_s: dict[str, list[float]] = {"plain": [], "ours": []}
+        for i, side in enumerate(order):
+            for n in ((steps, 3 * steps) if i % 2 == 0 else (3 * steps, steps)):
                 start = time.perf_counter()
-                _ok(ip, cell.format(n=n))
-                seconds.append(time.perf_counter() - start)
-            rate = (lengths[1] - lengths[0]) / (seconds[1] - seconds[0])
-            rates[side].append(rate)
-            fixed[side].append(seconds[0] - lengths[0] / rate)
-    ratios = [o / p for o, p in zip(rates["ours"], rates["plain"], strict=True)]
+                _ok(ip, cells[side].format(n=n))
+                seconds = time.perf_counter() - start
+                calls[side].append((n, seconds))
+                if n == 3 * steps:
+                    long_s[side].append(seconds)
+        whole.append(sum(long_s["plain"]) / sum(long_s["ours"]))
+    rate, fixed = {}, {}
+    for side, points in calls.items():
+        n, seconds = np.array(points, dtype=float).T
+        slope, intercept = np.polyfit(n, seconds, 1)
+        rate[side], fixed[side] = 1 / slope, intercept
     med = statistics.median
-    print(f"fit  x4 replicas: plain fit {med(rates['plain']):7.1f} steps/s, %%distribute fit "
-          f"{med(rates['ours']):7.1f} steps/s, steady ratio {med(ratios):.3f} (per round: "
-          f"{', '.join(f'{r:.3f}' for r in ratios)}); per-call fixed cost: plain "
-          f"{med(fixed['plain']):.2f} s, %%distribute {med(fixed['ours']):.2f} s", flush=True)
+    print(f"fit  x4 replicas: whole-call ratio (plain s / %%distribute s, {3 * steps} steps) "
+          f"{med(whole):.3f} (per round: {', '.join(f'{w:.3f}' for w in whole)}); steady "
+          f"plain {rate['plain']:.1f} steps/s, %%distribute {rate['ours']:.1f} steps/s, ratio "
+          f"{rate['ours'] / rate['plain']:.3f}; fixed cost per call: plain {fixed['plain']:.2f} "
+          f"s, %%distribute {fixed['ours']:.2f} s", flush=True)
 
 
 def _ok(ip, code: str) -> None:

@@ -42,6 +42,14 @@ grads = tape.gradient(loss, model.trainable_variables)
 optimizer.apply_gradients(zip(grads, model.trainable_variables))
 """
 
+TF_KERAS_FIT = """%%distribute
+import tf_keras
+tk_model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(1)])
+tk_model.compile(tf_keras.optimizers.Adam(0.05), "mse")
+# fit
+history = tk_model.fit(long_ds, epochs=2, steps_per_epoch=40, verbose=0)
+"""
+
 out: dict = {}
 
 
@@ -206,6 +214,13 @@ def main_scenario(ip):
 
     _, out["fit_error"] = cell(ip, "%%distribute\nmodel.compile(optimizer='sgd', loss='mse')\n"
                                    "model.fit(ds, epochs=1, verbose=0)")
+    _, out["tf_keras_setup_error"] = cell(ip, TF_KERAS_FIT.split("# fit\n")[0])
+    _, out["tf_keras_fit_error"] = cell(ip, "%%distribute\n" + TF_KERAS_FIT.split("# fit\n")[1])
+    out["tf_keras_fit_run"] = frame_summary(nbdist.runs[-1])
+    out["tf_keras_history"] = ip.user_ns["history"].history
+    _, out["tf_keras_refit_error"] = cell(ip, "%%distribute\n" + TF_KERAS_FIT.split("# fit\n")[1])
+    out["tf_keras_refit_run"] = frame_summary(nbdist.runs[-1])
+    _, out["checkpoint_error"] = cell(ip, STEP.format(data="ds", flags="--checkpoint ckpt"))
     _, out["push_error"] = cell(ip, "%distribute push ds")
     _, out["graph_fn_error"] = cell(ip, "%%distribute --step --data ds\nx, y = batch\n"
                                         "loss = tf.reduce_mean(x) + undefined_name\n")

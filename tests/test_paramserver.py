@@ -156,9 +156,29 @@ def test_kernel_interrupt_stops_scheduling_keeps_the_partial_run(main):
     assert main["after_interrupt_error"] is None and main["after_interrupt_status"] == "done"
 
 
-def test_keras3_fit_is_refused_with_the_way_to_step_mode(main):
+def test_keras3_fit_is_refused_with_the_ways_that_work(main):
     name, _, message = main["fit_error"].partition(": ")
-    assert name == "KerasUnsupported" and "step mode" in message and "2.21" in message
+    assert name == "KerasUnsupported" and "2.21" in message
+    assert "step mode" in message and "import tf_keras as keras" in message
+
+
+def test_tf_keras_fit_trains_on_the_workers_and_records_each_step(main):
+    assert main["tf_keras_setup_error"] is None and main["tf_keras_fit_error"] is None
+    run = main["tf_keras_fit_run"]
+    assert run["status"] == "done" and run["rows"] == run["steps"] == 80 and run["step_unique"]
+    assert set(run["by_worker"]) == {"0", "1"} and min(run["by_worker"].values()) >= 10
+    assert run["loss_last"] < 0.1 * run["loss_first"] and run["step_ms_ok"]
+    assert any("parameter_server fit (tf_keras)" in n for n in run["notes"])
+    # nbdist's per-step extras (worker, timestamps) never reach Keras' own logs
+    assert list(main["tf_keras_history"]) == ["loss"] and len(main["tf_keras_history"]["loss"]) == 2
+    # a second fit reuses the instrumented train function and records again
+    assert main["tf_keras_refit_error"] is None and main["tf_keras_refit_run"]["rows"] == 80
+
+
+def test_checkpoint_is_refused_with_what_to_do_instead(main):
+    assert main["checkpoint_error"].startswith("ConfigError: --checkpoint ")
+    assert "ckpt: not available under parameter_server" in main["checkpoint_error"]
+    assert "tf.train.CheckpointManager" in main["checkpoint_error"]
 
 
 def test_push_is_explained_and_step_errors_name_the_cell_line(main):

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import ast
 import atexit
-import contextlib
 import os
 import time
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -28,21 +26,13 @@ from ..errors import ConfigError
 from ..rewrite import rewrite_step
 from ..spec import RunSpec, StrategySpec
 from ..telemetry.run import Run, RunList
-from . import ps_context, ps_server, tfconfig
+from . import ps_context, ps_fit, ps_server, tfconfig
 from .engines import START_TIMEOUT_S, ClusterStartError, LocalEngines
-from .failures import ClusterError, KerasUnsupported, WorkerError, build_error
+from .failures import ClusterError, WorkerError, build_error
 from .ps_steps import ProcessWatch, PSStepLoop
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
-KERAS3_PS = (
-    "Keras 3 `model.fit` does not work under ParameterServerStrategy in TensorFlow 2.21 (it "
-    "asks for ClusterCoordinator.create_per_worker_dataset, which its fit cannot use), and "
-    "this kernel's Keras cannot be switched to tf_keras after it was imported. Train in step "
-    "mode instead: build the model and optimizer in a `%%distribute` cell (their variables "
-    "go to the parameter servers), then write the training step in a `%%distribute --step "
-    "--data DATASET` cell; nbdist schedules it on the workers."
-)
 _LIVE: weakref.WeakSet[ParameterServerCluster] = weakref.WeakSet()
 
 
@@ -213,6 +203,7 @@ class ParameterServerCluster(ProcessWatch):
         from IPython import get_ipython
 
         self._usable()
+        _no_checkpoint(spec.checkpoint)
         self._cells += 1
         source = rewrite_step(f"# {header}\n{cell}", filename=f"<nbdist-ps-step-{self._cells}>",
                               loss=spec.loss, grads=spec.grads)
@@ -233,19 +224,26 @@ class ParameterServerCluster(ProcessWatch):
                 self.steps_by_worker[int(worker)] = (self.steps_by_worker.get(int(worker), 0)
                                                      + int(count))
 
-    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "") -> Any:
+    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "",
+                       checkpoint: str | None = None) -> Any:
         """Run the cell in the kernel under ``strategy.scope()``: variables it creates live
-        on the parameter servers. Keras 3 ``model.fit`` is refused with the way out."""
+        on the parameter servers. A tf_keras ``model.fit`` in it trains on the workers and
+        records into a Run; Keras 3 ``model.fit`` is refused with the way out (ps_fit)."""
         from IPython import get_ipython
 
         self._usable()
+        _no_checkpoint(checkpoint)
         shell = get_ipython()
         text = f"# {header}\n{cell}"
         filename = shell.compile.cache(text)
         tree = ast.parse(shell.transform_cell(text), filename=filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         ns = shell.user_ns
-        with self.strategy.scope(), _keras3_fit_refused():
+        def new_run() -> Run:
+            return self.runs.new(mode="fit", strategy="parameter_server", replicas=1,
+                                 workers=self.n, devices=self.devices)
+
+        with self.strategy.scope(), ps_fit.recording_fits(new_run, observers, self):
             exec(shell.compile(tree, filename, "exec"), ns)  # noqa: S102 - the user's cell
             if last is None:
                 return None
@@ -257,28 +255,19 @@ _NO_PUSH = ("push/pull move values to worker processes that run Python cells (mu
             "sends them, and every cell runs in the kernel: use your variables directly.")
 
 
+def _no_checkpoint(directory: str | None) -> None:
+    if directory:
+        raise ConfigError(
+            f"--checkpoint {directory}: not available under parameter_server yet (nbdist "
+            "saves checkpoints for mirrored and multiworker). Save from the kernel yourself: "
+            "`tf.train.CheckpointManager(tf.train.Checkpoint(model=model, "
+            "optimizer=optimizer), DIR, max_to_keep=3).save()` in a plain cell reads the "
+            "variables from the parameter servers; or drop --checkpoint."
+        )
+
+
 def _job_name(job: str) -> str:
     return "parameter server" if job == "ps" else job
-
-
-@contextlib.contextmanager
-def _keras3_fit_refused() -> Iterator[None]:
-    import keras
-
-    cls = keras.Model
-    own = cls.__dict__.get("fit")
-
-    def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
-        raise KerasUnsupported(KERAS3_PS)
-
-    cls.fit = fit
-    try:
-        yield
-    finally:
-        if own is None:
-            del cls.fit
-        else:
-            cls.fit = own
 
 
 def live_ps_clusters() -> list[ParameterServerCluster]:

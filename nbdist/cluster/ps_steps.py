@@ -65,6 +65,8 @@ EPOCH_NOTE = (
 class ProcessWatch:
     """What the loop needs from the cluster: which processes died (checked by pid)."""
 
+    n: int   # how many workers
+
     def dead(self) -> dict[str, list[int]]:  # {"worker": [indices], "ps": [indices]}
         raise NotImplementedError
 
@@ -179,15 +181,7 @@ class PSStepLoop:
 
     def _drain(self, quiet: bool = False) -> None:
         """Record every step already scheduled (the coordinator runs them anyway)."""
-        while self._pending:
-            try:
-                self._record(*self._pending[0])
-            except Exception:
-                if not quiet:
-                    raise
-                self._pending.clear()   # the run failed meanwhile: keep what was recorded
-                return
-            self._pending.popleft()
+        drain(self._pending, self._record, quiet)
 
     def _schedule(self, iterator: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
@@ -209,7 +203,7 @@ class PSStepLoop:
         if step < self.run.steps_done:
             return
         while True:   # fetch blocks; wake up to watch the processes meanwhile
-            if _ready(remote):
+            if ready(remote):
                 break
             self._check_health()
             time.sleep(0.002)
@@ -281,30 +275,10 @@ class PSStepLoop:
         return True
 
     def _dead_message_after(self, err: Exception) -> str:
-        """``_dead_message``, giving a process behind an UnavailableError time to be seen
-        dead."""
-        deadline = time.monotonic() + (DEATH_GRACE_S if type(err).__name__ ==
-                                       "UnavailableError" else 0.0)
-        while True:
-            died = self._dead_message()
-            if died or time.monotonic() > deadline:
-                return died
-            time.sleep(0.05)
+        return dead_message_after(self.watch, err, self.run.steps_done)
 
     def _dead_message(self) -> str:
-        dead = self.watch.dead()
-        steps = f" after step {self.run.steps_done}" if self.run.steps_done else ""
-        if dead.get("ps"):
-            who = ", ".join(self.watch.describe("ps", i) for i in dead["ps"])
-            return (f"{who} died{steps}: its process is gone, and with it the model's "
-                    "variables that lived there; ParameterServerStrategy cannot continue "
-                    "without it. Run `%distribute restart` for fresh servers, then create "
-                    "the model and optimizer again (the steps so far are kept in "
-                    "nbdist.runs[-1]).")
-        if dead.get("worker") and len(dead["worker"]) == self.workers:
-            return (f"Every worker died{steps}, so no step can run. Run `%distribute "
-                    "restart` for fresh workers, then create the model again.")
-        return ""
+        return dead_message(self.watch, self.run.steps_done)
 
     # -- compiling -------------------------------------------------------------------------
     def _compile(self, timed: bool) -> Any:
@@ -334,6 +308,50 @@ class PSStepLoop:
         return tf.function(train_step)
 
 
+def drain(pending: deque[Any], record: Callable[..., None], quiet: bool = False) -> None:
+    """``record(*entry)`` for every pending step, oldest first, each removed once recorded
+    (an interrupt may come in between). ``quiet``: after an error, forget the rest (the run
+    failed meanwhile: keep what was recorded)."""
+    while pending:
+        try:
+            record(*pending[0])
+        except Exception:
+            if not quiet:
+                raise
+            pending.clear()
+            return
+        pending.popleft()
+
+
+def dead_message_after(watch: ProcessWatch, err: BaseException, steps_done: int) -> str:
+    """``dead_message``, giving a process behind an UnavailableError time to be seen
+    dead."""
+    deadline = time.monotonic() + (DEATH_GRACE_S if type(err).__name__ ==
+                                   "UnavailableError" else 0.0)
+    while True:
+        died = dead_message(watch, steps_done)
+        if died or time.monotonic() > deadline:
+            return died
+        time.sleep(0.05)
+
+
+def dead_message(watch: ProcessWatch, steps_done: int) -> str:
+    """Why the run cannot go on: a parameter server or every worker died ("" if neither)."""
+    dead = watch.dead()
+    steps = f" after step {steps_done}" if steps_done else ""
+    if dead.get("ps"):
+        who = ", ".join(watch.describe("ps", i) for i in dead["ps"])
+        return (f"{who} died{steps}: its process is gone, and with it the model's "
+                "variables that lived there; ParameterServerStrategy cannot continue "
+                "without it. Run `%distribute restart` for fresh servers, then create "
+                "the model and optimizer again (the steps so far are kept in "
+                "nbdist.runs[-1]).")
+    if dead.get("worker") and len(dead["worker"]) == watch.n:
+        return (f"Every worker died{steps}, so no step can run. Run `%distribute "
+                "restart` for fresh workers, then create the model again.")
+    return ""
+
+
 _SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
           "compute_ms": ("t_begin", "t_update_start"),
           "update_ms": ("t_update_start", "t_update_end")}
@@ -355,7 +373,7 @@ def _tensors(structure: Any) -> list[Any]:
     return [t for t in tf.nest.flatten(structure) if isinstance(t, tf.Tensor)]
 
 
-def _ready(remote: Any) -> bool:
+def ready(remote: Any) -> bool:
     """Whether a RemoteValue has its result (or error) without blocking."""
     status = getattr(remote, "_status", None)
     if status is None:   # a TensorFlow without the attribute: fetch (and block) directly
