@@ -31,3 +31,44 @@ def run_python(code: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def ipcluster(*args):
+    """Run ``ipcluster ARGS`` (as a user would) with nbdist importable on the engines."""
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "ipyparallel.cluster", *args], env=env,
+                          capture_output=True, text=True, timeout=90)
+
+
+def cluster_processes(profile_dir):
+    """The cluster's controller, engines and their children (nannies), as psutil Processes,
+    from its cluster file (what was launched, engine restarts included)."""
+    import ipyparallel as ipp
+    import psutil
+
+    cluster = ipp.Cluster.from_file(profile_dir=profile_dir)
+    pids = {cluster.controller.pid}
+    for engine_set in cluster.engines.values():
+        pids |= {launcher.pid for launcher in engine_set.launchers.values()}
+    procs = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            procs += [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return procs
+
+
+def living(procs):
+    """Those of ``procs`` still running (zombies count as gone)."""
+    import psutil
+
+    out = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return out

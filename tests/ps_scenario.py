@@ -279,7 +279,59 @@ def fault_scenario(ip):
     _, out["ps_again_error"] = cell(ip, "%distribute parameter_server")
 
 
-SCENARIOS = {"main": main_scenario, "faults": fault_scenario}
+def profile_scenario(ip):
+    """parameter_server on a user's ipyparallel cluster (``--cluster``), engines on this
+    machine: nbdist uses them, restarts them at stop and leaves the cluster running."""
+    import tempfile
+
+    import ipyparallel as ipp
+    from helpers import cluster_processes, ipcluster, living
+
+    import nbdist
+
+    profile_dir = tempfile.mkdtemp(prefix="nbdist-ps-profile-")
+    with open(os.path.join(profile_dir, "ipcontroller_config.py"), "w") as f:
+        f.write("c.HeartMonitor.period = 500\nc.HeartMonitor.max_heartmonitor_misses = 20\n")
+    started = ipcluster("start", "--daemonize", "--n=2", f"--profile-dir={profile_dir}")
+    out["ipcluster_start"] = [started.returncode, started.stderr[-1000:]]
+    procs = cluster_processes(profile_dir)
+    client = ipp.Client(profile_dir=profile_dir)
+    try:
+        client.wait_for_engines(2, timeout=60)
+        users = dict(zip(client.ids, client[:].apply_sync(os.getpid), strict=True))
+        _, out["too_many_error"] = cell(ip, "%distribute parameter_server --workers 2 --ps 1 "
+                                            f"--cluster {profile_dir}")
+        _, out["start_error"] = cell(ip, "%distribute parameter_server --workers 1 --ps 1 "
+                                         f"--cluster {profile_dir}")
+        c = cluster()
+        out["task_pids"] = sorted(c.info[t]["pid"] for t in c.tasks)
+        out["user_pids"] = sorted(users.values())
+        out["started_by_nbdist"] = len(c.processes())
+        out["cluster_spec"] = c.cluster_spec
+        out["status"] = status(ip)
+        _, out["setup_error"] = cell(ip, SETUP)
+        _, out["step_error"] = cell(ip, STEP.format(data="ds", flags="--epochs 5"))
+        out["step_run"] = frame_summary(nbdist.runs[-1])
+        ip.run_line_magic("distribute", "stop")
+        deadline = time.monotonic() + 60   # the cluster's engines, restarted by nbdist
+        while time.monotonic() < deadline and (len(client.ids) < 2
+                                               or set(client.ids) & set(users)):
+            time.sleep(0.2)
+        out["after_stop_pids"] = sorted(client[:].apply_sync(os.getpid))
+        procs = cluster_processes(profile_dir)
+        out["controller_alive_after_stop"] = bool(living(procs))
+    finally:
+        client.close()
+        ipcluster("stop", f"--profile-dir={profile_dir}")
+        deadline = time.monotonic() + 15
+        while living(procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out["left_after_ipcluster_stop"] = [p.pid for p in living(procs)]
+        for proc in living(procs):
+            proc.kill()
+
+
+SCENARIOS = {"main": main_scenario, "faults": fault_scenario, "profile": profile_scenario}
 
 if __name__ == "__main__":
     ip = shell()

@@ -7,14 +7,12 @@ it with `ipcluster stop` at the end, checking that no process is left. Also here
 """
 
 import os
-import subprocess
-import sys
 import time
 
 import ipyparallel as ipp
 import psutil
 import pytest
-from helpers import ROOT, run_ok
+from helpers import cluster_processes, ipcluster, living, run_ok
 
 import nbdist
 from nbdist.cluster import profile
@@ -34,40 +32,6 @@ model.compile(optimizer="sgd", loss="mse")
 """
 
 
-def _ipcluster(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "ipyparallel.cluster", *args], env=env,
-                          capture_output=True, text=True, timeout=90)
-
-
-def _cluster_processes(profile_dir):
-    """The cluster's controller, engines and their children (nannies), as psutil Processes,
-    from its cluster file (what was launched, engine restarts included)."""
-    cluster = ipp.Cluster.from_file(profile_dir=profile_dir)
-    pids = {cluster.controller.pid}
-    for engine_set in cluster.engines.values():
-        pids |= {launcher.pid for launcher in engine_set.launchers.values()}
-    procs = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            procs += [proc, *proc.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    return procs
-
-
-def _alive(procs):
-    out = []
-    for proc in procs:
-        try:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    return out
-
-
 @pytest.fixture(scope="module")
 def user_cluster(ip, tmp_path_factory):
     """A user's cluster: 2 engines started by ipcluster, not by nbdist."""
@@ -75,9 +39,9 @@ def user_cluster(ip, tmp_path_factory):
     with open(os.path.join(profile_dir, "ipcontroller_config.py"), "w") as f:
         # the hub admits engines at its heartbeat (3 s by default): quicker (re)starts
         f.write("c.HeartMonitor.period = 500\nc.HeartMonitor.max_heartmonitor_misses = 20\n")
-    started = _ipcluster("start", "--daemonize", "--n=2", f"--profile-dir={profile_dir}")
+    started = ipcluster("start", "--daemonize", "--n=2", f"--profile-dir={profile_dir}")
     assert started.returncode == 0, started.stderr[-2000:]
-    procs = _cluster_processes(profile_dir)
+    procs = cluster_processes(profile_dir)
     try:
         client = ipp.Client(profile_dir=profile_dir)
         client.wait_for_engines(2, timeout=60)
@@ -85,15 +49,15 @@ def user_cluster(ip, tmp_path_factory):
         yield profile_dir, client
         ip.run_line_magic("distribute", "stop")
         assert live_clusters() == []
-        procs = _cluster_processes(profile_dir)     # engines restarted by nbdist included
+        procs = cluster_processes(profile_dir)     # engines restarted by nbdist included
         client.close()
-        assert len(_alive(procs)) >= 3    # controller + 2 engines: nbdist left them running
+        assert len(living(procs)) >= 3    # controller + 2 engines: nbdist left them running
     finally:   # whatever failed above, stop the cluster and leave no process behind
-        stopped = _ipcluster("stop", f"--profile-dir={profile_dir}")
+        stopped = ipcluster("stop", f"--profile-dir={profile_dir}")
         deadline = time.monotonic() + 15
-        while _alive(procs) and time.monotonic() < deadline:
+        while living(procs) and time.monotonic() < deadline:
             time.sleep(0.2)
-        left = _alive(procs)
+        left = living(procs)
         for proc in left:
             proc.kill()
         ip.run_line_magic("distribute", "mirrored --devices 4")

@@ -54,13 +54,18 @@ def faults():
     return scenario("faults")
 
 
+@pytest.fixture(scope="module")
+def user_cluster():
+    return scenario("profile")
+
+
 # -- bad inputs: one clear paragraph, nothing started ----------------------------------------
 
 @pytest.mark.parametrize("line, expected", [
     ("parameter_server --ps 0", "--ps 0 is not allowed"),
     ("parameter_server --workers 0", "--workers 0 is not allowed"),
     ("parameter_server --devices 2", "each worker trains on one device"),
-    ("parameter_server --cluster myprofile", "--cluster PROFILE is not available"),
+    ("parameter_server --cluster myprofile", "there is no IPython profile 'myprofile'"),
     ("parameter_server --keras legacy", "applies to `multiworker` only"),
     ("mirrored --ps 1", "Use `multiworker` or `parameter_server`"),
     ("multiworker --ps 1", "--ps only applies to `parameter_server`"),
@@ -219,3 +224,35 @@ def test_stop_after_faults_is_quick_leaves_nothing_and_says_restart_the_kernel(f
     assert faults["stop_s"] < 15 and faults["left_after_stop"] == []
     for key in ("mirrored_after_error", "ps_again_error"):
         assert faults[key].startswith("ConfigError:") and "Restart the kernel" in faults[key]
+
+
+# -- --cluster PROFILE: a user's ipyparallel cluster ---------------------------------------------
+
+def test_too_few_engines_in_the_profile_is_a_clear_error(user_cluster):
+    assert user_cluster["ipcluster_start"][0] == 0, user_cluster["ipcluster_start"]
+    error = user_cluster["too_many_error"]
+    assert error.startswith("ConfigError: --workers 2 --ps 1 (3 engines): the cluster of "
+                            "profile"), error
+    assert "has 2 engine(s)" in error
+
+
+def test_tasks_run_on_the_users_engines_and_train(user_cluster):
+    assert user_cluster["start_error"] is None
+    assert user_cluster["task_pids"] == user_cluster["user_pids"]     # worker 0, then ps 0
+    assert user_cluster["started_by_nbdist"] == 0
+    spec = user_cluster["cluster_spec"]
+    assert len(spec["worker"]) == len(spec["ps"]) == 1
+    assert all(a.startswith("127.0.0.1:") for job in spec.values() for a in job)  # all local
+    assert "of ipyparallel profile" in user_cluster["status"]
+    assert "not started by nbdist" in user_cluster["status"]
+    run = user_cluster["step_run"]
+    assert user_cluster["setup_error"] is None and user_cluster["step_error"] is None
+    assert run["status"] == "done" and run["rows"] == 40 and run["by_worker"] == {"0": 40}
+    assert run["loss_last"] < 0.1 * run["loss_first"]
+
+
+def test_stop_restarts_the_users_engines_and_leaves_the_cluster_running(user_cluster):
+    after = user_cluster["after_stop_pids"]
+    assert len(after) == 2 and not set(after) & set(user_cluster["user_pids"])
+    assert user_cluster["controller_alive_after_stop"]
+    assert user_cluster["left_after_ipcluster_stop"] == []

@@ -1,7 +1,9 @@
 """``ParameterServerCluster``: what the Session holds for ``%distribute parameter_server``.
 
 The kernel is the coordinator. Starting: N + P local ipyparallel engines (``LocalEngines``),
-each of which starts one ``tf.distribute.Server`` (``ps_server.serve``) as ``worker i`` or
+or with ``--cluster PROFILE`` the first N + P engines of a user's cluster (``ProfileEngines``:
+reachable addresses, ports chosen on each engine's host; stop restarts those engines), each of
+which starts one ``tf.distribute.Server`` (``ps_server.serve``) as ``worker i`` or
 ``ps i`` of a cluster on free ports of 127.0.0.1; then the kernel connects to them with
 ParameterServerStrategy and a ClusterCoordinator (``ps_context.connect``). Scope-mode cells
 run in the kernel under ``strategy.scope()`` (variables are created on the parameter
@@ -29,6 +31,7 @@ from ..telemetry.run import Run, RunList
 from . import ps_context, ps_fit, ps_server, tfconfig
 from .engines import START_TIMEOUT_S, ClusterStartError, LocalEngines
 from .failures import ClusterError, WorkerError, build_error
+from .profile import ProfileEngines
 from .ps_steps import ProcessWatch, PSStepLoop
 
 DEFAULT_WORKERS = 2
@@ -43,11 +46,6 @@ class ParameterServerCluster(ProcessWatch):
         if spec.name != "parameter_server":
             raise ConfigError(f"ParameterServerCluster runs `parameter_server`, not "
                               f"`{spec.name}`.")
-        if spec.cluster:
-            raise ConfigError(
-                "--cluster PROFILE is not available for parameter_server yet; drop it to "
-                "start local worker and parameter-server processes."
-            )
         if spec.devices not in (None, 1):
             raise ConfigError(
                 f"--devices {spec.devices}: under parameter_server each worker trains on one "
@@ -61,7 +59,7 @@ class ParameterServerCluster(ProcessWatch):
         self.runs = runs
         self.cluster_spec: dict[str, list[str]] = {}
         self.info: dict[tuple[str, int], dict[str, Any]] = {}
-        self.engines: LocalEngines | None = None
+        self.engines: LocalEngines | ProfileEngines | None = None
         self.strategy: Any = None
         self.coordinator: Any = None
         self.broken: str | None = None
@@ -76,13 +74,21 @@ class ParameterServerCluster(ProcessWatch):
 
     def start(self) -> None:
         env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-        self.engines = LocalEngines(len(self.tasks), environment=env)
+        n = len(self.tasks)
+        if self.spec.cluster:   # a user's engines: worker i on engine i, then the ps tasks
+            self.engines = ProfileEngines(self.spec.cluster, n, asked=(
+                f"--workers {self.n} --ps {self.n_ps} ({n} engines)"))
+        else:
+            self.engines = LocalEngines(n, environment=env)
         _LIVE.add(self)
         try:
             self.engines.start()
             atexit.register(self._stop_at_exit)
-            ports = tfconfig.free_ports(len(self.tasks))
-            addresses = [f"127.0.0.1:{p}" for p in ports]
+            if isinstance(self.engines, ProfileEngines):
+                self.engines.touched = True   # from here on stop must restart the engines
+                addresses = self.engines.task_addresses()
+            else:
+                addresses = [f"127.0.0.1:{p}" for p in tfconfig.free_ports(n)]
             self.cluster_spec = {"worker": addresses[:self.n], "ps": addresses[self.n:]}
             self._serve()
             self.strategy, self.coordinator = ps_context.connect(self.cluster_spec)
@@ -157,6 +163,11 @@ class ParameterServerCluster(ProcessWatch):
         pid = self.pid(job, index)
         if pid is None:
             return False
+        engines = self.engines
+        if isinstance(engines, ProfileEngines):
+            position = self.tasks.index((job, index))
+            if not engines.local[position]:   # another machine: ask ipyparallel's heartbeat
+                return engines.client is not None and engines.ids[position] in engines.client.ids
         try:
             return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE,
                                                         psutil.STATUS_DEAD)

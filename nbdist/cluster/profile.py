@@ -17,7 +17,8 @@ it is trusted without the session key). TF_CONFIG ports are chosen on each engin
 asking an engine there.
 
 Stopping. TensorFlow allows one MultiWorkerMirroredStrategy per process (a second one in the
-same process, with a new TF_CONFIG, hangs: checked with TF 2.21), so an engine that served as
+same process, with a new TF_CONFIG, hangs: checked with TF 2.21), and a parameter_server
+task's ``tf.distribute.Server`` cannot be stopped, so an engine that served as
 a worker cannot serve another session. ``stop`` therefore ends the engines nbdist used and
 restarts the cluster's engines through ipyparallel (``Cluster.restart_engines``: the same
 launcher, the same number of engines, fresh processes with empty namespaces and new engine
@@ -62,7 +63,7 @@ _SPENT = False
 # -- on the engines ---------------------------------------------------------------------------
 def identify(controller_host: str) -> dict[str, Any]:
     """Runs on an engine: who and where it is, and whether nbdist already used its process."""
-    from . import worker
+    from . import ps_server, worker
 
     host = socket.gethostname()
     try:
@@ -72,7 +73,7 @@ def identify(controller_host: str) -> dict[str, Any]:
     return {
         "host": host, "pid": os.getpid(), "started": psutil.Process().create_time(),
         "ip": route_ip(controller_host), "host_ip": host_ip,
-        "used": _SPENT or worker._STATE is not None,
+        "used": _SPENT or worker._STATE is not None or ps_server._SERVER is not None,
     }
 
 
@@ -159,9 +160,11 @@ class ProfileEngines:
 
     owned = False
 
-    def __init__(self, name: str, n: int | None = None, timeout: float | None = None):
+    def __init__(self, name: str, n: int | None = None, timeout: float | None = None,
+                 asked: str | None = None):
         self.name = name
         self.wanted = n
+        self.asked = asked or f"--workers {n}"   # how the user asked for n engines
         self.timeout = REGISTER_TIMEOUT_S if timeout is None else timeout
         self.profile_dir, self.cluster_id = resolve_profile(name)
         self.cluster: Any = None          # ipyparallel.Cluster, when the profile has one
@@ -226,7 +229,7 @@ class ProfileEngines:
         available = sorted(self.client.ids)
         if self.wanted is not None and self.wanted > len(available):
             raise ConfigError(
-                f"--workers {self.wanted}: the cluster of profile {self.name!r} has "
+                f"{self.asked}: the cluster of profile {self.name!r} has "
                 f"{len(available)} engine(s). Ask for at most {len(available)}, drop --workers "
                 f"to use them all, or start more engines (`ipcluster engines --profile-dir "
                 f"{self.profile_dir} --n {self.wanted - len(available)} --daemonize`)."
@@ -240,14 +243,15 @@ class ProfileEngines:
         if not self.restartable:
             raise ClusterStartError(
                 f"Engine(s) {', '.join(map(str, spent))} of profile {self.name!r} already "
-                "served an nbdist session; TensorFlow allows one MultiWorkerMirroredStrategy "
-                "per process, and this cluster has no cluster file through which nbdist could "
+                "served an nbdist session; TensorFlow's cluster state (a "
+                "MultiWorkerMirroredStrategy, a parameter-server gRPC server) lasts as long as "
+                "the process, and this cluster has no cluster file through which nbdist could "
                 "restart its engines. Restart those engines yourself (stop and start their "
                 "`ipengine` processes), then run this line again."
             )
         print(f"nbdist: engine(s) {', '.join(map(str, spent))} of profile {self.name!r} "
               "already served an nbdist session; restarting the cluster's engines "
-              "(one MultiWorkerMirroredStrategy per process).", file=sys.stderr)
+              "(TensorFlow's cluster state lasts as long as the process).", file=sys.stderr)
         from .worker import exit_soon
 
         self._quit_used(exit_soon)
@@ -263,7 +267,13 @@ class ProfileEngines:
             time.sleep(0.1)   # the controller unregisters the old engines
 
     def tf_configs(self) -> list[dict[str, Any]]:
-        """Each worker's TF_CONFIG: its host, a port free there (asked on that host)."""
+        """Each worker's TF_CONFIG (``task_addresses``)."""
+        addresses = self.task_addresses()
+        return [tfconfig.tf_config(addresses, i) for i in range(len(addresses))]
+
+    def task_addresses(self) -> list[str]:
+        """Each engine's address for a TensorFlow server: its host, a port free there (asked
+        on that host)."""
         by_host: dict[str, list[int]] = {}
         for i, host in enumerate(self.hosts):
             by_host.setdefault(host, []).append(i)
@@ -273,8 +283,7 @@ class ProfileEngines:
             found = self.client[self.ids[workers[0]]].apply_sync(
                 tfconfig.free_ports, len(workers), bind)
             ports.update(zip(workers, found, strict=True))
-        addresses = [f"{host}:{ports[i]}" for i, host in enumerate(self.hosts)]
-        return [tfconfig.tf_config(addresses, i) for i in range(len(addresses))]
+        return [f"{host}:{ports[i]}" for i, host in enumerate(self.hosts)]
 
     def describe(self) -> str:
         where = ("on this machine" if all(self.local) else
@@ -356,6 +365,7 @@ class ProfileEngines:
         except Exception as err:
             log.debug("could not release engines %s: %s", self.ids, err)
         print(f"nbdist: engines {self.ids} of profile {self.name!r} are released (namespaces "
-              "reset) but still hold TensorFlow's MultiWorkerMirroredStrategy, one per process; "
-              "nbdist cannot restart them (no cluster file). Restart them before the next "
+              "reset) but still hold TensorFlow state that lasts as long as the process (a "
+              "MultiWorkerMirroredStrategy or a parameter-server gRPC server); nbdist cannot "
+              "restart them (no cluster file). Restart them before the next "
               "nbdist session on this profile.", file=sys.stderr)

@@ -15,8 +15,8 @@ def status_text(cluster: ParameterServerCluster, runs: list[Any]) -> str:
     lines = [
         f"strategy   {spec.name} ({spec.tf_class}), asynchronous",
         f"roles      coordinator: this kernel (pid {_kernel_pid()}); {cluster.n} worker(s) and "
-        f"{cluster.n_ps} parameter server(s): tf.distribute.Server processes, local "
-        "ipyparallel engines (controller on 127.0.0.1)"
+        f"{cluster.n_ps} parameter server(s): tf.distribute.Server processes on "
+        f"{_engines(cluster)}"
         + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
         f"cluster    {json.dumps(cluster.cluster_spec)}",
         f"kernel     TensorFlow gRPC server of the coordinator: {_coordinator_address()} "
@@ -66,6 +66,13 @@ def state(cluster: ParameterServerCluster) -> dict[str, Any]:
         "workers_alive": cluster.n - len(dead["worker"]),
         "dead_workers": dead["worker"],
     }
+
+
+def _engines(cluster: ParameterServerCluster) -> str:
+    engines = cluster.engines
+    if engines is not None and hasattr(engines, "describe"):
+        return str(engines.describe())
+    return "local ipyparallel engines (controller on 127.0.0.1)"
 
 
 def _coordinator_address() -> str:
