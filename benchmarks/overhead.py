@@ -1,14 +1,24 @@
 """Throughput of `%%distribute --step` vs the same step hand-written, side by side.
 
-One process, alternating rounds, same model, data and strategy: a hand-written
-``@tf.function`` + ``strategy.run`` loop, then the same step as a ``%%distribute --step``
-cell run through a real IPython shell with telemetry on (per-replica loss and gradient norm
-every step, allreduce timing paced automatically, as in a user's cell). Steady-state steps/s
-exclude each side's first WARMUP steps (tracing); the per-cell tracing cost is printed
-separately. Also: scope-mode Keras ``fit`` vs plain ``fit`` under ``strategy.scope()``
-(steady state and fixed cost).
+One process, same model, data and strategy: a hand-written ``@tf.function`` +
+``strategy.run`` step, and the same step as a ``%%distribute --step`` cell run through a real
+IPython shell with telemetry on (per-replica loss and gradient norm every step, allreduce
+timing paced automatically, the cell's own progress observer), as in a user's cell. Two
+designs, for a tiny MLP and a small conv net at 1 and 4 replicas:
 
-    python benchmarks/overhead.py [--rounds 5] [--steps 300]
+* interleaved (the headline): one long cell; after each of its steps the benchmark runs one
+  hand-written step (fetching its result) and times it on its own; the cell's time per step is
+  what passes between two of its steps minus that. Both sides are sampled at the same moments,
+  so this shared machine's load changes cancel; the spread is shown per fifth of the run.
+* alternating cells (``--rounds``): a hand-written loop of ``--steps`` steps (no fetch per
+  step), then the cell, per round; steady state without each side's first WARMUP steps, plus
+  the per-cell tracing cost. Noisy here: rounds swing by 10-30% on this machine.
+
+Also: scope-mode Keras ``fit`` vs plain ``fit`` under ``strategy.scope()`` (paired, see
+``bench_fit``).
+
+    python benchmarks/overhead.py [--interleaved-steps 3000] [--rounds 5] [--steps 300]
+                                  [--fit-rounds 4] [--only mlp|conv|fit]
 """
 
 from __future__ import annotations
@@ -81,7 +91,8 @@ def steady_rate(run, warmup: int) -> float:
     return (len(walls) - 1 - warmup) / (walls[-1] - walls[warmup])
 
 
-def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
+def _setup_step_bench(ip, kind: str, replicas: int) -> None:
+    """A fresh session, model, optimizer and the hand-written loop, for one configuration."""
     import nbdist
 
     line = "one_device" if replicas == 1 else f"mirrored --devices {replicas}"
@@ -99,6 +110,12 @@ def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
             optimizer.build(model.trainable_variables)
     """)
     _ok(ip, HAND)
+
+
+def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
+    import nbdist
+
+    _setup_step_bench(ip, kind, replicas)
     cell = f"%%distribute --step --data train_ds --steps {steps}\n{STEP_BODY}"
     hand, ours, ratios, cell_overhead = [], [], [], []
     for _ in range(rounds):
@@ -115,6 +132,63 @@ def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
           f"{statistics.median(ratios):.3f} (per round: {', '.join(f'{r:.3f}' for r in ratios)}); "
           f"per-cell fixed cost (rewrite+trace+warm-up) {statistics.median(cell_overhead):.2f} s",
           flush=True)
+
+
+class _Interleaved:
+    """The cell's own observer (the dashboard or progress line, as the magic made it), plus:
+    after each of the cell's steps, one hand-written step, timed on its own. The cell's time
+    per step is what passes between two of its steps minus the hand-written step in between,
+    so both sides are sampled at the same moments and slow load changes cancel."""
+
+    def __init__(self, inner, hand_once):
+        self.inner, self.hand_once = inner, hand_once
+        self.mark, self.ours, self.hand = None, [], []
+
+    def on_step(self, run) -> None:
+        self.inner.on_step(run)
+        now = time.perf_counter()
+        if self.mark is not None:
+            self.ours.append(now - self.mark)
+        self.hand_once()
+        after = time.perf_counter()
+        self.hand.append(after - now)
+        self.mark = after
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int = 5) -> None:
+    """One %%distribute --step run of ``steps`` steps with a hand-written step after each of
+    its steps; steps/s ratio from the sums, also per fifth of the run (the spread)."""
+    import nbdist.widgets.dashboard as dashboard
+
+    _setup_step_bench(ip, kind, replicas)
+    _ok(ip, """
+        hand_it = iter(dist_ds)
+        def hand_once():
+            hand_step(next(hand_it)).numpy()
+    """)
+    made = []
+    real = dashboard.observer_for
+
+    def observer_for(shell, **settings):
+        made.append(_Interleaved(real(shell, **settings), ip.user_ns["hand_once"]))
+        return made[-1]
+
+    dashboard.observer_for = observer_for
+    try:
+        _ok(ip, f"%%distribute --step --data train_ds --steps {steps}\n{STEP_BODY}")
+    finally:
+        dashboard.observer_for = real
+    ours, hand = made[0].ours[WARMUP:], made[0].hand[WARMUP + 1:]
+    size = len(ours) // chunks
+    parts = [sum(hand[i * size:(i + 1) * size]) / sum(ours[i * size:(i + 1) * size])
+             for i in range(chunks)]
+    print(f"{kind:4s} x{replicas} replicas, interleaved: hand-written {len(hand) / sum(hand):7.1f} "
+          f"steps/s, %%distribute {len(ours) / sum(ours):7.1f} steps/s, ratio "
+          f"{sum(hand) / sum(ours):.3f} (per fifth of the run: "
+          f"{', '.join(f'{r:.3f}' for r in parts)})", flush=True)
 
 
 def bench_fit(ip, rounds: int, steps: int) -> None:
@@ -190,6 +264,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--only", choices=["mlp", "conv", "fit"], default=None)
+    parser.add_argument("--interleaved-steps", type=int, default=3000)
+    parser.add_argument("--fit-rounds", type=int, default=4)
     args = parser.parse_args()
     from IPython.testing.globalipapp import start_ipython
 
@@ -200,9 +276,11 @@ def main() -> None:
     for kind in ("mlp", "conv"):
         if args.only in (None, kind):
             for replicas in (1, 4):
-                bench_step(ip, kind, replicas, args.rounds, args.steps)
+                bench_step_interleaved(ip, kind, replicas, args.interleaved_steps)
+                if args.rounds:
+                    bench_step(ip, kind, replicas, args.rounds, args.steps)
     if args.only in (None, "fit"):
-        bench_fit(ip, args.rounds, args.steps)
+        bench_fit(ip, args.fit_rounds, args.steps)
 
 
 if __name__ == "__main__":

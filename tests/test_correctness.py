@@ -117,3 +117,28 @@ def test_allreduce_timing_is_per_replica_positive_and_changes_no_weight(mirrored
     assert timed.allreduce_bytes == 4 * (8 * 32 + 32 + 32 * 3 + 3)
     assert plain.metrics["allreduce_ms"].isna().all()
     assert frame["grad_norm"].gt(0).all() and plain.metrics["grad_norm"].gt(0).all()
+
+
+def _pace(plain_ms, timed_ms, steps=3000):
+    """Steps the automatic pacer times, given the two variants' step times."""
+    from nbdist.runner import TimingPacer
+
+    pacer, timed_steps = TimingPacer(None), []
+    for step in range(steps):
+        timed = pacer.due(step)
+        timed_steps += [step] if timed else []
+        pacer.observe(step, timed_ms if timed else plain_ms, timed)
+    return timed_steps
+
+
+@pytest.mark.parametrize("plain_ms, timed_ms", [(1.0, 6.0), (2.0, 4.0), (10.0, 12.0),
+                                                (50.0, 51.0), (1.0, 100.0)])
+def test_automatic_timing_keeps_its_cost_near_one_percent_and_samples_twice_a_second(
+        plain_ms, timed_ms):
+    timed = _pace(plain_ms, timed_ms)
+    gaps = np.diff(timed[3:])                 # after the first estimates settle
+    cost = (timed_ms - plain_ms) / (gaps.mean() * plain_ms)
+    longest = max(100, int(np.ceil(500 / plain_ms)))
+    assert gaps.min() >= 5 and gaps.max() <= longest
+    assert cost <= 0.0101 or gaps.max() == longest, (cost, gaps.max())
+    assert gaps.max() * plain_ms <= max(500, 100 * plain_ms)   # the allreduce stays sampled

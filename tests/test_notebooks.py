@@ -248,6 +248,11 @@ def test_05_parameter_server():
                                    and t.get("yaxis", "y") == "y"} for fig in widget_figures(nb)]
     assert len(figures(cell(nb, "coloured by the worker"))[0]["data"]) == 2
     assert number(r"staleness: mean ([\d.]+) updates", text(cell(nb, "staleness ="))) >= 0
+    fitted = text(cell(nb, "fit_run = nbdist.runs[-1]"))
+    fit_counts = [int(n) for n in re.findall(r"worker \d ran (\d+)", fitted)]
+    assert "fit: 80 steps" in fitted and len(fit_counts) == 2 and min(fit_counts) > 0, fitted
+    epochs = [float(v) for v in re.search(r"History\): \[(.*)\]", fitted).group(1).split(",")]
+    assert len(epochs) == 5 and epochs[-1] < 0.5 * epochs[0], fitted
     assert number(r"\(([\d.]+)x as many on the fast worker", text(cell(nb, "slow = "))) > 1.2
     survived = text(cell(nb, "survived = "))
     assert "the run finished: done, 300 of 300 steps" in survived

@@ -24,6 +24,7 @@ Run gets a note saying why allreduce_ms is empty.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import weakref
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ _ACTIVE: AllreduceClock | None = None        # the clock of the fit being traced
 _CLOCKS: weakref.WeakKeyDictionary[Any, AllreduceClock] = weakref.WeakKeyDictionary()
 
 
+@functools.cache   # asked on every timed step, and the metadata lookup takes ~2 ms
 def _version() -> tuple[int, ...] | None:
     try:
         text = importlib.metadata.version("tf_keras")

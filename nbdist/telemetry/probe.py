@@ -10,6 +10,7 @@ an untimed variant and times only every k-th step.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -107,7 +108,8 @@ class StepProbe:
         workers), which reaches the collective through ``merge_call``, not ``all_reduce``."""
         from .fitreduce import optimizer_methods
 
-        found = optimizer_methods()
+        # A step can only use a tf_keras optimizer if tf_keras is imported already.
+        found = optimizer_methods() if "tf_keras" in sys.modules else "not imported"
         if isinstance(found, str):   # tf_keras absent or untested: nothing to hook
             yield
             return
