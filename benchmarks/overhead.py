@@ -14,11 +14,10 @@ designs, for a tiny MLP and a small conv net at 1 and 4 replicas:
   step), then the cell, per round; steady state without each side's first WARMUP steps, plus
   the per-cell tracing cost. Noisy here: rounds swing by 10-30% on this machine.
 
-Also: scope-mode Keras ``fit`` vs plain ``fit`` under ``strategy.scope()`` (paired, see
-``bench_fit``).
+Also: scope-mode Keras ``fit`` vs plain ``fit`` under ``strategy.scope()`` (see ``bench_fit``).
 
     python benchmarks/overhead.py [--interleaved-steps 3000] [--rounds 5] [--steps 300]
-                                  [--fit-rounds 4] [--only mlp|conv|fit]
+                                  [--fit-rounds 3] [--only mlp|conv|fit]
 """
 
 from __future__ import annotations
@@ -192,21 +191,18 @@ def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int
 
 
 def bench_fit(ip, rounds: int, steps: int) -> None:
-    """Scope-mode fit vs plain fit under the same strategy, paired and interleaved.
+    """Scope-mode fit vs plain fit under the same strategy. Keras fit on 4 replicas sharing 2
+    cores swings by tens of percent from call to call here, so three numbers:
 
-    Each round runs four fits per side in the order plain, ours, ours, plain (then the
-    mirror image next round), a short one (``steps``) and a long one (``3 * steps``), so slow
-    load changes on a shared machine hit both sides alike. Two numbers:
-
-    * whole-call ratio: plain seconds / ours seconds for the long fit, per round (what a user
-      waits for, fixed costs included);
-    * steady ratio: steps/s from a least-squares line ``seconds = fixed + steps / rate`` fitted
-      to all of a side's calls, ours / plain; ``fixed`` is what each call pays once (iterator
-      and callbacks set-up, for %%distribute also the Run and the final dashboard figure).
+    * steady cost, measured inside one long %%distribute fit: the time nbdist's callback spends
+      per step (recording the Run, the observers) over the step time; ratio = 1 - that share;
+    * fixed cost per call: 1-step fits, alternating plain and %%distribute, median difference
+      (the Run, the callbacks, the final figure);
+    * whole-call ratio, plain seconds / %%distribute seconds of ``3 * steps``-step fits in the
+      order plain, ours, ours, plain per round (what a user waits for; noisy).
     """
-    import numpy as np
-
     import nbdist
+    import nbdist.kerashooks as kerashooks
 
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "mirrored --devices 4")
@@ -222,32 +218,42 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
     cells = {"plain": ("with strategy.scope():\n"
                        "    model.fit(fit_ds, epochs=1, steps_per_epoch={n}, verbose=0)\n"),
              "ours": "%%distribute\nmodel.fit(fit_ds, epochs=1, steps_per_epoch={n}, verbose=0)\n"}
-    calls: dict[str, list[tuple[int, float]]] = {"plain": [], "ours": []}
+
+    def timed_call(side: str, n: int) -> float:
+        start = time.perf_counter()
+        _ok(ip, cells[side].format(n=n))
+        return time.perf_counter() - start
+
+    spent = [0.0]
+    record = kerashooks.FitRecorder.record
+
+    def timed_record(self, logs):
+        start = time.perf_counter()
+        record(self, logs)
+        spent[0] += time.perf_counter() - start
+
+    kerashooks.FitRecorder.record = timed_record
+    try:
+        timed_call("ours", 3 * steps)
+    finally:
+        kerashooks.FitRecorder.record = record
+    frame = nbdist.runs[-1].metrics
+    step_s = frame["step_ms"].iloc[WARMUP:].sum() / 1e3
+    share = spent[0] * (len(frame) - WARMUP) / len(frame) / step_s
+
+    fixed = [timed_call(side, 1) for _ in range(6) for side in ("plain", "ours")]
+    extra = statistics.median(o - p for p, o in zip(fixed[0::2], fixed[1::2], strict=True))
     whole = []
-    for r in range(rounds):
-        order = (("plain", "ours", "ours", "plain") if r % 2 == 0
-                 else ("ours", "plain", "plain", "ours"))
-        long_s: dict[str, list[float]] = {"plain": [], "ours": []}
-        for i, side in enumerate(order):
-            for n in ((steps, 3 * steps) if i % 2 == 0 else (3 * steps, steps)):
-                start = time.perf_counter()
-                _ok(ip, cells[side].format(n=n))
-                seconds = time.perf_counter() - start
-                calls[side].append((n, seconds))
-                if n == 3 * steps:
-                    long_s[side].append(seconds)
-        whole.append(sum(long_s["plain"]) / sum(long_s["ours"]))
-    rate, fixed = {}, {}
-    for side, points in calls.items():
-        n, seconds = np.array(points, dtype=float).T
-        slope, intercept = np.polyfit(n, seconds, 1)
-        rate[side], fixed[side] = 1 / slope, intercept
-    med = statistics.median
-    print(f"fit  x4 replicas: whole-call ratio (plain s / %%distribute s, {3 * steps} steps) "
-          f"{med(whole):.3f} (per round: {', '.join(f'{w:.3f}' for w in whole)}); steady "
-          f"plain {rate['plain']:.1f} steps/s, %%distribute {rate['ours']:.1f} steps/s, ratio "
-          f"{rate['ours'] / rate['plain']:.3f}; fixed cost per call: plain {fixed['plain']:.2f} "
-          f"s, %%distribute {fixed['ours']:.2f} s", flush=True)
+    for _ in range(rounds):
+        seconds = {"plain": 0.0, "ours": 0.0}
+        for side in ("plain", "ours", "ours", "plain"):
+            seconds[side] += timed_call(side, 3 * steps)
+        whole.append(seconds["plain"] / seconds["ours"])
+    print(f"fit  x4 replicas: steady: nbdist's callback takes {share * 100:.2f}% of each step "
+          f"(ratio {1 - share:.4f}); fixed cost per call {extra:+.2f} s over plain fit "
+          f"(median of 6 pairs of 1-step fits); whole-call ratio, {3 * steps} steps, "
+          f"{statistics.median(whole):.3f} (per round: {', '.join(f'{w:.3f}' for w in whole)})",
+          flush=True)
 
 
 def _ok(ip, code: str) -> None:
@@ -265,7 +271,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--only", choices=["mlp", "conv", "fit"], default=None)
     parser.add_argument("--interleaved-steps", type=int, default=3000)
-    parser.add_argument("--fit-rounds", type=int, default=4)
+    parser.add_argument("--fit-rounds", type=int, default=3)
     args = parser.parse_args()
     from IPython.testing.globalipapp import start_ipython
 
