@@ -220,6 +220,15 @@ def main_scenario(ip):
     out["tf_keras_history"] = ip.user_ns["history"].history
     _, out["tf_keras_refit_error"] = cell(ip, "%%distribute\n" + TF_KERAS_FIT.split("# fit\n")[1])
     out["tf_keras_refit_run"] = frame_summary(nbdist.runs[-1])
+    thread, sent = when_rows(lambda: os.kill(os.getpid(), signal.SIGINT))
+    _, out["fit_interrupt_error"] = cell(ip, "%%distribute\ntk_model.fit(long_ds, epochs=1, "
+                                             "steps_per_epoch=100000, verbose=0)")
+    out["fit_interrupt_s"] = time.monotonic() - sent[0] if sent else None
+    thread.join()
+    out["fit_interrupted_run"] = frame_summary(nbdist.runs[-1])
+    _, out["fit_after_interrupt_error"] = cell(
+        ip, "%%distribute\ntk_model.fit(long_ds, epochs=1, steps_per_epoch=10, verbose=0)")
+    out["fit_after_interrupt_run"] = frame_summary(nbdist.runs[-1])
     _, out["checkpoint_error"] = cell(ip, STEP.format(data="ds", flags="--checkpoint ckpt"))
     _, out["push_error"] = cell(ip, "%distribute push ds")
     _, out["graph_fn_error"] = cell(ip, "%%distribute --step --data ds\nx, y = batch\n"

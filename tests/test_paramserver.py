@@ -180,6 +180,16 @@ def test_tf_keras_fit_trains_on_the_workers_and_records_each_step(main):
     assert main["tf_keras_refit_error"] is None and main["tf_keras_refit_run"]["rows"] == 80
 
 
+def test_kernel_interrupt_stops_a_tf_keras_fit_keeps_its_steps_and_the_cluster(main):
+    assert main["fit_interrupt_error"].startswith("RunInterrupted: model.fit interrupted after")
+    assert main["fit_interrupt_s"] < 5
+    run = main["fit_interrupted_run"]
+    assert run["status"] == "interrupted" and run["rows"] == run["steps"] >= 20
+    assert main["fit_after_interrupt_error"] is None
+    assert main["fit_after_interrupt_run"]["status"] == "done"
+    assert main["fit_after_interrupt_run"]["rows"] == 10
+
+
 def test_checkpoint_is_refused_with_what_to_do_instead(main):
     assert main["checkpoint_error"].startswith("ConfigError: --checkpoint ")
     assert "ckpt: not available under parameter_server" in main["checkpoint_error"]

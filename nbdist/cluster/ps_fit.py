@@ -228,7 +228,8 @@ class _Recorder:
             self.pending.append((self.step, self.epoch, logs.inner))
             self.step += 1
         while self.pending and ready(self.pending[0][2]):
-            self._record(*self.pending.popleft())
+            self._record(*self.pending[0])
+            self.pending.popleft()
         if any(o.should_stop() for o in self.observers):
             self.model.stop_training = True
             self.stopped = True
@@ -241,6 +242,10 @@ class _Recorder:
         drain(self.pending, self._record, quiet)
 
     def _record(self, step: int, epoch: int, remote: Any) -> None:
+        """Append a step's row (once: an interrupt may come between recording and
+        dequeuing)."""
+        if step < self.run.steps_done:
+            return
         values = remote.fetch()
         logs = {k: float(v) for k, v in values.items() if k not in _EXTRAS and is_number(v)}
         extra = {k: v for k, v in logs.items() if k != "loss"}
