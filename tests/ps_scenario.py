@@ -229,7 +229,26 @@ def main_scenario(ip):
     _, out["fit_after_interrupt_error"] = cell(
         ip, "%%distribute\ntk_model.fit(long_ds, epochs=1, steps_per_epoch=10, verbose=0)")
     out["fit_after_interrupt_run"] = frame_summary(nbdist.runs[-1])
-    _, out["checkpoint_error"] = cell(ip, STEP.format(data="ds", flags="--checkpoint ckpt"))
+    # --checkpoint: interrupted mid-run, the same cell run again resumes after the last epoch
+    import tempfile
+
+    ckpt_dir = tempfile.mkdtemp(prefix="nbdist-ps-ckpt-")
+    _, out["ckpt_setup_error"] = cell(ip, "%%distribute\nck_model = keras.Sequential("
+                                          "[keras.Input((4,)), keras.layers.Dense(1)])\n"
+                                          "ck_opt = keras.optimizers.Adam(0.05)\n")
+    ckpt_cell = (STEP.replace("model", "ck_model").replace("optimizer.", "ck_opt.")
+                 .format(data="ds", flags=f"--epochs 40 --checkpoint {ckpt_dir}"))
+    thread, sent = when_rows(lambda: os.kill(os.getpid(), signal.SIGINT), min_rows=100)
+    _, out["ckpt_interrupt_error"] = cell(ip, ckpt_cell)
+    thread.join()
+    out["ckpt_first_run"] = frame_summary(nbdist.runs[-1])
+    out["ckpt_saved"] = sorted(os.listdir(os.path.join(ckpt_dir, "step")))
+    _, out["ckpt_resume_error"] = cell(ip, ckpt_cell)
+    resumed = nbdist.runs[-1]
+    out["ckpt_resumed_run"] = frame_summary(resumed)
+    out["ckpt_resumed_first_step"] = int(resumed.metrics.step.min())
+    out["ckpt_left"] = os.path.exists(os.path.join(ckpt_dir, "step"))
+    _, out["checkpoint_error"] = cell(ip, "%%distribute --checkpoint ckpt\npass")
     _, out["push_error"] = cell(ip, "%distribute push ds")
     _, out["graph_fn_error"] = cell(ip, "%%distribute --step --data ds\nx, y = batch\n"
                                         "loss = tf.reduce_mean(x) + undefined_name\n")

@@ -190,9 +190,26 @@ def test_kernel_interrupt_stops_a_tf_keras_fit_keeps_its_steps_and_the_cluster(m
     assert main["fit_after_interrupt_run"]["rows"] == 10
 
 
-def test_checkpoint_is_refused_with_what_to_do_instead(main):
+def test_step_checkpoint_saves_each_epoch_and_a_rerun_resumes(main):
+    assert main["ckpt_setup_error"] is None
+    assert main["ckpt_interrupt_error"].startswith("RunInterrupted")
+    first = main["ckpt_first_run"]
+    assert first["status"] == "interrupted" and first["rows"] >= 100
+    saved = main["ckpt_saved"]
+    assert "checkpoint" in saved and any(name.endswith(".index") for name in saved)
+    assert main["ckpt_resume_error"] is None
+    resumed, start = main["ckpt_resumed_run"], main["ckpt_resumed_first_step"]
+    assert start % 8 == 0 and 8 <= start <= first["rows"]     # after the last whole epoch
+    assert resumed["status"] == "done" and resumed["rows"] == 320 - start
+    assert any("resumed" in n for n in resumed["notes"]), resumed["notes"]
+    # the trained weights came back: the resumed run starts where the first one had got to
+    assert resumed["loss_first"] < 0.2 * first["loss_first"]
+    assert not main["ckpt_left"]                               # deleted once every epoch ran
+
+
+def test_fit_checkpoint_is_refused_with_what_to_do_instead(main):
     assert main["checkpoint_error"].startswith("ConfigError: --checkpoint ")
-    assert "ckpt: not available under parameter_server" in main["checkpoint_error"]
+    assert "not model.fit yet" in main["checkpoint_error"]
     assert "tf.train.CheckpointManager" in main["checkpoint_error"]
 
 

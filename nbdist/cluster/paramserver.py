@@ -214,17 +214,23 @@ class ParameterServerCluster(ProcessWatch):
         from IPython import get_ipython
 
         self._usable()
-        _no_checkpoint(spec.checkpoint)
         self._cells += 1
         source = rewrite_step(f"# {header}\n{cell}", filename=f"<nbdist-ps-step-{self._cells}>",
                               loss=spec.loss, grads=spec.grads)
         if spec.show_code:
             print(source.source)
+        user_ns = get_ipython().user_ns
+        checkpoint = None
+        if spec.checkpoint:   # saved from here, the coordinator: it reads the PS variables
+            from ..checkpoint import StepCheckpoint
+
+            checkpoint = StepCheckpoint.for_cell(spec.checkpoint, self.strategy, cell, user_ns,
+                                                 say=print)
         run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
                             workers=self.n, devices=self.devices)
-        loop = PSStepLoop(self.strategy, self.coordinator, source, get_ipython().user_ns,
+        loop = PSStepLoop(self.strategy, self.coordinator, source, user_ns,
                           spec, run, self.n, self, observers=observers,
-                          on_worker_death=self.dead_workers.add)
+                          on_worker_death=self.dead_workers.add, checkpoint=checkpoint)
         try:
             return loop.execute()
         except ClusterError as err:
@@ -269,11 +275,12 @@ _NO_PUSH = ("push/pull move values to worker processes that run Python cells (mu
 def _no_checkpoint(directory: str | None) -> None:
     if directory:
         raise ConfigError(
-            f"--checkpoint {directory}: not available under parameter_server yet (nbdist "
-            "saves checkpoints for mirrored and multiworker). Save from the kernel yourself: "
-            "`tf.train.CheckpointManager(tf.train.Checkpoint(model=model, "
-            "optimizer=optimizer), DIR, max_to_keep=3).save()` in a plain cell reads the "
-            "variables from the parameter servers; or drop --checkpoint."
+            f"--checkpoint {directory}: under parameter_server nbdist checkpoints step-mode "
+            "training (`%%distribute --step --data DATASET --checkpoint DIR`), not model.fit "
+            "yet. For fit, save from the kernel yourself: `tf.train.CheckpointManager("
+            "tf.train.Checkpoint(model=model, optimizer=model.optimizer), DIR, "
+            "max_to_keep=3).save()` in a plain cell reads the variables from the parameter "
+            "servers; or drop --checkpoint."
         )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import errormap
 from ..data import check_dataset, lookup_dataset, steps_per_epoch
-from ..errors import RunInterrupted, StepCodeError
+from ..errors import CheckpointError, RunInterrupted, StepCodeError
 from ..kerashooks import call_building_optimizers
 from ..rewrite import StepSource
 from ..runner import TimingPacer
@@ -92,6 +92,7 @@ class PSStepLoop:
     watch: ProcessWatch
     observers: list[Any] = field(default_factory=list)
     on_worker_death: Callable[[int], None] = lambda index: None
+    checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
     _factory: Any = None
     _compiled: dict[bool, Any] = field(default_factory=dict)
     _dead_seen: set[int] = field(default_factory=set)
@@ -128,9 +129,13 @@ class PSStepLoop:
         with self.strategy.scope():
             per_worker = self.coordinator.create_per_worker_dataset(dataset.repeat())
         iterator = iter(per_worker)
+        first = 0
         try:
+            if self.checkpoint is not None:   # resume: steps go on from the restored ones
+                self.observers = [*self.observers, _TracedCheck(self.checkpoint)]
+                _, first = self.checkpoint.restore(self.spec.epochs, self.run)
             with quiet_recovery_logs(self.run):
-                self._loop(iterator, per_epoch)
+                self._loop(iterator, per_epoch, first)
         except KeyboardInterrupt:
             self._drain(quiet=True)
             self.run.finish("interrupted")
@@ -139,7 +144,7 @@ class PSStepLoop:
                 "waited for the steps already sent to the workers and kept them in "
                 f"nbdist.runs[-1] (run {self.run.id}). The cluster is still usable."
             ) from None
-        except StepCodeError as err:
+        except (StepCodeError, CheckpointError) as err:
             self.run.finish("failed", str(err))
             raise
         except TaskDied as err:
@@ -156,15 +161,20 @@ class PSStepLoop:
                 raise mapped from err
             raise
         if self.run.status == "running":
+            if self.checkpoint is not None:
+                self.checkpoint.complete()
             self.run.finish("done")
         return self.run
 
     # -- the loop --------------------------------------------------------------------------
-    def _loop(self, iterator: Any, per_epoch: int) -> None:
+    def _loop(self, iterator: Any, per_epoch: int, first: int = 0) -> None:
         total = per_epoch * self.spec.epochs
         window = WINDOW_PER_WORKER * self.workers
         self._pacer = TimingPacer(self.spec.timing_every)
-        for step in range(total):
+        for step in range(first, total):
+            if self.checkpoint is not None and step > first and step % per_epoch == 0:
+                self._drain()   # every step of the epoch applied: then save its state
+                self.checkpoint.save(step // per_epoch, step)
             if any(o.should_stop() for o in self.observers):
                 self._drain()
                 self.run.finish("stopped")
@@ -355,6 +365,26 @@ def dead_message(watch: ProcessWatch, steps_done: int) -> str:
 _SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
           "compute_ms": ("t_begin", "t_update_start"),
           "update_ms": ("t_update_start", "t_update_end")}
+
+
+class _TracedCheck:
+    """The checkpoint as a run observer, its check of what the step captures done on the
+    step's concrete function (a scheduled function is traced with the per-worker iterator)."""
+
+    def __init__(self, checkpoint: Any):
+        self.checkpoint = checkpoint
+
+    def on_traced(self, tf_function: Any, iterator: Any, timed: bool) -> None:
+        try:
+            self.checkpoint.on_traced(tf_function, iterator, timed)
+        except (TypeError, ValueError):   # the function cannot be re-traced for a signature
+            pass
+
+    def on_step(self, run: Run) -> None:
+        self.checkpoint.on_step(run)
+
+    def should_stop(self) -> bool:
+        return False
 
 
 class _Scheduler:
