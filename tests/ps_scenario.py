@@ -359,7 +359,31 @@ def profile_scenario(ip):
             proc.kill()
 
 
-SCENARIOS = {"main": main_scenario, "faults": fault_scenario, "profile": profile_scenario}
+def ps_restart_scenario(ip):
+    """--checkpoint when the parameter server dies: restart, rebuild, rerun resumes."""
+    import tempfile
+
+    import nbdist
+
+    ip.run_line_magic("distribute", "parameter_server --workers 2 --ps 1")
+    _, out["setup_error"] = cell(ip, SETUP)
+    ckpt_dir = tempfile.mkdtemp(prefix="nbdist-ps-restart-")
+    ckpt_cell = STEP.format(data="ds", flags=f"--epochs 60 --checkpoint {ckpt_dir}")
+    ps = cluster().pid("ps", 0)
+    thread, _ = when_rows(lambda: os.kill(ps, signal.SIGKILL), min_rows=120)
+    _, out["ps_kill_error"] = cell(ip, ckpt_cell)
+    thread.join()
+    out["killed_run"] = frame_summary(nbdist.runs[-1])
+    _, out["restart_error"] = cell(ip, "%distribute restart")
+    _, out["rebuild_error"] = cell(ip, SETUP)
+    _, out["resume_error"] = cell(ip, ckpt_cell)
+    resumed = nbdist.runs[-1]
+    out["resumed_run"] = frame_summary(resumed)
+    out["resumed_first_step"] = int(resumed.metrics.step.min()) if len(resumed.metrics) else None
+
+
+SCENARIOS = {"main": main_scenario, "faults": fault_scenario, "profile": profile_scenario,
+             "ps_restart": ps_restart_scenario}
 
 if __name__ == "__main__":
     ip = shell()

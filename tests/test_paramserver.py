@@ -283,3 +283,18 @@ def test_stop_restarts_the_users_engines_and_leaves_the_cluster_running(user_clu
     assert len(after) == 2 and not set(after) & set(user_cluster["user_pids"])
     assert user_cluster["controller_alive_after_stop"]
     assert user_cluster["left_after_ipcluster_stop"] == []
+
+
+def test_after_a_parameter_server_died_restart_rebuild_and_rerun_resumes():
+    out = scenario("ps_restart")
+    assert out["setup_error"] is None
+    assert out["ps_kill_error"].startswith("TaskDied: parameter server 0"), out["ps_kill_error"]
+    killed = out["killed_run"]
+    assert killed["status"] == "failed" and killed["rows"] >= 120
+    assert out["restart_error"] is None and out["rebuild_error"] is None
+    assert out["resume_error"] is None, out["resume_error"]
+    resumed, start = out["resumed_run"], out["resumed_first_step"]
+    assert start % 8 == 0 and 8 <= start <= killed["rows"]
+    assert resumed["status"] == "done" and resumed["rows"] == 480 - start
+    assert any("resumed" in n for n in resumed["notes"])
+    assert resumed["loss_first"] < 0.2 * killed["loss_first"]   # trained weights restored
