@@ -32,7 +32,8 @@ from . import ps_context, ps_fit, ps_server, tfconfig
 from .engines import START_TIMEOUT_S, ClusterStartError, LocalEngines
 from .failures import ClusterError, WorkerError, build_error
 from .profile import ProfileEngines
-from .ps_steps import ProcessWatch, PSStepLoop
+from .ps_health import ProcessWatch
+from .ps_steps import PSStepLoop
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
@@ -155,7 +156,7 @@ class ParameterServerCluster(ProcessWatch):
         """psutil Processes of the controller, engines and their children still running."""
         return self.engines.processes() if self.engines is not None else []
 
-    # -- health (ps_steps.ProcessWatch) ----------------------------------------------------
+    # -- health (ps_health.ProcessWatch) ----------------------------------------------------
     def pid(self, job: str, index: int) -> int | None:
         return self.info.get((job, index), {}).get("pid")
 

@@ -27,7 +27,7 @@ from ..errors import RunInterrupted
 from ..kerashooks import is_number
 from ..telemetry.run import Run
 from .failures import KerasUnsupported
-from .ps_steps import ProcessWatch, TaskDied, dead_message_after, drain, ready
+from .ps_health import ProcessWatch, TaskDied, dead_message_after, drain, ready
 
 _WORKER, _T_START, _T_END = "nbdist_worker", "nbdist_t_start", "nbdist_t_end"
 _EXTRAS = (_WORKER, _T_START, _T_END)

@@ -39,15 +39,21 @@ from ..runner import TimingPacer
 from ..spec import RunSpec
 from ..telemetry.probe import StepProbe
 from ..telemetry.run import Run
-from .failures import ClusterError
+from .ps_health import (
+    DEATH_GRACE_S,
+    ProcessWatch,
+    TaskDied,
+    dead_message,
+    dead_message_after,
+    drain,
+    ready,
+)
 from .ps_instrument import UpdateTimer, quiet_recovery_logs
 
 #: Steps scheduled ahead of the oldest unfinished one, per worker.
 WINDOW_PER_WORKER = 4
 #: How often the loop checks that the worker and parameter-server processes are alive.
 HEALTH_EVERY_S = 0.25
-#: After an UnavailableError: how long to wait for the failed process to be seen dead.
-DEATH_GRACE_S = 3.0
 
 UPDATE_NOTE = (
     "parameter_server: update_ms is the parameter update measured on the worker (push the "
@@ -60,22 +66,6 @@ EPOCH_NOTE = (
     "parameter_server: each worker reads its own copy of the dataset, repeated; an epoch is "
     "as many steps as the dataset has batches, spread over the workers"
 )
-
-
-class ProcessWatch:
-    """What the loop needs from the cluster: which processes died (checked by pid)."""
-
-    n: int   # how many workers
-
-    def dead(self) -> dict[str, list[int]]:  # {"worker": [indices], "ps": [indices]}
-        raise NotImplementedError
-
-    def describe(self, job: str, index: int) -> str:
-        raise NotImplementedError
-
-
-class TaskDied(ClusterError):
-    """A parameter server (or every worker) is gone: the run cannot go on."""
 
 
 @dataclass
@@ -318,50 +308,6 @@ class PSStepLoop:
         return tf.function(train_step)
 
 
-def drain(pending: deque[Any], record: Callable[..., None], quiet: bool = False) -> None:
-    """``record(*entry)`` for every pending step, oldest first, each removed once recorded
-    (an interrupt may come in between). ``quiet``: after an error, forget the rest (the run
-    failed meanwhile: keep what was recorded)."""
-    while pending:
-        try:
-            record(*pending[0])
-        except Exception:
-            if not quiet:
-                raise
-            pending.clear()
-            return
-        pending.popleft()
-
-
-def dead_message_after(watch: ProcessWatch, err: BaseException, steps_done: int) -> str:
-    """``dead_message``, giving a process behind an UnavailableError time to be seen
-    dead."""
-    deadline = time.monotonic() + (DEATH_GRACE_S if type(err).__name__ ==
-                                   "UnavailableError" else 0.0)
-    while True:
-        died = dead_message(watch, steps_done)
-        if died or time.monotonic() > deadline:
-            return died
-        time.sleep(0.05)
-
-
-def dead_message(watch: ProcessWatch, steps_done: int) -> str:
-    """Why the run cannot go on: a parameter server or every worker died ("" if neither)."""
-    dead = watch.dead()
-    steps = f" after step {steps_done}" if steps_done else ""
-    if dead.get("ps"):
-        who = ", ".join(watch.describe("ps", i) for i in dead["ps"])
-        return (f"{who} died{steps}: its process is gone, and with it the model's "
-                "variables that lived there; ParameterServerStrategy cannot continue "
-                "without it. Run `%distribute restart` for fresh servers, then create "
-                "the model and optimizer again (the steps so far are kept in "
-                "nbdist.runs[-1]).")
-    if dead.get("worker") and len(dead["worker"]) == watch.n:
-        return (f"Every worker died{steps}, so no step can run. Run `%distribute "
-                "restart` for fresh workers, then create the model again.")
-    return ""
-
-
 _SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
           "compute_ms": ("t_begin", "t_update_start"),
           "update_ms": ("t_update_start", "t_update_end")}
@@ -401,11 +347,3 @@ def _tensors(structure: Any) -> list[Any]:
     import tensorflow as tf
 
     return [t for t in tf.nest.flatten(structure) if isinstance(t, tf.Tensor)]
-
-
-def ready(remote: Any) -> bool:
-    """Whether a RemoteValue has its result (or error) without blocking."""
-    status = getattr(remote, "_status", None)
-    if status is None:   # a TensorFlow without the attribute: fetch (and block) directly
-        return True
-    return status.name != "NOT_READY"

@@ -1,0 +1,85 @@
+"""What the parameter-server coordinator knows of its processes, shared by step mode
+(``ps_steps``) and ``model.fit`` (``ps_fit``): which died (``ProcessWatch``), the error that
+names them (``TaskDied``, ``dead_message``), and the in-order recording of RemoteValues that
+may never arrive (``ready``, ``drain``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .failures import ClusterError
+
+#: After an UnavailableError: how long to wait for the failed process to be seen dead.
+DEATH_GRACE_S = 3.0
+
+
+class ProcessWatch:
+    """What the loop needs from the cluster: which processes died (checked by pid)."""
+
+    n: int   # how many workers
+
+    def dead(self) -> dict[str, list[int]]:  # {"worker": [indices], "ps": [indices]}
+        raise NotImplementedError
+
+    def describe(self, job: str, index: int) -> str:
+        raise NotImplementedError
+
+
+class TaskDied(ClusterError):
+    """A parameter server (or every worker) is gone: the run cannot go on."""
+
+
+def drain(pending: deque[Any], record: Callable[..., None], quiet: bool = False) -> None:
+    """``record(*entry)`` for every pending step, oldest first, each removed once recorded
+    (an interrupt may come in between). ``quiet``: after an error, forget the rest (the run
+    failed meanwhile: keep what was recorded)."""
+    while pending:
+        try:
+            record(*pending[0])
+        except Exception:
+            if not quiet:
+                raise
+            pending.clear()
+            return
+        pending.popleft()
+
+
+def dead_message_after(watch: ProcessWatch, err: BaseException, steps_done: int) -> str:
+    """``dead_message``, giving a process behind an UnavailableError time to be seen
+    dead."""
+    deadline = time.monotonic() + (DEATH_GRACE_S if type(err).__name__ ==
+                                   "UnavailableError" else 0.0)
+    while True:
+        died = dead_message(watch, steps_done)
+        if died or time.monotonic() > deadline:
+            return died
+        time.sleep(0.05)
+
+
+def dead_message(watch: ProcessWatch, steps_done: int) -> str:
+    """Why the run cannot go on: a parameter server or every worker died ("" if neither)."""
+    dead = watch.dead()
+    steps = f" after step {steps_done}" if steps_done else ""
+    if dead.get("ps"):
+        who = ", ".join(watch.describe("ps", i) for i in dead["ps"])
+        return (f"{who} died{steps}: its process is gone, and with it the model's "
+                "variables that lived there; ParameterServerStrategy cannot continue "
+                "without it. Run `%distribute restart` for fresh servers, then create "
+                "the model and optimizer again (the steps so far are kept in "
+                "nbdist.runs[-1]).")
+    if dead.get("worker") and len(dead["worker"]) == watch.n:
+        return (f"Every worker died{steps}, so no step can run. Run `%distribute "
+                "restart` for fresh workers, then create the model again.")
+    return ""
+
+
+def ready(remote: Any) -> bool:
+    """Whether a RemoteValue has its result (or error) without blocking."""
+    status = getattr(remote, "_status", None)
+    if status is None:   # a TensorFlow without the attribute: fetch (and block) directly
+        return True
+    return status.name != "NOT_READY"
