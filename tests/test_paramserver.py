@@ -79,6 +79,17 @@ def test_bad_lines_fail_clearly_before_starting_anything(ip, line, expected):
     assert live_ps_clusters() == [] and current_session().handle is before
 
 
+def test_keras3_fit_without_tf_keras_installed_says_how_to_get_it(monkeypatch):
+    from nbdist.cluster import ps_fit
+    from nbdist.cluster.failures import KerasUnsupported
+
+    monkeypatch.setattr(ps_fit, "_tf_keras", lambda: None)
+    with pytest.raises(KerasUnsupported) as info:
+        ps_fit._refuse(object())
+    assert "pip install 'nbdist[legacy-keras]'" in str(info.value)
+    assert "step mode" in str(info.value) and "\n" not in str(info.value)
+
+
 def test_building_it_like_a_local_strategy_points_to_the_magic():
     with pytest.raises(ConfigError, match="%distribute parameter_server --workers N --ps P"):
         build_strategy(StrategySpec("parameter_server", workers=2, ps=1))

@@ -83,7 +83,7 @@ def recording_fits(new_run: Callable[[], Run], observers: list[Any], watch: Proc
 
 def _refuse(model: Any, *args: Any, **kwargs: Any) -> Any:
     raise KerasUnsupported(KERAS3_PS if _tf_keras() is not None else
-                           KERAS3_PS + " " + NO_TF_KERAS.split(": ", 1)[0] + ".")
+                           f"{KERAS3_PS} {NO_TF_KERAS}")
 
 
 def _tf_keras() -> Any:
