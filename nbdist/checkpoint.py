@@ -24,7 +24,8 @@ temporary directory that is deleted at once, as TensorFlow's multi-worker guide 
 ``distributed_file_utils`` in tf_keras). Every worker restores from ``DIR``, so ``DIR`` must be
 on a file system all workers see (always true for local workers). Under ``parameter_server``
 the kernel (the coordinator) saves and restores alone: it reads and writes the variables on
-the parameter servers, between epochs, once every scheduled step is done (``ps_steps``).
+the parameter servers, between epochs, once every scheduled step is done (``ps_steps``); a
+tf_keras ``fit`` there gets tf_keras' ``BackupAndRestore``, which supports the strategy.
 
 ``model.fit`` gets Keras' own ``BackupAndRestore``: tf_keras' has the multi-worker logic above
 (it is what runs on workers); Keras 3's (the kernel's ``keras``) has none, and is used only in

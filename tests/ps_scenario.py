@@ -248,7 +248,23 @@ def main_scenario(ip):
     out["ckpt_resumed_run"] = frame_summary(resumed)
     out["ckpt_resumed_first_step"] = int(resumed.metrics.step.min())
     out["ckpt_left"] = os.path.exists(os.path.join(ckpt_dir, "step"))
-    _, out["checkpoint_error"] = cell(ip, "%%distribute --checkpoint ckpt\npass")
+    fit_dir = tempfile.mkdtemp(prefix="nbdist-ps-fit-ckpt-")
+    fit_cell = (f"%%distribute --checkpoint {fit_dir}\n"
+                "fk_model = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(1)])\n"
+                "fk_model.compile(tf_keras.optimizers.Adam(0.05), 'mse')\n"
+                "fk_history = fk_model.fit(long_ds, epochs=30, steps_per_epoch=8, verbose=0)\n")
+    thread, sent = when_rows(lambda: os.kill(os.getpid(), signal.SIGINT), min_rows=100)
+    _, out["fit_ckpt_interrupt_error"] = cell(ip, fit_cell)
+    thread.join()
+    out["fit_ckpt_first_run"] = frame_summary(nbdist.runs[-1])
+    _, out["fit_ckpt_resume_error"] = cell(ip, fit_cell)
+    resumed = nbdist.runs[-1]
+    out["fit_ckpt_resumed_run"] = frame_summary(resumed)
+    out["fit_ckpt_resumed_first_step"] = int(resumed.metrics.step.min())
+    out["fit_ckpt_history_epochs"] = len(ip.user_ns["fk_history"].history["loss"])
+    out["fit_ckpt_left"] = sorted(os.path.relpath(os.path.join(d, f), fit_dir)
+                                 for d, _, files in os.walk(fit_dir) for f in files)
+    out["fit_ckpt_dirs"] = sorted(os.path.relpath(d, fit_dir) for d, _, _ in os.walk(fit_dir))
     _, out["push_error"] = cell(ip, "%distribute push ds")
     _, out["graph_fn_error"] = cell(ip, "%%distribute --step --data ds\nx, y = batch\n"
                                         "loss = tf.reduce_mean(x) + undefined_name\n")

@@ -218,10 +218,18 @@ def test_step_checkpoint_saves_each_epoch_and_a_rerun_resumes(main):
     assert not main["ckpt_left"]                               # deleted once every epoch ran
 
 
-def test_fit_checkpoint_is_refused_with_what_to_do_instead(main):
-    assert main["checkpoint_error"].startswith("ConfigError: --checkpoint ")
-    assert "not model.fit yet" in main["checkpoint_error"]
-    assert "tf.train.CheckpointManager" in main["checkpoint_error"]
+def test_tf_keras_fit_checkpoint_backs_up_each_epoch_and_a_rerun_resumes(main):
+    assert main["fit_ckpt_interrupt_error"].startswith("RunInterrupted")
+    first = main["fit_ckpt_first_run"]
+    assert first["status"] == "interrupted" and first["rows"] >= 100
+    assert main["fit_ckpt_resume_error"] is None
+    resumed, start = main["fit_ckpt_resumed_run"], main["fit_ckpt_resumed_first_step"]
+    assert start % 8 == 0 and 8 <= start <= first["rows"]       # after the last whole epoch
+    assert resumed["status"] == "done" and resumed["rows"] == 240 - start
+    assert main["fit_ckpt_history_epochs"] == 30 - start // 8
+    assert any("resumed" in n for n in resumed["notes"]), resumed["notes"]
+    assert resumed["loss_first"] < 0.2 * first["loss_first"]    # the backup's weights
+    assert main["fit_ckpt_left"] == []                           # Keras deletes it when done
 
 
 def test_push_is_explained_and_step_errors_name_the_cell_line(main):

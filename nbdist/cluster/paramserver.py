@@ -250,7 +250,11 @@ class ParameterServerCluster(ProcessWatch):
         from IPython import get_ipython
 
         self._usable()
-        _no_checkpoint(checkpoint)
+        fits = None
+        if checkpoint:   # tf_keras' BackupAndRestore, saved from here (the coordinator)
+            from ..checkpoint import FitCheckpoint
+
+            fits = FitCheckpoint(checkpoint, say=print)
         shell = get_ipython()
         text = f"# {header}\n{cell}"
         filename = shell.compile.cache(text)
@@ -261,28 +265,22 @@ class ParameterServerCluster(ProcessWatch):
             return self.runs.new(mode="fit", strategy="parameter_server", replicas=1,
                                  workers=self.n, devices=self.devices)
 
-        with self.strategy.scope(), ps_fit.recording_fits(new_run, observers, self):
+        started = len(self.runs)
+        with self.strategy.scope(), ps_fit.recording_fits(
+                new_run, observers, self, extra_callbacks=fits.callbacks if fits else None):
             exec(shell.compile(tree, filename, "exec"), ns)  # noqa: S102 - the user's cell
-            if last is None:
-                return None
-            return eval(shell.compile(ast.Expression(last.value), filename, "eval"), ns)  # noqa: S307
+            result = (None if last is None else
+                      eval(shell.compile(ast.Expression(last.value), filename, "eval"), ns))  # noqa: S307
+        if fits is not None and len(self.runs) == started:
+            from ..checkpoint import NOTHING_TRAINED
+
+            print(NOTHING_TRAINED.format(dir=checkpoint))
+        return result
 
 
 _NO_PUSH = ("push/pull move values to worker processes that run Python cells (multiworker). "
             "Under parameter_server the workers only run TensorFlow functions the kernel "
             "sends them, and every cell runs in the kernel: use your variables directly.")
-
-
-def _no_checkpoint(directory: str | None) -> None:
-    if directory:
-        raise ConfigError(
-            f"--checkpoint {directory}: under parameter_server nbdist checkpoints step-mode "
-            "training (`%%distribute --step --data DATASET --checkpoint DIR`), not model.fit "
-            "yet. For fit, save from the kernel yourself: `tf.train.CheckpointManager("
-            "tf.train.Checkpoint(model=model, optimizer=model.optimizer), DIR, "
-            "max_to_keep=3).save()` in a plain cell reads the variables from the parameter "
-            "servers; or drop --checkpoint."
-        )
 
 
 def _job_name(job: str) -> str:

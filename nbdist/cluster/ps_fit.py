@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import RunInterrupted
-from ..kerashooks import is_number
+from ..kerashooks import is_number, resumed_step
 from ..telemetry.run import Run
 from .failures import KerasUnsupported
 from .ps_health import ProcessWatch, TaskDied, dead_message_after, drain, ready
@@ -56,9 +56,12 @@ FIT_NOTE = (
 
 @contextlib.contextmanager
 def recording_fits(new_run: Callable[[], Run], observers: list[Any], watch: ProcessWatch,
+                   extra_callbacks: Callable[[Any, Run, dict[str, Any]], list[Any]] | None = None,
                    ) -> Iterator[None]:
     """While active: Keras 3 ``fit`` is refused with the way out; tf_keras ``fit`` (if tf_keras
-    is installed) records each call into a fresh Run."""
+    is installed) records each call into a fresh Run. ``extra_callbacks(model, run,
+    fit_kwargs)``: more callbacks for each call (--checkpoint: tf_keras' BackupAndRestore,
+    which supports ParameterServerStrategy)."""
     patched: list[tuple[type, Any]] = []
 
     def patch(cls: type, fit: Any) -> None:
@@ -70,7 +73,8 @@ def recording_fits(new_run: Callable[[], Run], observers: list[Any], watch: Proc
     patch(keras.Model, _refuse)
     legacy = _tf_keras()
     if legacy is not None:
-        patch(legacy.Model, _recording_fit(legacy.Model.fit, new_run, observers, watch))
+        patch(legacy.Model, _recording_fit(legacy.Model.fit, new_run, observers, watch,
+                                           extra_callbacks))
     try:
         yield
     finally:
@@ -101,12 +105,13 @@ def _tf_keras() -> Any:
 
 
 def _recording_fit(original: Any, new_run: Callable[[], Run], observers: list[Any],
-                   watch: ProcessWatch) -> Any:
+                   watch: ProcessWatch, extra_callbacks: Any = None) -> Any:
     def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
         run = new_run()
         run.note(FIT_NOTE)
         recorder = _recorder(run, observers, watch)
-        kwargs["callbacks"] = [*list(kwargs.get("callbacks") or []), recorder]
+        extra = extra_callbacks(model, run, kwargs) if extra_callbacks is not None else []
+        kwargs["callbacks"] = [*list(kwargs.get("callbacks") or []), *extra, recorder]
         try:
             with _instrumented(model):
                 history = original(model, *args, **kwargs)
@@ -222,6 +227,7 @@ class _Recorder:
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.epoch = epoch
+        self.step = self.step or resumed_step(epoch, self.params)   # after a restored backup
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if isinstance(logs, _StripExtras):
