@@ -323,7 +323,7 @@ class _TracedCheck:
     def on_traced(self, tf_function: Any, iterator: Any, timed: bool) -> None:
         try:
             self.checkpoint.on_traced(tf_function, iterator, timed)
-        except (TypeError, ValueError):   # the function cannot be re-traced for a signature
+        except Exception:  # an advisory check: a trace it cannot redo must not fail the run
             pass
 
     def on_step(self, run: Run) -> None:
