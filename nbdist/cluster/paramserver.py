@@ -261,6 +261,7 @@ class ParameterServerCluster(ProcessWatch):
         tree = ast.parse(shell.transform_cell(text), filename=filename)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         ns = shell.user_ns
+
         def new_run() -> Run:
             return self.runs.new(mode="fit", strategy="parameter_server", replicas=1,
                                  workers=self.n, devices=self.devices)
