@@ -122,7 +122,8 @@ class PSStepLoop:
         first = 0
         try:
             if self.checkpoint is not None:   # resume: steps go on from the restored ones
-                self.observers = [*self.observers, _TracedCheck(self.checkpoint)]
+                # as an observer its on_traced checks that it saves what the step trains
+                self.observers = [*self.observers, self.checkpoint]
                 _, first = self.checkpoint.restore(self.spec.epochs, self.run)
             with quiet_recovery_logs(self.run):
                 self._loop(iterator, per_epoch, first)
@@ -311,26 +312,6 @@ class PSStepLoop:
 _SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
           "compute_ms": ("t_begin", "t_update_start"),
           "update_ms": ("t_update_start", "t_update_end")}
-
-
-class _TracedCheck:
-    """The checkpoint as a run observer, its check of what the step captures done on the
-    step's concrete function (a scheduled function is traced with the per-worker iterator)."""
-
-    def __init__(self, checkpoint: Any):
-        self.checkpoint = checkpoint
-
-    def on_traced(self, tf_function: Any, iterator: Any, timed: bool) -> None:
-        try:
-            self.checkpoint.on_traced(tf_function, iterator, timed)
-        except Exception:  # an advisory check: a trace it cannot redo must not fail the run
-            pass
-
-    def on_step(self, run: Run) -> None:
-        self.checkpoint.on_step(run)
-
-    def should_stop(self) -> bool:
-        return False
 
 
 class _Scheduler:
