@@ -10,6 +10,10 @@ designs, for a tiny MLP and a small conv net at 1 and 4 replicas:
   hand-written step (fetching its result) and times it on its own; the cell's time per step is
   what passes between two of its steps minus that. Both sides are sampled at the same moments,
   so this shared machine's load changes cancel; the spread is shown per fifth of the run.
+  Twice: against the hand-written step called as users write it (``hand_step(next(it))``),
+  and called through ``nbdist.fastcall.FastCall`` as nbdist calls the cell's step. The first
+  is what a user gains or loses; the second isolates what nbdist's telemetry costs, since
+  FastCall skips tf.function's per-call argument binding (~0.3 ms here) for both.
 * alternating cells (``--rounds``): a hand-written loop of ``--steps`` steps (no fetch per
   step), then the cell, per round; steady state without each side's first WARMUP steps, plus
   the per-cell tracing cost. Noisy here: rounds swing by 10-30% on this machine.
@@ -157,17 +161,27 @@ class _Interleaved:
         return getattr(self.inner, name)
 
 
-def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int = 5) -> None:
+def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int = 5,
+                           hand_call: str = "tf.function") -> None:
     """One %%distribute --step run of ``steps`` steps with a hand-written step after each of
-    its steps; steps/s ratio from the sums, also per fifth of the run (the spread)."""
+    its steps; steps/s ratio from the sums, also per fifth of the run (the spread).
+
+    ``hand_call="tf.function"``: the hand-written step is called as users write it,
+    ``hand_step(next(it))``. ``"fastcall"``: through ``nbdist.fastcall.FastCall``, as nbdist
+    calls the cell's step, so the ratio is what nbdist's telemetry costs on its own.
+    """
     import nbdist.widgets.dashboard as dashboard
 
     _setup_step_bench(ip, kind, replicas)
     _ok(ip, """
+        from nbdist.fastcall import FastCall
         hand_it = iter(dist_ds)
+        first = next(hand_it)
+        hand_step(first)
+        hand_call = FastCall(hand_step, first) if HAND_CALL == "fastcall" else hand_step
         def hand_once():
-            hand_step(next(hand_it)).numpy()
-    """)
+            hand_call(next(hand_it)).numpy()
+    """.replace("HAND_CALL", repr(hand_call)))
     made = []
     real = dashboard.observer_for
 
@@ -184,7 +198,8 @@ def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int
     size = len(ours) // chunks
     parts = [sum(hand[i * size:(i + 1) * size]) / sum(ours[i * size:(i + 1) * size])
              for i in range(chunks)]
-    print(f"{kind:4s} x{replicas} replicas, interleaved: hand-written {len(hand) / sum(hand):7.1f} "
+    label = {"tf.function": "hand-written", "fastcall": "hand-written via FastCall"}[hand_call]
+    print(f"{kind:4s} x{replicas} replicas, interleaved: {label} {len(hand) / sum(hand):7.1f} "
           f"steps/s, %%distribute {len(ours) / sum(ours):7.1f} steps/s, ratio "
           f"{sum(hand) / sum(ours):.3f} (per fifth of the run: "
           f"{', '.join(f'{r:.3f}' for r in parts)})", flush=True)
@@ -282,7 +297,9 @@ def main() -> None:
     for kind in ("mlp", "conv"):
         if args.only in (None, kind):
             for replicas in (1, 4):
-                bench_step_interleaved(ip, kind, replicas, args.interleaved_steps)
+                for hand_call in ("tf.function", "fastcall"):
+                    bench_step_interleaved(ip, kind, replicas, args.interleaved_steps,
+                                           hand_call=hand_call)
                 if args.rounds:
                     bench_step(ip, kind, replicas, args.rounds, args.steps)
     if args.only in (None, "fit"):

@@ -3,10 +3,10 @@
 ``StepRunner`` compiles the user's per-replica step (from ``rewrite``) twice with
 ``tf.function``: an untimed variant run on most steps and a timed one run only as often as
 keeps its extra cost under 1% (``TimingPacer``), so measuring the allreduce costs almost
-nothing. It iterates the
-distributed dataset, runs ``strategy.run`` and appends every step's per-replica numbers to a
-``Run``. It stops at a step boundary on a kernel interrupt or a stop request, keeping the
-partial Run.
+nothing. After their first call both are called through ``fastcall.FastCall``, which skips
+``tf.function``'s per-call argument binding. It iterates the distributed dataset, runs
+``strategy.run`` and appends every step's per-replica numbers to a ``Run``. It stops at a
+step boundary on a kernel interrupt or a stop request, keeping the partial Run.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from . import errormap
 from .data import check_dataset, lookup_dataset
 from .errors import CheckpointError, RunInterrupted, StepCodeError
+from .fastcall import FastCall
 from .kerashooks import call_building_optimizers
 from .rewrite import StepSource
 from .spec import RunSpec
@@ -52,6 +53,7 @@ class StepRunner:
     _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> traced tf.function
     _timed_probe: StepProbe | None = None
     _keys: dict[bool, list[str]] = field(default_factory=dict)   # rows of the step's output
+    fast_calls: ClassVar[bool] = True   # call the traced step through nbdist.fastcall
 
     def prepare(self) -> None:
         """Compile the generated step source; the tf.functions are made on first use."""
@@ -159,10 +161,12 @@ class StepRunner:
         else:  # first call: traces, and may have to build a Keras optimizer first
             fn, out = call_building_optimizers(
                 lambda: self._compile(timed), batch, self.handle.strategy)
-            self._compiled[timed] = fn
+            tf_function = getattr(fn, "tf_function", fn)
+            self._compiled[timed] = (FastCall(tf_function, batch, fallback=fn)
+                                     if self.fast_calls else fn)
             for observer in self.observers:   # optional hook, e.g. `%%distribute --graph`
                 if hasattr(observer, "on_traced"):
-                    observer.on_traced(getattr(fn, "tf_function", fn), batch, timed)
+                    observer.on_traced(tf_function, batch, timed)
         values = dict(zip(self._keys[timed], out.numpy(), strict=True))
         step_ms = (time.perf_counter() - start) * 1e3
         timing = _split_timing(values) if "t_reduce_start" in values else {}
