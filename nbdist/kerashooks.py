@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import RunInterrupted
+from .patching import patched
 from .telemetry.run import Run
 
 CENTRAL_STORAGE_LOSS_NOTE = (
@@ -39,7 +40,6 @@ def optimizer_prebuild(pending: list[tuple[Any, list[Any]]]) -> Iterator[None]:
     import tensorflow as tf
 
     cls = keras.optimizers.Optimizer
-    own = cls.__dict__.get("build")
     original = cls.build
 
     def build(self: Any, variables: Any) -> Any:
@@ -48,14 +48,8 @@ def optimizer_prebuild(pending: list[tuple[Any, list[Any]]]) -> Iterator[None]:
             raise _NeedsBuild()
         return original(self, variables)
 
-    cls.build = build
-    try:
+    with patched([(cls, "build", build)]):
         yield
-    finally:
-        if own is None:
-            del cls.build
-        else:
-            cls.build = own
 
 
 def call_building_optimizers(
@@ -147,7 +141,6 @@ def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_stor
     import keras
 
     cls = keras.Model
-    own = cls.__dict__.get("fit")
     original = cls.fit
     started: list[Run] = []
 
@@ -177,14 +170,8 @@ def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_stor
         run.finish("stopped" if recorder.stopped else "done")
         return history
 
-    cls.fit = fit
-    try:
+    with patched([(cls, "fit", fit)]):
         yield started
-    finally:
-        if own is None:
-            del cls.fit
-        else:
-            cls.fit = own
 
 
 def resumed_step(epoch: int, params: dict[str, Any] | None) -> int:

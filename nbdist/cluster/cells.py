@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import RunInterrupted
 from ..kerashooks import is_number, resumed_step
+from ..patching import patched
 from ..rewrite import register_source, rewrite_step
 from ..telemetry import fitreduce
 from ..telemetry.run import Run
@@ -240,20 +241,10 @@ def _fit_classes() -> list[tuple[type, str]]:
 
 @contextlib.contextmanager
 def _recording_fits(st: WorkerState, cell_id: str, fits: Any = None) -> Iterator[None]:
-    patched: list[tuple[type, Any]] = []
     count = [0]
-    for cls, kind in _fit_classes():
-        own = cls.__dict__.get("fit")
-        patched.append((cls, own))
-        cls.fit = _recording_fit(st, cell_id, cls.fit, kind, count, fits)
-    try:
+    with patched((cls, "fit", _recording_fit(st, cell_id, cls.fit, kind, count, fits))
+                 for cls, kind in _fit_classes()):
         yield
-    finally:
-        for cls, own in patched:
-            if own is None:
-                del cls.fit
-            else:
-                cls.fit = own
 
 
 def _recording_fit(st: WorkerState, cell_id: str, original: Any, kind: str,

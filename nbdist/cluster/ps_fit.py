@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import RunInterrupted
 from ..kerashooks import is_number, resumed_step
+from ..patching import patched
 from ..telemetry.run import Run
 from .failures import KerasUnsupported
 from .ps_health import ProcessWatch, TaskDied, dead_message_after, drain, ready
@@ -62,27 +63,15 @@ def recording_fits(new_run: Callable[[], Run], observers: list[Any], watch: Proc
     is installed) records each call into a fresh Run. ``extra_callbacks(model, run,
     fit_kwargs)``: more callbacks for each call (--checkpoint: tf_keras' BackupAndRestore,
     which supports ParameterServerStrategy)."""
-    patched: list[tuple[type, Any]] = []
-
-    def patch(cls: type, fit: Any) -> None:
-        patched.append((cls, cls.__dict__.get("fit")))
-        cls.fit = fit
-
     import keras
 
-    patch(keras.Model, _refuse)
+    changes = [(keras.Model, "fit", _refuse)]
     legacy = _tf_keras()
     if legacy is not None:
-        patch(legacy.Model, _recording_fit(legacy.Model.fit, new_run, observers, watch,
-                                           extra_callbacks))
-    try:
+        changes.append((legacy.Model, "fit", _recording_fit(legacy.Model.fit, new_run,
+                                                            observers, watch, extra_callbacks)))
+    with patched(changes):
         yield
-    finally:
-        for cls, own in reversed(patched):
-            if own is None:
-                del cls.fit
-            else:
-                cls.fit = own
 
 
 def _refuse(model: Any, *args: Any, **kwargs: Any) -> Any:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..patching import patched
 from ..telemetry.run import Run
 
 
@@ -31,18 +32,9 @@ class UpdateTimer:
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator[None]:
-        patched = [(cls, cls.__dict__.get("apply_gradients"), cls.apply_gradients)
-                   for cls in _optimizer_classes()]
-        for cls, _, original in patched:
-            cls.apply_gradients = self._timed(original)
-        try:
+        with patched((cls, "apply_gradients", self._timed(cls.apply_gradients))
+                     for cls in _optimizer_classes()):
             yield
-        finally:
-            for cls, own, _ in patched:
-                if own is None:
-                    del cls.apply_gradients
-                else:
-                    cls.apply_gradients = own
 
     def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
         import tensorflow as tf

@@ -30,6 +30,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from ..patching import patched
+
 #: tf_keras versions (major, minor) whose optimizers were checked to aggregate as above.
 TESTED_TF_KERAS = ((2, 21),)
 NOTE = ("allreduce_ms is tf_keras's gradient all-reduce inside the optimizer, timed on each "
@@ -170,17 +172,10 @@ def hooked(clock: AllreduceClock | None) -> Iterator[None]:
     if clock is None or isinstance(found, str):
         yield
         return
-    patched = []
-    for cls, name in optimizer_methods():
-        patched.append((cls, name, cls.__dict__.get(name)))
-        setattr(cls, name, _timed(getattr(cls, name)))
-    _ACTIVE = clock
-    try:
-        yield
-    finally:
-        _ACTIVE = None
-        for cls, name, own in patched:
-            if own is None:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, own)
+    changes = [(cls, name, _timed(getattr(cls, name))) for cls, name in optimizer_methods()]
+    with patched(changes):
+        _ACTIVE = clock
+        try:
+            yield
+        finally:
+            _ACTIVE = None

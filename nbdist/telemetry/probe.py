@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import StepCodeError
+from ..patching import patched
 
 
 class StepProbe:
@@ -71,7 +72,6 @@ class StepProbe:
         import tensorflow as tf
 
         cls = tf.distribute.ReplicaContext
-        own = cls.__dict__.get("all_reduce")
         original = cls.all_reduce
         probe = self
 
@@ -92,15 +92,8 @@ class StepProbe:
             probe._record(reduces, t0, t1, tensors)
             return result
 
-        cls.all_reduce = timed_all_reduce
-        try:
-            with self._tf_keras_hooked():
-                yield
-        finally:
-            if own is None:
-                del cls.all_reduce
-            else:
-                cls.all_reduce = own
+        with patched([(cls, "all_reduce", timed_all_reduce)]), self._tf_keras_hooked():
+            yield
 
     @contextlib.contextmanager
     def _tf_keras_hooked(self) -> Iterator[None]:
@@ -113,17 +106,9 @@ class StepProbe:
         if isinstance(found, str):   # tf_keras absent or untested: nothing to hook
             yield
             return
-        patched = [(cls, name, cls.__dict__.get(name), getattr(cls, name)) for cls, name in found]
-        for cls, name, _, original in patched:
-            setattr(cls, name, self._timed_aggregation(original))
-        try:
+        with patched((cls, name, self._timed_aggregation(getattr(cls, name)))
+                     for cls, name in found):
             yield
-        finally:
-            for cls, name, own, _ in patched:
-                if own is None:
-                    delattr(cls, name)
-                else:
-                    setattr(cls, name, own)
 
     def _timed_aggregation(self, original: Any) -> Any:
         from .fitreduce import timed_aggregation
