@@ -11,9 +11,9 @@ a shape compatible with what was traced. Anything else (a smaller last batch, a 
 structure) goes through the ``tf.function`` as usual, which retraces if it must.
 
 ``ConcreteFunction._call_flat`` is TensorFlow's private entry point (tested with TensorFlow
-2.16-2.21, the range ``pyproject.toml`` allows); if it is missing, or the concrete function's
-flat inputs do not line up with the flattened example batch, there is no fast path and every
-call goes through the ``tf.function`` (``FastCall.fast`` says which).
+2.21, by tests/test_fastcall.py, which fails if the fast path is not taken); if it is missing,
+or the concrete function's flat inputs do not line up with the flattened example batch, there
+is no fast path and every call goes through the ``tf.function`` (``FastCall.fast`` says which).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class StepRunner:
     observers: list[RunObserver] = field(default_factory=list)
     checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
     _factory: Any = None
-    _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> traced tf.function
+    _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> FastCall of it
     _timed_probe: StepProbe | None = None
     _keys: dict[bool, list[str]] = field(default_factory=dict)   # rows of the step's output
     fast_calls: ClassVar[bool] = True   # call the traced step through nbdist.fastcall
