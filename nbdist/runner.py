@@ -87,6 +87,10 @@ class StepRunner:
             ])
 
         compiled = tf.function(train_step)
+        # Each cell compiles a fresh tf.function of this same code, and FastCall's calls do not
+        # count as calls for TensorFlow, so after a few cells it would warn about "frequent
+        # retracing" of train_step: wrong here, and noise in the user's output.
+        compiled._omit_frequent_tracing_warning = True
         if not timed:
             return compiled
 

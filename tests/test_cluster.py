@@ -279,11 +279,15 @@ def test_a_worker_killed_mid_step_fails_the_cell_fast_and_restart_recovers(mw):
     assert failed - killed[0] < 10
     assert f"worker 1 (pid {victim}) died" in str(err) and "%distribute restart" in str(err)
     # The survivor is named either way; whether its collective already failed when the error is
-    # composed is a race (seen both ways). The ping below shows it did not hang.
+    # composed is a race (seen both ways).
     assert re.search(r"worker 0 (stopped with|still)", str(err)), str(err)
     assert nbdist.runs[-1].status == "failed"
-    ping = cluster().engines.client[survivor_engine].apply_async(worker.ping)
-    assert ping.get(timeout=10)["ok"]                  # the survivor's engine answers
+    if "worker 0 stopped with" in str(err):
+        # Its collective failed: its engine answers again. When the message says it is "still
+        # blocked", TensorFlow has not noticed the dead peer yet and the survivor stays in its
+        # collective until the collective timeout (seen in 1 of 3 CI runs); restart handles both.
+        ping = cluster().engines.client[survivor_engine].apply_async(worker.ping)
+        assert ping.get(timeout=10)["ok"]
     with pytest.raises(ClusterError, match="restart"):
         mw.run_cell("%%distribute\n1", store_history=False).raise_error()
 

@@ -54,6 +54,25 @@ def test_the_step_skips_the_binding_and_trains_the_same_weights(ip, made):
     np.testing.assert_array_equal(fast["grad_norm"], slow["grad_norm"])
 
 
+def test_cell_after_cell_gives_no_frequent_retracing_warning(ip, made):
+    """Each cell compiles a fresh tf.function of the same code and FastCall's calls do not
+    count for TensorFlow, which would warn about retracing after a few cells."""
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        for _ in range(7):
+            train(ip, "--steps 3 --timing-every 0")
+    finally:
+        logger.removeHandler(handler)
+    assert len(made) == 7
+    assert not [r for r in records if "retracing" in r.getMessage()]
+
+
 def test_a_smaller_last_batch_goes_through_the_tf_function(ip, made):
     # 24 full global batches of 64, then one of 40 (10 per replica): traced shapes differ
     run_ok(ip, "train_ds = tf.data.Dataset.from_tensor_slices((features[:64 * 23 + 40], "
