@@ -65,7 +65,7 @@ def pull(name: str, worker: int = 0) -> Any:
 def load_ipython_extension(ipython: Any) -> None:
     """Register ``%distribute`` / ``%%distribute`` (called by ``%load_ext nbdist``) and open
     the comm that keeps the JupyterLab status bar up to date."""
-    from .labcomm import LabChannel
+    from .lab.comm import LabChannel
     from .magics import DistributeMagics
     from .session import current_session
 

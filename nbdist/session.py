@@ -27,8 +27,8 @@ class Session:
         self.handle: StrategyHandle | None = None
         self.runs = runs
         self.listeners: list[Callable[[], None]] = []   # called when the state changes
-        self.lab_channel: Any = None                     # nbdist.labcomm.LabChannel, if open
-        self.cluster: Any = None        # nbdist.cluster.multiworker.MultiWorkerCluster, if any
+        self.lab_channel: Any = None                     # nbdist.lab.comm.LabChannel, if open
+        self.cluster: Any = None        # a MultiWorkerCluster or ParameterServerCluster
         self._cells = 0
 
     # -- strategy --------------------------------------------------------------------------
@@ -43,7 +43,7 @@ class Session:
         if self.cluster is not None:
             self._stop_cluster()
         if self.handle is None or self.handle.spec != spec:
-            from .cluster.ps_context import check_kernel_usable
+            from .cluster.paramserver.context import check_kernel_usable
 
             check_kernel_usable()   # after parameter_server, TensorFlow may be stuck to it
             self.handle = build_strategy(spec)
@@ -51,7 +51,7 @@ class Session:
         return self.handle
 
     def _configure_cluster(self, spec: StrategySpec, keras: str) -> Any:
-        from .cluster.multiworker import MultiWorkerCluster
+        from .cluster.multiworker.backend import MultiWorkerCluster
 
         if spec.name == "parameter_server":
             return self._configure_ps(spec)
@@ -71,7 +71,7 @@ class Session:
         return cluster
 
     def _configure_ps(self, spec: StrategySpec) -> Any:
-        from .cluster.paramserver import ParameterServerCluster
+        from .cluster.paramserver.backend import ParameterServerCluster
 
         if self.cluster is not None and self.cluster.spec == spec:
             return self.cluster
@@ -149,9 +149,9 @@ class Session:
     def status_text(self) -> str:
         if self.cluster is not None:
             if self.cluster.spec.name == "parameter_server":
-                from .cluster.ps_status import status_text
+                from .cluster.paramserver.status import status_text
             else:
-                from .cluster.status import status_text
+                from .cluster.multiworker.status import status_text
 
             return status_text(self.cluster, self.runs)
         if self.handle is None:
@@ -199,9 +199,9 @@ class Session:
         if self.cluster is None:
             return {}
         if self.cluster.spec.name == "parameter_server":
-            from .cluster.ps_status import state
+            from .cluster.paramserver.status import state
         else:
-            from .cluster.status import state
+            from .cluster.multiworker.status import state
 
         spec = self.cluster.spec
         return {"strategy": spec.name, "magic_line": spec.magic_line(), **state(self.cluster)}

@@ -130,7 +130,7 @@ def build_strategy(spec: StrategySpec, *, collective_timeout: float | None = Non
         raise ConfigError(
             "ParameterServerStrategy needs its worker and parameter-server processes: use "
             "`%distribute parameter_server --workers N --ps P`, which starts them and makes "
-            "this kernel their coordinator (nbdist.cluster.paramserver)."
+            "this kernel their coordinator (nbdist.cluster.paramserver.backend)."
         )
     if spec.name == "multiworker":
         return _build_multiworker(spec, collective_timeout)

@@ -272,7 +272,7 @@ def main_scenario(ip):
     procs = c.processes()
     out["processes_before_stop"] = len(procs)
     ip.run_line_magic("distribute", "stop")
-    from nbdist.cluster.paramserver import live_ps_clusters
+    from nbdist.cluster.paramserver.backend import live_ps_clusters
 
     out["left_after_stop"] = alive(procs)
     out["live_after_stop"] = len(live_ps_clusters())

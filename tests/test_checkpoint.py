@@ -21,7 +21,7 @@ from helpers import run_err, run_ok
 
 import nbdist
 from nbdist.cluster.failures import WorkerDied
-from nbdist.cluster.multiworker import live_clusters
+from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import CheckpointError
 from nbdist.session import current_session
 

@@ -18,9 +18,9 @@ import pytest
 from helpers import run_err, run_ok
 
 import nbdist
-from nbdist.cluster import worker
 from nbdist.cluster.failures import ClusterError, WorkerDied, WorkerError
-from nbdist.cluster.multiworker import live_clusters
+from nbdist.cluster.inengine import worker
+from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError, RunInterrupted, StepCodeError
 from nbdist.session import current_session
 
@@ -301,7 +301,7 @@ def test_a_worker_killed_mid_step_fails_the_cell_fast_and_restart_recovers(mw):
 
 
 def test_a_hung_worker_is_named_from_its_missing_heartbeats(mw, monkeypatch):
-    from nbdist.cluster import dispatch
+    from nbdist.cluster.multiworker import dispatch
 
     monkeypatch.setattr(dispatch, "HUNG_AFTER_S", 6.0)
     victim = cluster().info[1]["pid"]

@@ -11,9 +11,10 @@ import psutil
 import pytest
 from helpers import run_ok, run_python
 
-from nbdist.cluster import compat, engines, tfconfig
-from nbdist.cluster.engines import ClusterStartError
-from nbdist.cluster.multiworker import live_clusters
+from nbdist.cluster import compat, tfconfig
+from nbdist.cluster.engines import local as engines
+from nbdist.cluster.engines.local import ClusterStartError
+from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.session import current_session
 
 

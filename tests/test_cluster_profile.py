@@ -15,8 +15,8 @@ import pytest
 from helpers import cluster_processes, ipcluster, living, run_ok
 
 import nbdist
-from nbdist.cluster import profile
-from nbdist.cluster.multiworker import live_clusters
+from nbdist.cluster.engines import profile
+from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
 

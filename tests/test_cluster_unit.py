@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from nbdist.cluster import failures, multiworker, tfconfig
-from nbdist.cluster.monitor import ClusterMonitor, StopCoordinator
+from nbdist.cluster import failures, tfconfig
+from nbdist.cluster.multiworker import backend as multiworker
+from nbdist.cluster.multiworker.monitor import ClusterMonitor, StopCoordinator
 from nbdist.errors import ConfigError, StepCodeError
 from nbdist.session import current_session
 from nbdist.spec import StrategySpec
@@ -141,7 +142,7 @@ def test_stop_protocol_brings_a_worker_behind_up_to_the_leader():
 
 
 def test_stop_protocol_resumes_paused_workers_when_one_is_blocked_in_the_next_step(monkeypatch):
-    from nbdist.cluster import monitor
+    from nbdist.cluster.multiworker import monitor
 
     monkeypatch.setattr(monitor, "PAUSE_GRACE_S", 0.0)
     wire = Wire()

@@ -1,4 +1,4 @@
-"""nbdist.labcomm: the kernel end of the JupyterLab extension's "nbdist" comm."""
+"""nbdist.lab.comm: the kernel end of the JupyterLab extension's "nbdist" comm."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import comm
 import pytest
 from comm.base_comm import BaseComm, CommManager
 
-from nbdist.labcomm import RUN_STATUSES, TARGET_NAME, LabChannel, empty_state, validate_state
+from nbdist.lab.comm import RUN_STATUSES, TARGET_NAME, LabChannel, empty_state, validate_state
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = json.loads((ROOT / "labextension" / "test" / "fixtures" / "states.json").read_text())
@@ -241,7 +241,7 @@ def test_errors_in_the_providers_do_not_propagate(
         raise KeyError("workers")
 
     channel = LabChannel(broken_state, broken_status, auto_flush=False)
-    with caplog.at_level(logging.WARNING, logger="nbdist.labcomm"):
+    with caplog.at_level(logging.WARNING, logger="nbdist.lab.comm"):
         channel.open()  # opens with the empty state
         channel.publish()
         channel.flush()
@@ -340,7 +340,7 @@ def test_without_a_kernel_the_dummy_comm_makes_it_a_no_op() -> None:
 
 KERNEL_CODE = textwrap.dedent(
     """
-    from nbdist.labcomm import LabChannel, empty_state
+    from nbdist.lab.comm import LabChannel, empty_state
     _state = {**empty_state("0.1.0"), "strategy": "mirrored",
               "magic_line": "%distribute mirrored --devices 2", "replicas": 2}
     _chan = LabChannel(lambda: _state, lambda: "STATUS TEXT", min_interval=0.0)

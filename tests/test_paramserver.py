@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from nbdist.cluster import ps_context
-from nbdist.cluster.paramserver import live_ps_clusters
+from nbdist.cluster.paramserver import context as ps_context
+from nbdist.cluster.paramserver.backend import live_ps_clusters
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
 from nbdist.spec import StrategySpec
@@ -80,8 +80,8 @@ def test_bad_lines_fail_clearly_before_starting_anything(ip, line, expected):
 
 
 def test_keras3_fit_without_tf_keras_installed_says_how_to_get_it(monkeypatch):
-    from nbdist.cluster import ps_fit
     from nbdist.cluster.failures import KerasUnsupported
+    from nbdist.cluster.paramserver import fit as ps_fit
 
     monkeypatch.setattr(ps_fit, "_tf_keras", lambda: None)
     with pytest.raises(KerasUnsupported) as info:

@@ -1,7 +1,7 @@
 /**
  * The frontend end of the "nbdist" comm: one `KernelChannel` per kernel connection keeps the
  * state the kernel sends and asks it for `%distribute status`; `NbdistStateTracker` follows
- * the current notebook's kernel. The kernel side is `nbdist/labcomm.py`.
+ * the current notebook's kernel. The kernel side is `nbdist/lab/comm.py`.
  */
 
 import type { ISessionContext } from '@jupyterlab/apputils';

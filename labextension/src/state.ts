@@ -2,7 +2,7 @@
  * The kernel's nbdist state as it arrives over the "nbdist" comm: types, validation of
  * incoming messages and the text of the status bar item. No DOM, no JupyterLab imports.
  *
- * The Python side of this contract is `nbdist/labcomm.py` (`validate_state`).
+ * The Python side of this contract is `nbdist/lab/state.py` (`validate_state`).
  */
 
 /** Statuses of `state.run.status` (`nbdist.telemetry.run.STATUSES`). */

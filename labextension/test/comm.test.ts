@@ -59,7 +59,7 @@ class FakeKernel {
     this.created.push(comm);
     return comm;
   }
-  /** The kernel opens a comm (LabChannel.open in nbdist/labcomm.py). */
+  /** The kernel opens a comm (LabChannel.open in nbdist/lab/comm.py). */
   kernelOpens(data: unknown): FakeComm {
     const comm = new FakeComm(COMM_TARGET);
     this.targets.get(COMM_TARGET)!(comm, { content: { data, target_name: COMM_TARGET } });

@@ -1,26 +1,39 @@
 """Worker processes for multi-worker strategies, started and run through ipyparallel.
 
+Kernel and engines alike:
+
 * ``tfconfig``     free ports and each worker's TF_CONFIG
-* ``engines``      the ipyparallel controller and engines (local processes), and their cleanup
+* ``failures``     the errors a cluster raises, one traceback for N workers
+* ``compat``       checks before setup: TensorFlow importable, same versions as the kernel
+
+``engines/`` (kernel side): the processes that host workers
+
+* ``local``        the ipyparallel controller and engines started here, and their cleanup
 * ``profile``      ``--cluster PROFILE``: the engines of a cluster the user runs (never killed)
 * ``hosts``        where those engines are: local or not, each worker's reachable address
-* ``compat``       checks before setup: TensorFlow importable, same versions as the kernel
-* ``worker``       what runs inside each engine: the strategy, the channel, heartbeats
+
+``inengine/``: what runs inside the engine processes
+
+* ``worker``       the strategy, the channel, heartbeats
 * ``cells``        scope and step cells on a worker, Keras fit recording, the stop gate
+* ``ps_server``    one ``tf.distribute.Server`` (parameter_server)
+
+``multiworker/`` (kernel side)
+
+* ``backend``      ``MultiWorkerCluster``, what the Session holds for ``multiworker``
 * ``monitor``      the kernel's view of the workers: health, metric rows into Runs, stopping
 * ``dispatch``     running a call on every worker: live output, failures, interrupts
-* ``failures``     the errors a cluster raises, one traceback for N workers
-* ``multiworker``  ``MultiWorkerCluster``, what the Session holds for ``multiworker``
 * ``status``       ``%distribute status`` and the lab extension's state for a cluster
 
-``parameter_server`` (the kernel is the coordinator, the processes only host TF servers):
+``paramserver/`` (the kernel is the coordinator, the processes only host TF servers):
 
-* ``ps_server``      what runs inside each engine: one ``tf.distribute.Server``
-* ``ps_context``     the kernel's TensorFlow context as coordinator: connect, disconnect
-* ``ps_steps``       step mode scheduled with ``ClusterCoordinator``, rows into the Run
-* ``ps_instrument``  the parameter-update timer and quieter coordinator logs
-* ``paramserver``    ``ParameterServerCluster``, what the Session holds for it
-* ``ps_status``      its ``%distribute status`` and lab-extension state
+* ``backend``      ``ParameterServerCluster``, what the Session holds for it
+* ``context``      the kernel's TensorFlow context as coordinator: connect, disconnect
+* ``steps``        step mode scheduled with ``ClusterCoordinator``, rows into the Run
+* ``fit``          tf_keras ``model.fit`` on the workers, recorded
+* ``health``       the coordinator's view of its processes
+* ``instrument``   the parameter-update timer and quieter coordinator logs
+* ``status``       its ``%distribute status`` and lab-extension state
 
 Under ``multiworker`` nothing here imports TensorFlow in the kernel (the kernel is never a
 TensorFlow worker); under ``parameter_server`` the kernel is the coordinator, and TensorFlow

@@ -18,7 +18,7 @@ import socket
 import sys
 from typing import Any
 
-from .engines import ClusterStartError
+from .engines.local import ClusterStartError
 
 #: Distributions that install the ``tensorflow`` package (one is enough).
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",

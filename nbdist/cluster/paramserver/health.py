@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .failures import ClusterError
+from ..failures import ClusterError
 
 #: After an UnavailableError: how long to wait for the failed process to be seen dead.
 DEATH_GRACE_S = 3.0

@@ -15,7 +15,7 @@ import socket
 import threading
 from typing import Any
 
-from .failures import describe_exception
+from ..failures import describe_exception
 
 _SERVER: Any = None          # the tf.distribute.Server of this process
 _TASK: dict[str, Any] = {}   # {"job": "worker" | "ps", "index": i, "cluster": {...}}

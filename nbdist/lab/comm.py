@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .labstate import RUN_STATUSES, empty_state, validate_state
+from .state import RUN_STATUSES, empty_state, validate_state
 
 __all__ = ["RUN_STATUSES", "TARGET_NAME", "LabChannel", "empty_state", "validate_state"]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import psutil
 
-from ..telemetry.run import runs_summary
+from ...telemetry.run import runs_summary
+from .backend import MultiWorkerCluster, _version
 from .monitor import HUNG_AFTER_S
-from .multiworker import MultiWorkerCluster, _version
 
 
 def worker_alive(cluster: MultiWorkerCluster, index: int) -> bool:

@@ -1,10 +1,10 @@
-"""The shape of the state the kernel sends to the JupyterLab extension (see ``labcomm``)."""
+"""The shape of the state the kernel sends to the JupyterLab extension (see ``lab.comm``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .telemetry.run import STATUSES as RUN_STATUSES
+from ..telemetry.run import STATUSES as RUN_STATUSES
 
 __all__ = ["RUN_STATUSES", "empty_state", "validate_state"]
 
@@ -71,7 +71,7 @@ def validate_state(d: Any) -> dict[str, Any]:
     Raises ``ValueError`` naming the first offending key. The check is strict (exact keys,
     ints that are not bools, known strategy names) because the frontend rejects anything else.
     """
-    from .spec import STRATEGY_NAMES
+    from ..spec import STRATEGY_NAMES
 
     _check_keys("state", d, _STATE_KEYS)
     if not isinstance(d["version"], str):
@@ -114,7 +114,7 @@ def validate_state(d: Any) -> dict[str, Any]:
 def empty_state(version: str | None = None) -> dict[str, Any]:
     """The state of a kernel with nbdist loaded and no strategy chosen yet."""
     if version is None:
-        from . import __version__ as version
+        from .. import __version__ as version
     return {
         "version": version,
         "strategy": None,

@@ -30,16 +30,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import errormap
-from ..data import check_dataset, lookup_dataset, steps_per_epoch
-from ..errors import CheckpointError, RunInterrupted, StepCodeError
-from ..kerashooks import call_building_optimizers
-from ..rewrite import StepSource
-from ..runner import TimingPacer
-from ..spec import RunSpec
-from ..telemetry.probe import StepProbe
-from ..telemetry.run import Run
-from .ps_health import (
+from ... import errormap
+from ...data import check_dataset, lookup_dataset, steps_per_epoch
+from ...errors import CheckpointError, RunInterrupted, StepCodeError
+from ...kerashooks import call_building_optimizers
+from ...rewrite import StepSource
+from ...runner import TimingPacer
+from ...spec import RunSpec
+from ...telemetry.probe import StepProbe
+from ...telemetry.run import Run
+from .health import (
     DEATH_GRACE_S,
     ProcessWatch,
     TaskDied,
@@ -48,7 +48,7 @@ from .ps_health import (
     drain,
     ready,
 )
-from .ps_instrument import UpdateTimer, quiet_recovery_logs
+from .instrument import UpdateTimer, quiet_recovery_logs
 
 #: Steps scheduled ahead of the oldest unfinished one, per worker.
 WINDOW_PER_WORKER = 4

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..telemetry.run import Run
+from ...telemetry.run import Run
 
 #: A worker that sent nothing for this long while the cluster is busy is reported as hung.
 HUNG_AFTER_S = 20.0

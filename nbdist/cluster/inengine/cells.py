@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import RunInterrupted
-from ..kerashooks import is_number, resumed_step
-from ..patching import patched
-from ..rewrite import register_source, rewrite_step
-from ..telemetry import fitreduce
-from ..telemetry.run import Run
-from .failures import KerasUnsupported, describe_exception
+from ...errors import RunInterrupted
+from ...kerashooks import is_number, resumed_step
+from ...patching import patched
+from ...rewrite import register_source, rewrite_step
+from ...telemetry import fitreduce
+from ...telemetry.run import Run
+from ..failures import KerasUnsupported, describe_exception
 from .worker import WorkerState, state, user_namespace
 
 #: A paused worker waits this long for the kernel's decision, then stops on its own.
@@ -160,9 +160,9 @@ def _local_run(st: WorkerState, mode: str) -> Run:
 def run_step(cell: str, header: str, filename: str, key: str,
              options: dict[str, Any]) -> dict[str, Any]:
     """Run a step cell with ``StepRunner`` on this worker; metrics go to the kernel's Run."""
-    from ..data import lookup_dataset, steps_per_epoch
-    from ..runner import StepRunner
-    from ..spec import RunSpec
+    from ...data import lookup_dataset, steps_per_epoch
+    from ...runner import StepRunner
+    from ...spec import RunSpec
 
     try:
         st = state()
@@ -175,7 +175,7 @@ def run_step(cell: str, header: str, filename: str, key: str,
                      if hasattr(dataset, "cardinality") else None)
         checkpoint = None
         if spec.checkpoint:
-            from ..checkpoint import StepCheckpoint
+            from ...checkpoint import StepCheckpoint
 
             checkpoint = StepCheckpoint.for_cell(spec.checkpoint, st.handle.strategy, cell, ns,
                                                  say=_chief_says(st))
@@ -212,7 +212,7 @@ def run_scope(cell: str, header: str, filename: str, cell_id: str,
         result = None
         fits = None
         if checkpoint:
-            from ..checkpoint import FitCheckpoint
+            from ...checkpoint import FitCheckpoint
 
             fits = FitCheckpoint(checkpoint, say=_chief_says(st))
         with st.handle.strategy.scope(), _recording_fits(st, cell_id, fits):

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from .failures import ClusterError, WorkerDied, WorkerHung, describe_exception
+from ..failures import ClusterError, WorkerDied, WorkerHung, describe_exception
 from .monitor import HUNG_AFTER_S, ClusterMonitor
 
 POLL_S = 0.05

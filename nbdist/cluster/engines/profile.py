@@ -45,10 +45,10 @@ from typing import Any
 
 import psutil
 
-from ..errors import ConfigError
-from . import tfconfig
-from .engines import ClusterStartError
+from ...errors import ConfigError
+from .. import tfconfig
 from .hosts import is_local, is_loopback, route_ip, worker_hosts
+from .local import ClusterStartError
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -63,7 +63,7 @@ _SPENT = False
 # -- on the engines ---------------------------------------------------------------------------
 def identify(controller_host: str) -> dict[str, Any]:
     """Runs on an engine: who and where it is, and whether nbdist already used its process."""
-    from . import ps_server, worker
+    from ..inengine import ps_server, worker
 
     host = socket.gethostname()
     try:
@@ -86,7 +86,7 @@ def release_engine() -> None:
     global _SPENT
     from IPython import get_ipython
 
-    from . import worker
+    from ..inengine import worker
 
     st = worker._STATE
     if st is not None:
@@ -252,7 +252,7 @@ class ProfileEngines:
         print(f"nbdist: engine(s) {', '.join(map(str, spent))} of profile {self.name!r} "
               "already served an nbdist session; restarting the cluster's engines "
               "(TensorFlow's cluster state lasts as long as the process).", file=sys.stderr)
-        from .worker import exit_soon
+        from ..inengine.worker import exit_soon
 
         self._quit_used(exit_soon)
         self._restart()

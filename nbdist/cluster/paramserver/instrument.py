@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..patching import patched
-from ..telemetry.run import Run
+from ...patching import patched
+from ...telemetry.run import Run
 
 
 class UpdateTimer:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..telemetry.run import runs_summary
-from .paramserver import ParameterServerCluster, _job_name
+from ...telemetry.run import runs_summary
+from .backend import ParameterServerCluster, _job_name
 
 
 def status_text(cluster: ParameterServerCluster, runs: list[Any]) -> str:

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..telemetry.channel import ChannelClient
-from .failures import describe_exception
+from ...telemetry.channel import ChannelClient
+from ..failures import describe_exception
 
 #: Seconds between heartbeats.
 HEARTBEAT_S = 1.0
@@ -72,8 +72,8 @@ def setup(index: int, workers: int, tf_config: dict[str, Any],
 
 
 def _build(st: WorkerState, options: dict[str, Any]) -> None:
-    from ..spec import StrategySpec
-    from ..strategies import build_strategy
+    from ...spec import StrategySpec
+    from ...strategies import build_strategy
 
     legacy = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
     if legacy != (st.keras == "legacy"):

@@ -24,16 +24,19 @@ from typing import Any
 
 import psutil
 
-from ..errors import ConfigError
-from ..rewrite import rewrite_step
-from ..spec import RunSpec, StrategySpec
-from ..telemetry.run import Run, RunList
-from . import ps_context, ps_fit, ps_server, tfconfig
-from .engines import START_TIMEOUT_S, ClusterStartError, LocalEngines
-from .failures import ClusterError, WorkerError, build_error
-from .profile import ProfileEngines
-from .ps_health import ProcessWatch
-from .ps_steps import PSStepLoop
+from ...errors import ConfigError
+from ...rewrite import rewrite_step
+from ...spec import RunSpec, StrategySpec
+from ...telemetry.run import Run, RunList
+from .. import tfconfig
+from ..engines.local import START_TIMEOUT_S, ClusterStartError, LocalEngines
+from ..engines.profile import ProfileEngines
+from ..failures import ClusterError, WorkerError, build_error
+from ..inengine import ps_server
+from . import context as ps_context
+from . import fit as ps_fit
+from .health import ProcessWatch
+from .steps import PSStepLoop
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
@@ -223,7 +226,7 @@ class ParameterServerCluster(ProcessWatch):
         user_ns = get_ipython().user_ns
         checkpoint = None
         if spec.checkpoint:   # saved from here, the coordinator: it reads the PS variables
-            from ..checkpoint import StepCheckpoint
+            from ...checkpoint import StepCheckpoint
 
             checkpoint = StepCheckpoint.for_cell(spec.checkpoint, self.strategy, cell, user_ns,
                                                  say=print)
@@ -252,7 +255,7 @@ class ParameterServerCluster(ProcessWatch):
         self._usable()
         fits = None
         if checkpoint:   # tf_keras' BackupAndRestore, saved from here (the coordinator)
-            from ..checkpoint import FitCheckpoint
+            from ...checkpoint import FitCheckpoint
 
             fits = FitCheckpoint(checkpoint, say=print)
         shell = get_ipython()
@@ -273,7 +276,7 @@ class ParameterServerCluster(ProcessWatch):
             result = (None if last is None else
                       eval(shell.compile(ast.Expression(last.value), filename, "eval"), ns))  # noqa: S307
         if fits is not None and len(self.runs) == started:
-            from ..checkpoint import NOTHING_TRAINED
+            from ...checkpoint import NOTHING_TRAINED
 
             print(NOTHING_TRAINED.format(dir=checkpoint))
         return result

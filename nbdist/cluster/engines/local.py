@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from ..errors import NbdistError
+from ...errors import NbdistError
 
 log = logging.getLogger("nbdist.cluster")
 

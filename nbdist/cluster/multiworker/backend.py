@@ -25,18 +25,19 @@ import sys
 import weakref
 from typing import Any
 
-from ..errors import ConfigError, RunInterrupted
-from ..rewrite import rewrite_step
-from ..spec import RunSpec, StrategySpec
-from ..telemetry.channel import ChannelServer, new_key
-from ..telemetry.run import Run, RunList
-from . import cells, tfconfig, worker
-from .compat import check_engines
+from ...errors import ConfigError, RunInterrupted
+from ...rewrite import rewrite_step
+from ...spec import RunSpec, StrategySpec
+from ...telemetry.channel import ChannelServer, new_key
+from ...telemetry.run import Run, RunList
+from .. import tfconfig
+from ..compat import check_engines
+from ..engines.local import ClusterStartError, LocalEngines
+from ..engines.profile import ProfileEngines
+from ..failures import ClusterError, WorkerError, build_error
+from ..inengine import cells, worker
 from .dispatch import Dispatcher
-from .engines import ClusterStartError, LocalEngines
-from .failures import ClusterError, WorkerError, build_error
 from .monitor import ClusterMonitor
-from .profile import ProfileEngines
 
 #: Default bound on each collective (seconds): a peer that is gone cannot hang the others.
 COLLECTIVE_TIMEOUT_S = 120.0
@@ -84,7 +85,7 @@ class MultiWorkerCluster:
         if spec.name != "multiworker":
             raise ConfigError(f"MultiWorkerCluster runs `multiworker`, not `{spec.name}`.")
         if spec.devices is not None and spec.devices > 1:
-            from ..strategies import MULTIWORKER_CPU_DEVICES, physical_gpus
+            from ...strategies import MULTIWORKER_CPU_DEVICES, physical_gpus
 
             if not physical_gpus():   # imports TensorFlow here, but creates no device
                 raise ConfigError(MULTIWORKER_CPU_DEVICES.format(devices=spec.devices))
@@ -337,7 +338,7 @@ class MultiWorkerCluster:
         new = [r for r in self.monitor.runs() if id(r) not in before]
         self._finish(outcomes, interrupted, new)
         if checkpoint and not new:
-            from ..checkpoint import NOTHING_TRAINED
+            from ...checkpoint import NOTHING_TRAINED
 
             print(NOTHING_TRAINED.format(dir=checkpoint))
         values = {w: o.get("value") for w, o in outcomes.items()}

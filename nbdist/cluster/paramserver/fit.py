@@ -23,12 +23,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import RunInterrupted
-from ..kerashooks import is_number, resumed_step
-from ..patching import patched
-from ..telemetry.run import Run
-from .failures import KerasUnsupported
-from .ps_health import ProcessWatch, TaskDied, dead_message_after, drain, ready
+from ...errors import RunInterrupted
+from ...kerashooks import is_number, resumed_step
+from ...patching import patched
+from ...telemetry.run import Run
+from ..failures import KerasUnsupported
+from .health import ProcessWatch, TaskDied, dead_message_after, drain, ready
 
 _WORKER, _T_START, _T_END = "nbdist_worker", "nbdist_t_start", "nbdist_t_end"
 _EXTRAS = (_WORKER, _T_START, _T_END)

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from .engines import ClusterStartError
+from .local import ClusterStartError
 
 
 def route_ip(host: str) -> str:

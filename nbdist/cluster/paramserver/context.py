@@ -22,7 +22,7 @@ import logging
 import threading
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 log = logging.getLogger("nbdist.cluster")
 

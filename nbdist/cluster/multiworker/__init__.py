@@ -1,0 +1,1 @@
+"""``%distribute multiworker``: the kernel side of MultiWorkerMirroredStrategy on engines."""

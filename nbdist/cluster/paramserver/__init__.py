@@ -1,0 +1,1 @@
+"""``%distribute parameter_server``: the kernel is the coordinator of ParameterServerStrategy."""

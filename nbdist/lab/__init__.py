@@ -1,0 +1,2 @@
+"""The kernel side of the JupyterLab extension: ``comm`` (labextension/src/comm.ts) and
+``state`` (labextension/src/state.ts)."""
