@@ -103,7 +103,7 @@ def _setup_step_bench(ip, kind: str, replicas: int) -> None:
     ip.run_line_magic("distribute", line)
     global_batch = 64 if kind == "mlp" else 32
     ip.user_ns.update(GLOBAL_BATCH=global_batch, kind=kind, time=time)
-    ip.user_ns["strategy"] = nbdist.session.current_session().handle.strategy
+    ip.user_ns["strategy"] = nbdist.session.current_session().backend.strategy
     _ok(ip, """
         train_ds = make_data(kind, GLOBAL_BATCH).repeat()
         dist_ds = strategy.experimental_distribute_dataset(train_ds)
@@ -223,7 +223,7 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
 
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "mirrored --devices 4")
-    ip.user_ns["strategy"] = nbdist.session.current_session().handle.strategy
+    ip.user_ns["strategy"] = nbdist.session.current_session().backend.strategy
     ip.user_ns.update(GLOBAL_BATCH=64, kind="mlp", time=time)
     _ok(ip, """
         fit_ds = make_data("mlp", 64).repeat()

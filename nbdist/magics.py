@@ -219,8 +219,8 @@ class DistributeMagics(Magics):
                   + (f"; killed {len(killed)} worker process(es) that did not exit." if killed
                      else "."))
         elif args.what == "restart":
-            cluster = session.restart()
-            print(f"nbdist: {cluster.n} fresh worker processes.")
+            backend = session.restart()
+            print(f"nbdist: {backend.status().workers_total} fresh worker processes.")
         elif args.what in ("push", "pull"):
             self._move(args, session)
         elif strategy is None:
@@ -228,12 +228,9 @@ class DistributeMagics(Magics):
 
             picker(session)
         else:
-            if args.keras is not None and strategy.name != "multiworker":
-                raise ConfigError("--keras chooses the Keras of worker processes: it applies "
-                                  "to `multiworker` only.")
-            handle = session.configure(strategy, keras=args.keras or "auto")
-            print(f"nbdist: {handle.spec.name} with {handle.replicas} replica(s) on "
-                  f"{', '.join(handle.devices)}")
+            backend = session.configure(strategy, keras=args.keras)
+            print(f"nbdist: {backend.spec.name} with {backend.replicas} replica(s) on "
+                  f"{', '.join(backend.devices)}")
 
     def _move(self, args: Any, session: Any) -> None:
         if not args.names:

@@ -49,6 +49,7 @@ class StepRunner:
     run: Run
     observers: list[RunObserver] = field(default_factory=list)
     checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
+    dataset: Any = None      # the --data dataset, already checked (else looked up here)
     _factory: Any = None
     _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> FastCall of it
     _timed_probe: StepProbe | None = None
@@ -103,9 +104,11 @@ class StepRunner:
 
     def execute(self) -> Run:
         """Train for the requested epochs/steps; return the finished Run."""
-        assert self.spec.data is not None
-        dataset = lookup_dataset(self.user_ns, self.spec.data)
-        check_dataset(dataset, self.spec.data, self.handle.replicas, self.spec.steps)
+        dataset = self.dataset
+        if dataset is None:
+            assert self.spec.data is not None
+            dataset = lookup_dataset(self.user_ns, self.spec.data)
+            check_dataset(dataset, self.spec.data, self.handle.replicas, self.spec.steps)
         if self._factory is None:
             self.prepare()
         dist_ds = self.handle.strategy.experimental_distribute_dataset(dataset)

@@ -116,16 +116,29 @@ class StrategySpec:
                 parts += [f"--{flag}", str(value)]
         return " ".join(parts)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able fields (how a spec crosses to worker processes and the front end)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StrategySpec:
+        _check_fields(cls, data, "strategy")
+        return cls(**data)
+
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> StrategySpec:
-        data = json.loads(text)
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ConfigError(f"Unknown strategy fields {sorted(unknown)} in {text!r}.")
-        return cls(**data)
+        return cls.from_dict(json.loads(text))
+
+
+def _check_fields(cls: type, data: Any, what: str) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(f"A {what} spec must be a dict of its fields, got {data!r}.")
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ConfigError(f"Unknown {what} fields {sorted(unknown)} in {data!r}.")
 
 
 @dataclass(frozen=True)
@@ -173,3 +186,18 @@ class RunSpec:
             value = getattr(self, flag)
             if value is not None and not value.isidentifier():
                 raise ConfigError(f"--{flag} {value!r} is not a Python variable name.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able fields; the inline strategy as its own dict."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["strategy"] = None if self.strategy is None else self.strategy.to_dict()
+        data["extra"] = dict(self.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        _check_fields(cls, data, "cell")
+        strategy = data.get("strategy")
+        return cls(**{**data, "strategy": None if strategy is None
+                      else StrategySpec.from_dict(strategy)})
+

@@ -72,3 +72,11 @@ def living(procs):
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def session_cluster():
+    """The session's worker-process backend (multiworker or parameter_server), or None."""
+    from nbdist.session import current_session
+
+    backend = current_session().backend
+    return backend if backend is not None and backend.exclusive else None

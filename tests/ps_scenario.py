@@ -78,7 +78,7 @@ def status(ip):
 def cluster():
     from nbdist.session import current_session
 
-    return current_session().cluster
+    return current_session().backend
 
 
 def when_rows(action, min_rows=20, timeout=120):

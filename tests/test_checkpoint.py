@@ -238,7 +238,7 @@ def _killed_then_resumed(ip, cell, how, ckpt, capsys):
     cluster, rebuild data and a fresh model, run the same cell again."""
     _fresh_workers(ip, seed=1)
     run_ok(ip, f"%%distribute\nif nbdist_worker == 1:\n    {how}\n")
-    victim = current_session().cluster.info[1]["pid"]
+    victim = current_session().backend.info[1]["pid"]
     err = run_err(ip, cell.format(flags=f"--checkpoint {ckpt}"))
     assert isinstance(err, WorkerDied) and f"worker 1 (pid {victim}) died" in str(err), err
     died = nbdist.runs[-1]

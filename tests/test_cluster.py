@@ -53,7 +53,7 @@ def mw(ip):
     session = current_session()
     run_ok(ip, SETUP)
     yield ip
-    procs = session.cluster.processes() if session.cluster is not None else []
+    procs = session.backend.processes() if session.backend is not None else []
     ip.run_line_magic("distribute", "stop")
     assert live_clusters() == []
     assert not [p.pid for p in procs if _alive(p)], "processes left after %distribute stop"
@@ -68,7 +68,7 @@ def _alive(proc):
 
 
 def cluster():
-    return current_session().cluster
+    return current_session().backend
 
 
 def test_status_shows_spec_tf_config_health_devices_and_keras(mw, capsys):

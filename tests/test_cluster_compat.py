@@ -9,13 +9,12 @@ import sys
 
 import psutil
 import pytest
-from helpers import run_ok, run_python
+from helpers import run_ok, run_python, session_cluster
 
 from nbdist.cluster import compat, tfconfig
 from nbdist.cluster.engines import local as engines
 from nbdist.cluster.engines.local import ClusterStartError
 from nbdist.cluster.multiworker.backend import live_clusters
-from nbdist.session import current_session
 
 
 def test_the_kernel_reads_its_tensorflow_version_without_importing_it():
@@ -90,7 +89,7 @@ def failing_start(ip, monkeypatch):
 
     yield start
     monkeypatch.undo()
-    assert current_session().cluster is None and live_clusters() == []
+    assert session_cluster() is None and live_clusters() == []
     assert _gone(spawned) == [], "processes left after a failed start"
     assert run_ok(ip, "21 * 2") == 42                       # the kernel is still usable
     ip.run_line_magic("distribute", "mirrored --devices 4")

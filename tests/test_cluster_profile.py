@@ -12,7 +12,7 @@ import time
 import ipyparallel as ipp
 import psutil
 import pytest
-from helpers import cluster_processes, ipcluster, living, run_ok
+from helpers import cluster_processes, ipcluster, living, run_ok, session_cluster
 
 import nbdist
 from nbdist.cluster.engines import profile
@@ -77,7 +77,7 @@ def test_workers_run_on_the_users_engines_and_fit_records_allreduce(ip, user_clu
     users = _engine_pids(client)
     client[:].push({"users_value": 42}, block=True)
     ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir}")
-    cluster = current_session().cluster
+    cluster = current_session().backend
     assert cluster.n == 2 and cluster.engines.ids == sorted(users)
     assert sorted(info["pid"] for info in cluster.info) == sorted(users.values())
     assert cluster.processes() == []                   # nbdist started none of them
@@ -104,7 +104,7 @@ def test_a_kernel_exit_leaves_the_engines_and_too_many_workers_is_a_clear_error(
     """At interpreter exit nbdist only lets go of the engines (no restart from a dying
     kernel); the next session restarts them (next test)."""
     profile_dir, client = user_cluster
-    cluster = current_session().cluster
+    cluster = current_session().backend
     used = sorted(info["pid"] for info in cluster.info)
     cluster._stop_at_exit()                       # what atexit runs when the kernel ends
     ip.run_line_magic("distribute", "stop")
@@ -112,7 +112,7 @@ def test_a_kernel_exit_leaves_the_engines_and_too_many_workers_is_a_clear_error(
     with pytest.raises(ConfigError, match=r"--workers 3: the cluster of profile .* has 2 "
                                           r"engine\(s\)\. Ask for at most 2"):
         ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir} --workers 3")
-    assert current_session().cluster is None and live_clusters() == []
+    assert session_cluster() is None and live_clusters() == []
 
 
 def test_used_engines_are_restarted_and_stop_leaves_them_fresh_and_reusable(
@@ -124,7 +124,7 @@ def test_used_engines_are_restarted_and_stop_leaves_them_fresh_and_reusable(
     spent = _engine_pids(client)
     ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir}")
     assert "already served an nbdist session; restarting" in capsys.readouterr().err
-    in_session = {info["pid"] for info in current_session().cluster.info}
+    in_session = {info["pid"] for info in current_session().backend.info}
     assert in_session.isdisjoint(spent.values())
     client[:].push({"users_value": 42}, block=True)
     ip.run_line_magic("distribute", "stop")
@@ -137,7 +137,7 @@ def test_used_engines_are_restarted_and_stop_leaves_them_fresh_and_reusable(
         client[:].pull("users_value", block=True)      # fresh namespaces
 
     ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir} --workers 1")
-    assert current_session().cluster.engines.ids == [min(fresh)]
+    assert current_session().backend.engines.ids == [min(fresh)]
     value = run_ok(ip, "%%distribute\nimport tensorflow as tf\n"
                        "(tf.distribute.get_strategy().num_replicas_in_sync, nbdist_workers)")
     assert repr(value) == "(1, 1)"

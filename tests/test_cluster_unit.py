@@ -3,12 +3,12 @@
 import math
 
 import pytest
+from helpers import session_cluster
 
 from nbdist.cluster import failures, tfconfig
 from nbdist.cluster.multiworker import backend as multiworker
 from nbdist.cluster.multiworker.monitor import ClusterMonitor, StopCoordinator
 from nbdist.errors import ConfigError, StepCodeError
-from nbdist.session import current_session
 from nbdist.spec import StrategySpec
 from nbdist.telemetry.run import Run, RunList
 
@@ -196,7 +196,7 @@ def test_monitor_routes_rows_health_and_run_end():
 def test_bad_multiworker_lines_fail_before_any_process_starts(ip, line, words):
     with pytest.raises(ConfigError, match=words):
         ip.run_line_magic("distribute", line)
-    assert current_session().cluster is None
+    assert session_cluster() is None
 
 
 def test_checkpoint_belongs_on_a_cell(ip):

@@ -128,7 +128,7 @@ def test_inline_strategy_must_agree(shell):
 def test_bad_strategy_lines(shell, line, kind, words):
     with pytest.raises(kind, match=words):
         shell.run_line_magic("distribute", line)
-    assert nbdist.session.current_session().handle.replicas == 4
+    assert nbdist.session.current_session().backend.replicas == 4
     assert_usable(shell)
 
 

@@ -71,12 +71,12 @@ def user_cluster():
     ("multiworker --ps 1", "--ps only applies to `parameter_server`"),
 ])
 def test_bad_lines_fail_clearly_before_starting_anything(ip, line, expected):
-    before = current_session().handle
+    before = current_session().backend
     with pytest.raises(ConfigError, match=None) as info:
         ip.run_line_magic("distribute", line)
     assert expected in str(info.value)
     assert "\n" not in str(info.value)
-    assert live_ps_clusters() == [] and current_session().handle is before
+    assert live_ps_clusters() == [] and current_session().backend is before
 
 
 def test_keras3_fit_without_tf_keras_installed_says_how_to_get_it(monkeypatch):

@@ -52,12 +52,12 @@ def test_apply_sets_the_session_strategy_through_the_magic_code_path(session):
     view.buttons["mirrored"].value = True
     view.devices.value = 2
     view.apply.click()
-    assert session.handle.spec.magic_line() == "%distribute mirrored --devices 2"
-    assert session.handle.replicas == 2 and "✓ mirrored" in view.message.value
+    assert session.backend.spec.magic_line() == "%distribute mirrored --devices 2"
+    assert session.backend.replicas == 2 and "✓ mirrored" in view.message.value
     view.devices.value = 8                      # more than TensorFlow can still make here
     view.apply.click()
     assert "Restart the kernel" in view.message.value
-    assert session.handle.replicas == 2        # unchanged, no exception escaped
+    assert session.backend.replicas == 2        # unchanged, no exception escaped
 
 
 def test_distribute_without_arguments_shows_the_picker(ip, capsys):

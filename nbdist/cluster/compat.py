@@ -52,6 +52,14 @@ def tensorflow_distribution() -> tuple[str, str] | None:
     return None if best is None else (best[1], best[2])
 
 
+def installed_version(package: str) -> str:
+    """``package``'s installed version from its metadata, or "not installed"."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def nbdist_version() -> str | None:
     try:
         return importlib.metadata.version("nbdist")

@@ -77,7 +77,7 @@ class Picker:
         self.session, self.hardware = session, hardware
         missing = hardware.unavailable()
         available = [n for n in STRATEGY_NAMES if n not in missing]
-        current = session.handle.spec if session.handle is not None else None
+        current = session.backend.spec if session.backend is not None else None
         first = current.name if current else ("mirrored" if "mirrored" in available else
                                               available[0])
         self.buttons = {}

@@ -8,7 +8,6 @@ sends each new row of the worker's local Run to the kernel over the channel, and
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import sys
 import threading
@@ -16,10 +15,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ...backends.cells import run_cell_code
 from ...errors import RunInterrupted
 from ...kerashooks import is_number, resumed_step
 from ...patching import patched
-from ...rewrite import register_source, rewrite_step
 from ...telemetry import fitreduce
 from ...telemetry.run import Run
 from ..failures import KerasUnsupported, describe_exception
@@ -158,34 +157,29 @@ def _local_run(st: WorkerState, mode: str) -> Run:
 
 # -- step mode --------------------------------------------------------------------------------
 def run_step(cell: str, header: str, filename: str, key: str,
-             options: dict[str, Any]) -> dict[str, Any]:
-    """Run a step cell with ``StepRunner`` on this worker; metrics go to the kernel's Run."""
-    from ...data import lookup_dataset, steps_per_epoch
+             spec: dict[str, Any]) -> dict[str, Any]:
+    """Run a step cell with ``StepRunner`` on this worker; metrics go to the kernel's Run.
+
+    ``spec``: the cell's ``RunSpec.to_dict()``, its ``--checkpoint`` already absolute.
+    """
+    from ...backends.cells import step_cell, step_inputs
     from ...runner import StepRunner
     from ...spec import RunSpec
 
     try:
         st = state()
-        spec = RunSpec(step=True, **options)
-        source = rewrite_step(f"# {header}\n{cell}", filename=filename, loss=spec.loss,
-                              grads=spec.grads)
+        step = step_cell(cell, RunSpec.from_dict(spec), header, 0, filename=filename)
         ns = user_namespace()
-        dataset = lookup_dataset(ns, spec.data or "")
-        per_epoch = (steps_per_epoch(dataset, spec.steps)
-                     if hasattr(dataset, "cardinality") else None)
-        checkpoint = None
-        if spec.checkpoint:
-            from ...checkpoint import StepCheckpoint
-
-            checkpoint = StepCheckpoint.for_cell(spec.checkpoint, st.handle.strategy, cell, ns,
-                                                 say=_chief_says(st))
+        inputs = step_inputs(step, st.handle.strategy, ns, len(st.handle.devices),
+                             say=_chief_says(st))
         run = _local_run(st, "step")
         forward = _Forwarder(st, key)
         observers = [forward, _GateObserver(st.gate)]
+        per_epoch = inputs.per_epoch
         with _in_run(st, key, "step", run, forward,
-                     per_epoch * spec.epochs if per_epoch else None):
-            StepRunner(st.handle, source, ns, spec, run, observers=observers,
-                       checkpoint=checkpoint).execute()
+                     per_epoch * step.spec.epochs if per_epoch else None):
+            StepRunner(st.handle, step.source, ns, step.spec, run, observers=observers,
+                       checkpoint=inputs.checkpoint, dataset=inputs.dataset).execute()
         return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
                                       "notes": run.notes, "bytes": run.allreduce_bytes}}
     except BaseException as err:
@@ -203,23 +197,13 @@ def run_scope(cell: str, header: str, filename: str, cell_id: str,
         st = state()
         from IPython import get_ipython
 
-        shell = get_ipython()
-        text = f"# {header}\n{cell}"
-        register_source(filename, text)
-        tree = ast.parse(shell.transform_cell(text), filename=filename)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        ns = shell.user_ns
-        result = None
         fits = None
         if checkpoint:
             from ...checkpoint import FitCheckpoint
 
             fits = FitCheckpoint(checkpoint, say=_chief_says(st))
         with st.handle.strategy.scope(), _recording_fits(st, cell_id, fits):
-            exec(shell.compile(tree, filename, "exec"), ns)  # noqa: S102 - the user's cell
-            if last is not None:
-                expr = ast.Expression(last.value)
-                result = eval(shell.compile(expr, filename, "eval"), ns)  # noqa: S307
+            result = run_cell_code(get_ipython(), f"# {header}\n{cell}", filename)
         value = None if result is None else repr(result)[:_MAX_REPR]
         return {"ok": True, "value": value}
     except BaseException as err:

@@ -17,6 +17,7 @@ same TensorFlow and nbdist versions as the kernel).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import importlib.metadata
 import importlib.util
 import os
@@ -25,9 +26,10 @@ import sys
 import weakref
 from typing import Any
 
+from ...backends.base import BackendStatus
+from ...backends.cells import ScopeCell, StepCell
 from ...errors import ConfigError, RunInterrupted
-from ...rewrite import rewrite_step
-from ...spec import RunSpec, StrategySpec
+from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList
 from .. import tfconfig
@@ -70,15 +72,13 @@ def resolve_keras(choice: str) -> tuple[str, str]:
                       "--no-deps` for fit, or train in step mode")
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 class MultiWorkerCluster:
-    """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel."""
+    """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel.
+
+    The ``multiworker`` backend (``nbdist.backends.base.Backend``).
+    """
+
+    exclusive = True
 
     def __init__(self, spec: StrategySpec, runs: RunList, keras: str = "auto",
                  collective_timeout: float = COLLECTIVE_TIMEOUT_S):
@@ -103,7 +103,21 @@ class MultiWorkerCluster:
         self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
         self.dispatcher: Dispatcher | None = None
         self._engine_pids: dict[int, int] = {}   # worker -> engine pid (from the preflight)
-        self._cells = 0
+
+    @classmethod
+    def create(cls, spec: StrategySpec, runs: RunList, shell: Any = None,
+               keras: str | None = None) -> MultiWorkerCluster:
+        return cls(spec, runs, keras=keras or "auto")
+
+    def serves(self, spec: StrategySpec, keras: str | None) -> bool:
+        return spec == self.spec and keras in (None, "auto", self.keras_choice)
+
+    def starting_message(self) -> str:
+        keras = "tf_keras" if self.keras == "legacy" else "Keras 3"
+        what = (f"workers on the engines of ipyparallel profile {self.spec.cluster!r}"
+                if self.spec.cluster else f"{self.n} worker processes")
+        return (f"nbdist: starting {what}; they run {keras} as tf.keras ({self.keras_note}), "
+                "this kernel keeps its own Keras.")
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -297,24 +311,16 @@ class MultiWorkerCluster:
             raise RunInterrupted("Interrupted: KeyboardInterrupt was raised in the cell's code "
                                  "on every worker. The workers are still usable.")
 
-    def run_step_cell(self, cell: str, spec: RunSpec, observers: list[Any],
-                      header: str = "") -> Run:
+    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
         """Step mode on every worker: each runs StepRunner; rows stream into one Run."""
         self._usable()
-        self._cells += 1
-        filename = f"<nbdist-step-{self._cells}>"
-        source = rewrite_step(f"# {header}\n{cell}", filename=filename, loss=spec.loss,
-                              grads=spec.grads)   # errors in the cell show once, from here
-        if spec.show_code:
-            print(source.source)
-        key = f"step{self._cells}"
+        key = f"step{cell.number}"
         run = self._new_run("step")
         self.monitor.expect_run(key, run)
-        options = {"data": spec.data, "epochs": spec.epochs, "steps": spec.steps,
-                   "loss": spec.loss, "grads": spec.grads, "timing_every": spec.timing_every,
-                   "checkpoint": spec.checkpoint}
+        spec = dataclasses.replace(cell.spec, show_code=False, strategy=None).to_dict()
         outcomes, interrupted = self._call(
-            cells.run_step, [(cell, header, filename, key, options)] * self.n, observers)
+            cells.run_step, [(cell.text, cell.header, cell.filename, key, spec)] * self.n,
+            observers)
         self._finish(outcomes, interrupted, [run])
         first = outcomes[0].get("value") or {}
         for note in first.get("notes", []):
@@ -323,17 +329,15 @@ class MultiWorkerCluster:
             run.allreduce_bytes = first["bytes"]
         return run
 
-    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "",
-                       checkpoint: str | None = None) -> Any:
+    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
         """Run the cell on every worker under the strategy's scope; show worker values.
 
-        ``checkpoint``: --checkpoint DIR (absolute), Keras BackupAndRestore in each fit.
+        ``--checkpoint DIR`` (absolute): Keras BackupAndRestore in each fit.
         """
         self._usable()
-        self._cells += 1
         before = set(map(id, self.monitor.runs()))
-        filename = f"<nbdist-cell-{self._cells}>"
-        args = (cell, header, filename, f"cell{self._cells}", checkpoint)
+        checkpoint = cell.spec.checkpoint
+        args = (cell.text, cell.header, cell.filename, f"cell{cell.number}", checkpoint)
         outcomes, interrupted = self._call(cells.run_scope, [args] * self.n, observers)
         new = [r for r in self.monitor.runs() if id(r) not in before]
         self._finish(outcomes, interrupted, new)
@@ -343,6 +347,11 @@ class MultiWorkerCluster:
             print(NOTHING_TRAINED.format(dir=checkpoint))
         values = {w: o.get("value") for w, o in outcomes.items()}
         return WorkerValues(values) if any(v is not None for v in values.values()) else None
+
+    def status(self) -> BackendStatus:
+        from .status import backend_status
+
+        return backend_status(self)
 
     # -- data ------------------------------------------------------------------------------
     def push(self, values: dict[str, Any]) -> None:

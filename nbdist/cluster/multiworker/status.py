@@ -1,16 +1,19 @@
-"""``%distribute status`` for a multi-worker cluster, and its JSON state for the lab extension."""
+"""The status of a multi-worker cluster (``%distribute status`` and the lab extension)."""
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psutil
 
-from ...telemetry.run import runs_summary
-from .backend import MultiWorkerCluster, _version
+from ...backends.base import BackendStatus
+from ..compat import installed_version
 from .monitor import HUNG_AFTER_S
+
+if TYPE_CHECKING:   # the cluster asks this module for its status, not the reverse
+    from .backend import MultiWorkerCluster
 
 
 def worker_alive(cluster: MultiWorkerCluster, index: int) -> bool:
@@ -28,30 +31,31 @@ def worker_alive(cluster: MultiWorkerCluster, index: int) -> bool:
         return False
 
 
-def status_text(cluster: MultiWorkerCluster, runs: list[Any]) -> str:
+def backend_status(cluster: MultiWorkerCluster) -> BackendStatus:
+    """What ``%distribute status`` and the lab extension show of a multi-worker cluster."""
     spec = cluster.spec
     info0 = cluster.info[0] if cluster.info else {}
     keras = info0.get("keras", "?")
     lines = [
-        f"strategy   {spec.name} ({spec.tf_class})",
         f"workers    {_engines_text(cluster)}"
         + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
         f"replicas   {cluster.replicas_local * cluster.n} ({cluster.replicas_local} per worker)",
-        f"keras      workers run {keras} as tf.keras; this kernel has keras {_version('keras')}",
+        f"keras      workers run {keras} as tf.keras; this kernel has keras "
+        f"{installed_version('keras')}",
         f"           ({cluster.keras_note})",
         f"timeout    collectives time out after {cluster.collective_timeout:.0f} s",
         f"cluster    {json.dumps(info0.get('tf_config', {}).get('cluster', {}))}",
     ]
     now = time.time()
+    alive = [worker_alive(cluster, i) for i in range(len(cluster.info))]
     for i, info in enumerate(cluster.info):
         health = cluster.monitor.health[i]
         silent = health.silent_for(now)
         beat = "no heartbeat yet" if silent is None else f"heartbeat {silent:.1f} s ago"
         step = "idle" if health.in_run is None else f"step {health.step}"
-        alive = "alive" if worker_alive(cluster, i) else "DEAD"
         lines += [
-            f"worker {i}   {alive}, pid {info.get('pid')} on {info.get('host')}, {beat}, "
-            f"{step}",
+            f"worker {i}   {'alive' if alive[i] else 'DEAD'}, pid {info.get('pid')} on "
+            f"{info.get('host')}, {beat}, {step}",
             f"           devices   {', '.join(info.get('devices', []))}",
             f"           TF_CONFIG {json.dumps(info.get('tf_config'))}",
         ]
@@ -62,13 +66,16 @@ def status_text(cluster: MultiWorkerCluster, runs: list[Any]) -> str:
         lines.append(f"channel    {host}:{port} (HMAC-SHA256, JSON), {channel.received} "
                      f"messages, {dropped} dropped" + (f" {dict(channel.dropped)}"
                                                        if dropped else ""))
-    lines.append(f"magic      {spec.magic_line()}"
-                 + ("" if cluster.keras_choice == "auto" else f" --keras {cluster.keras_choice}"))
-    if runs:
-        lines.append(f"runs       {runs_summary(runs)}")
-    lines += ["", "Equivalent TensorFlow, in worker i's process:"]
-    lines += ["    " + line for line in equivalent_code(cluster).splitlines()]
-    return "\n".join(lines)
+    return BackendStatus(
+        spec=spec, headline=f"{spec.name} ({spec.tf_class})",
+        replicas=cluster.replicas_local * cluster.n, devices=cluster.devices,
+        details=tuple(lines), workers_total=cluster.n,
+        workers_alive=sum(alive),
+        dead_workers=tuple(i for i in range(cluster.n) if i >= len(alive) or not alive[i]),
+        magic_flags="" if cluster.keras_choice == "auto" else f"--keras {cluster.keras_choice}",
+        code_title="Equivalent TensorFlow, in worker i's process:",
+        code=equivalent_code(cluster),
+    )
 
 
 def _engines_text(cluster: MultiWorkerCluster) -> str:
@@ -95,14 +102,3 @@ def equivalent_code(cluster: MultiWorkerCluster) -> str:
         f"        timeout_seconds={cluster.collective_timeout:g}))",
     ]
     return "\n".join(lines)
-
-
-def state(cluster: MultiWorkerCluster) -> dict[str, Any]:
-    alive = [i for i in range(len(cluster.info)) if worker_alive(cluster, i)]
-    return {
-        "replicas": cluster.replicas_local * cluster.n,
-        "devices": list(cluster.devices),
-        "workers_total": cluster.n,
-        "workers_alive": len(alive),
-        "dead_workers": [i for i in range(cluster.n) if i not in alive],
-    }

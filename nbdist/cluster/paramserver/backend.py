@@ -15,7 +15,6 @@ Defaults: ``--workers 2`` and ``--ps 1``.
 
 from __future__ import annotations
 
-import ast
 import atexit
 import os
 import time
@@ -24,9 +23,10 @@ from typing import Any
 
 import psutil
 
+from ...backends.base import BackendStatus
+from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
-from ...rewrite import rewrite_step
-from ...spec import RunSpec, StrategySpec
+from ...spec import StrategySpec
 from ...telemetry.run import Run, RunList
 from .. import tfconfig
 from ..engines.local import START_TIMEOUT_S, ClusterStartError, LocalEngines
@@ -35,8 +35,8 @@ from ..failures import ClusterError, WorkerError, build_error
 from ..inengine import ps_server
 from . import context as ps_context
 from . import fit as ps_fit
-from .health import ProcessWatch
-from .steps import PSStepLoop
+from .health import ProcessWatch, job_name
+from .steps import PSStepLoop, require_known_length
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
@@ -44,9 +44,14 @@ _LIVE: weakref.WeakSet[ParameterServerCluster] = weakref.WeakSet()
 
 
 class ParameterServerCluster(ProcessWatch):
-    """Worker and parameter-server processes, with this kernel as their coordinator."""
+    """Worker and parameter-server processes, with this kernel as their coordinator.
 
-    def __init__(self, spec: StrategySpec, runs: RunList):
+    The ``parameter_server`` backend (``nbdist.backends.base.Backend``).
+    """
+
+    exclusive = True
+
+    def __init__(self, spec: StrategySpec, runs: RunList, shell: Any = None):
         if spec.name != "parameter_server":
             raise ConfigError(f"ParameterServerCluster runs `parameter_server`, not "
                               f"`{spec.name}`.")
@@ -69,7 +74,22 @@ class ParameterServerCluster(ProcessWatch):
         self.broken: str | None = None
         self.dead_workers: set[int] = set()
         self.steps_by_worker: dict[int, int] = {}
-        self._cells = 0
+        self.shell = shell
+
+    @classmethod
+    def create(cls, spec: StrategySpec, runs: RunList, shell: Any = None,
+               keras: str | None = None) -> ParameterServerCluster:
+        if keras is not None:
+            raise ConfigError("--keras chooses the Keras of worker processes: it applies to "
+                              "`multiworker` only.")
+        return cls(spec, runs, shell)
+
+    def serves(self, spec: StrategySpec, keras: str | None) -> bool:
+        return spec == self.spec and keras is None
+
+    def starting_message(self) -> str:
+        return (f"nbdist: starting {self.n} worker(s) and {self.n_ps} parameter server(s) as "
+                "tf.distribute.Server processes; this kernel is their coordinator.")
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -123,7 +143,7 @@ class ParameterServerCluster(ProcessWatch):
             job, index = self.tasks[first]
             cause = build_error({first: failed[first]}, len(self.tasks))
             raise ClusterStartError(
-                f"The {_job_name(job)} {index} process could not start its TensorFlow server: "
+                f"The {job_name(job)} {index} process could not start its TensorFlow server: "
                 f"{cause}"
             ) from (cause if isinstance(cause, WorkerError) else None)
         self.info = {task: outcome["value"] for task, outcome in outcomes.items()}
@@ -151,7 +171,7 @@ class ParameterServerCluster(ProcessWatch):
         """Fresh processes and a fresh coordinator (after this one is stopped)."""
         self.stop()
         ps_context.check_kernel_usable()
-        fresh = ParameterServerCluster(self.spec, self.runs)
+        fresh = ParameterServerCluster(self.spec, self.runs, self.shell)
         fresh.start()
         return fresh
 
@@ -186,7 +206,7 @@ class ParameterServerCluster(ProcessWatch):
         return out
 
     def describe(self, job: str, index: int) -> str:
-        return f"{_job_name(job)} {index} (pid {self.pid(job, index) or '?'})"
+        return f"{job_name(job)} {index} (pid {self.pid(job, index) or '?'})"
 
     # -- what the magics and the status show -----------------------------------------------
     @property
@@ -211,30 +231,33 @@ class ParameterServerCluster(ProcessWatch):
     def pull(self, name: str, worker_index: int = 0) -> Any:
         raise ConfigError(_NO_PUSH)
 
+    def status(self) -> BackendStatus:
+        from .status import backend_status
+
+        return backend_status(self)
+
     # -- cells -----------------------------------------------------------------------------
-    def run_step_cell(self, cell: str, spec: RunSpec, observers: list[Any],
-                      header: str = "") -> Run:
+    def _user_ns(self) -> dict[str, Any]:
+        if self.shell is None:
+            from IPython import get_ipython
+
+            self.shell = get_ipython()
+        return self.shell.user_ns
+
+    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
         """Schedule the step on the workers (async) until --epochs/--steps are done."""
-        from IPython import get_ipython
-
         self._usable()
-        self._cells += 1
-        source = rewrite_step(f"# {header}\n{cell}", filename=f"<nbdist-ps-step-{self._cells}>",
-                              loss=spec.loss, grads=spec.grads)
-        if spec.show_code:
-            print(source.source)
-        user_ns = get_ipython().user_ns
-        checkpoint = None
-        if spec.checkpoint:   # saved from here, the coordinator: it reads the PS variables
-            from ...checkpoint import StepCheckpoint
-
-            checkpoint = StepCheckpoint.for_cell(spec.checkpoint, self.strategy, cell, user_ns,
-                                                 say=print)
+        user_ns = self._user_ns()
+        # the checkpoint is saved from here, the coordinator: it reads the PS variables
+        inputs = step_inputs(cell, self.strategy, user_ns, 1)
+        require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
         run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
                             workers=self.n, devices=self.devices)
-        loop = PSStepLoop(self.strategy, self.coordinator, source, user_ns,
-                          spec, run, self.n, self, observers=observers,
-                          on_worker_death=self.dead_workers.add, checkpoint=checkpoint)
+        loop = PSStepLoop(self.strategy, self.coordinator, cell.source, user_ns,
+                          cell.spec, run, self.n, self, observers=observers,
+                          on_worker_death=self.dead_workers.add,
+                          checkpoint=inputs.checkpoint, dataset=inputs.dataset,
+                          per_epoch=inputs.per_epoch)
         try:
             return loop.execute()
         except ClusterError as err:
@@ -245,25 +268,18 @@ class ParameterServerCluster(ProcessWatch):
                 self.steps_by_worker[int(worker)] = (self.steps_by_worker.get(int(worker), 0)
                                                      + int(count))
 
-    def run_scope_cell(self, cell: str, observers: list[Any], header: str = "",
-                       checkpoint: str | None = None) -> Any:
+    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
         """Run the cell in the kernel under ``strategy.scope()``: variables it creates live
         on the parameter servers. A tf_keras ``model.fit`` in it trains on the workers and
         records into a Run; Keras 3 ``model.fit`` is refused with the way out (ps_fit)."""
-        from IPython import get_ipython
-
         self._usable()
+        self._user_ns()
         fits = None
+        checkpoint = cell.spec.checkpoint
         if checkpoint:   # tf_keras' BackupAndRestore, saved from here (the coordinator)
             from ...checkpoint import FitCheckpoint
 
             fits = FitCheckpoint(checkpoint, say=print)
-        shell = get_ipython()
-        text = f"# {header}\n{cell}"
-        filename = shell.compile.cache(text)
-        tree = ast.parse(shell.transform_cell(text), filename=filename)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        ns = shell.user_ns
 
         def new_run() -> Run:
             return self.runs.new(mode="fit", strategy="parameter_server", replicas=1,
@@ -272,9 +288,7 @@ class ParameterServerCluster(ProcessWatch):
         started = len(self.runs)
         with self.strategy.scope(), ps_fit.recording_fits(
                 new_run, observers, self, extra_callbacks=fits.callbacks if fits else None):
-            exec(shell.compile(tree, filename, "exec"), ns)  # noqa: S102 - the user's cell
-            result = (None if last is None else
-                      eval(shell.compile(ast.Expression(last.value), filename, "eval"), ns))  # noqa: S307
+            result = run_cell_code(self.shell, f"# {cell.header}\n{cell.text}")
         if fits is not None and len(self.runs) == started:
             from ...checkpoint import NOTHING_TRAINED
 
@@ -285,10 +299,6 @@ class ParameterServerCluster(ProcessWatch):
 _NO_PUSH = ("push/pull move values to worker processes that run Python cells (multiworker). "
             "Under parameter_server the workers only run TensorFlow functions the kernel "
             "sends them, and every cell runs in the kernel: use your variables directly.")
-
-
-def _job_name(job: str) -> str:
-    return "parameter server" if job == "ps" else job
 
 
 def live_ps_clusters() -> list[ParameterServerCluster]:

@@ -83,3 +83,8 @@ def ready(remote: Any) -> bool:
     if status is None:   # a TensorFlow without the attribute: fetch (and block) directly
         return True
     return status.name != "NOT_READY"
+
+
+def job_name(job: str) -> str:
+    """How a TensorFlow job is named to users ("worker", "parameter server")."""
+    return "parameter server" if job == "ps" else job

@@ -1,20 +1,23 @@
-"""``%distribute status`` for a parameter-server cluster, and its JSON state for the lab
-extension."""
+"""The status of a parameter-server cluster (``%distribute status`` and the lab extension)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+from typing import TYPE_CHECKING
 
-from ...telemetry.run import runs_summary
-from .backend import ParameterServerCluster, _job_name
+from ...backends.base import BackendStatus
+from .health import job_name
+
+if TYPE_CHECKING:   # the cluster asks this module for its status, not the reverse
+    from .backend import ParameterServerCluster
 
 
-def status_text(cluster: ParameterServerCluster, runs: list[Any]) -> str:
+def backend_status(cluster: ParameterServerCluster) -> BackendStatus:
+    """What ``%distribute status`` and the lab extension show of a parameter-server cluster."""
     spec = cluster.spec
     lines = [
-        f"strategy   {spec.name} ({spec.tf_class}), asynchronous",
-        f"roles      coordinator: this kernel (pid {_kernel_pid()}); {cluster.n} worker(s) and "
+        f"roles      coordinator: this kernel (pid {os.getpid()}); {cluster.n} worker(s) and "
         f"{cluster.n_ps} parameter server(s): tf.distribute.Server processes on "
         f"{_engines(cluster)}"
         + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
@@ -29,17 +32,18 @@ def status_text(cluster: ParameterServerCluster, runs: list[Any]) -> str:
                 else "holds variables; workers pull them and push updates")
         steps = (f", {cluster.steps_by_worker.get(index, 0)} steps run"
                  if job == "worker" else "")
-        lines.append(f"{_job_name(job):<16} {index}  {alive}, pid {info.get('pid')}, "
+        lines.append(f"{job_name(job):<16} {index}  {alive}, pid {info.get('pid')}, "
                      f"{cluster.cluster_spec[job][index]}{steps}: {role}")
     if cluster.dead_workers:
         lines.append("note       a worker died during a run: ClusterCoordinator re-ran its steps "
                      "on the others; restart the kernel before using another strategy")
-    lines.append(f"magic      {spec.magic_line()}")
-    if runs:
-        lines.append(f"runs       {runs_summary(runs)}")
-    lines += ["", "Equivalent TensorFlow:"]
-    lines += ["    " + line for line in equivalent_code(cluster).splitlines()]
-    return "\n".join(lines)
+    dead = cluster.dead()["worker"]
+    return BackendStatus(
+        spec=spec, headline=f"{spec.name} ({spec.tf_class}), asynchronous",
+        replicas=cluster.n, devices=cluster.devices, details=tuple(lines),
+        workers_total=cluster.n, workers_alive=cluster.n - len(dead),
+        dead_workers=tuple(dead), code=equivalent_code(cluster),
+    )
 
 
 def equivalent_code(cluster: ParameterServerCluster) -> str:
@@ -55,17 +59,6 @@ def equivalent_code(cluster: ParameterServerCluster) -> str:
         "strategy = tf.distribute.ParameterServerStrategy(resolver)",
         "coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)",
     ])
-
-
-def state(cluster: ParameterServerCluster) -> dict[str, Any]:
-    dead = cluster.dead()
-    return {
-        "replicas": cluster.n,
-        "devices": list(cluster.devices),
-        "workers_total": cluster.n,
-        "workers_alive": cluster.n - len(dead["worker"]),
-        "dead_workers": dead["worker"],
-    }
 
 
 def _engines(cluster: ParameterServerCluster) -> str:
@@ -87,9 +80,3 @@ def _coordinator_address() -> str:
         return "none"
     return ", ".join(address for job in server_def.cluster.job
                      if job.name == server_def.job_name for address in job.tasks.values())
-
-
-def _kernel_pid() -> int:
-    import os
-
-    return os.getpid()

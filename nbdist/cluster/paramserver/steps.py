@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import errormap
-from ...data import check_dataset, lookup_dataset, steps_per_epoch
 from ...errors import CheckpointError, RunInterrupted, StepCodeError
 from ...kerashooks import call_building_optimizers
 from ...rewrite import StepSource
@@ -68,6 +67,17 @@ EPOCH_NOTE = (
 )
 
 
+def require_known_length(data: str | None, per_epoch: int | None) -> int:
+    """Steps per epoch, or a StepCodeError if the coordinator cannot know how many."""
+    if not per_epoch:
+        raise StepCodeError(
+            f"--data {data}: its number of batches is unknown (e.g. after `filter`), and under "
+            "parameter_server the coordinator must know how many steps to schedule. Give "
+            "--steps N (steps per epoch)."
+        )
+    return per_epoch
+
+
 @dataclass
 class PSStepLoop:
     """Runs a rewritten step cell on the workers through ``coordinator``, recording ``run``."""
@@ -83,6 +93,8 @@ class PSStepLoop:
     observers: list[Any] = field(default_factory=list)
     on_worker_death: Callable[[int], None] = lambda index: None
     checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
+    dataset: Any = None      # the --data dataset, checked (backends.cells.step_inputs)
+    per_epoch: int | None = None
     _factory: Any = None
     _compiled: dict[bool, Any] = field(default_factory=dict)
     _dead_seen: set[int] = field(default_factory=set)
@@ -92,22 +104,8 @@ class PSStepLoop:
     _scheduled: int = 0
     _lost: int = 0
 
-    def total_steps(self) -> tuple[Any, int]:
-        """The dataset and the number of steps the run will schedule."""
-        assert self.spec.data is not None
-        dataset = lookup_dataset(self.user_ns, self.spec.data)
-        check_dataset(dataset, self.spec.data, 1, self.spec.steps)
-        per_epoch = steps_per_epoch(dataset, self.spec.steps)
-        if not per_epoch:
-            raise StepCodeError(
-                f"--data {self.spec.data}: its number of batches is unknown (e.g. after "
-                "`filter`), and under parameter_server the coordinator must know how many "
-                "steps to schedule. Give --steps N (steps per epoch)."
-            )
-        return dataset, per_epoch
-
     def execute(self) -> Run:
-        dataset, per_epoch = self.total_steps()
+        dataset, per_epoch = self.dataset, require_known_length(self.spec.data, self.per_epoch)
         self.run.total_steps = per_epoch * self.spec.epochs
         self.run.note(UPDATE_NOTE)
         self.run.note(EPOCH_NOTE)

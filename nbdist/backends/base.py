@@ -1,0 +1,99 @@
+"""What every strategy family gives the Session: the ``Backend`` protocol and its status.
+
+A backend runs the cells of one strategy family: ``LocalBackend`` (strategies inside the
+kernel), ``MultiWorkerCluster`` (a worker process per replica group, cells run on every
+worker) and ``ParameterServerCluster`` (the kernel coordinates worker and parameter-server
+processes). ``nbdist.factory.make_backend`` picks one; nothing else branches on strategy
+names.
+
+``BackendStatus`` is the one structured status: ``status_text`` renders it for
+``%distribute status``, ``lab_state`` for the JupyterLab extension's status bar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..spec import StrategySpec
+from ..telemetry.run import Run, runs_summary
+from .cells import ScopeCell, StepCell
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """A backend's state, as ``%distribute status`` and the lab extension show it."""
+
+    spec: StrategySpec
+    headline: str                       # "mirrored (tf.distribute.MirroredStrategy)"
+    replicas: int
+    devices: tuple[str, ...]
+    details: tuple[str, ...] = ()       # the family's own lines of the status text, in order
+    workers_total: int = 0
+    workers_alive: int = 0
+    dead_workers: tuple[int, ...] = ()
+    magic_flags: str = ""               # flags that are not part of the spec (--keras ...)
+    code_title: str = "Equivalent TensorFlow:"
+    code: str = ""                      # the hand-written TensorFlow that builds the same
+
+
+class Backend(Protocol):
+    """The operations a Session needs from a strategy family."""
+
+    spec: StrategySpec
+    #: True if it must stop before another backend starts (it holds processes, ports or the
+    #: kernel's TensorFlow context); a backend that is not stays if its successor fails.
+    exclusive: bool
+
+    @property
+    def replicas(self) -> int: ...
+    @property
+    def devices(self) -> tuple[str, ...]: ...
+
+    def serves(self, spec: StrategySpec, keras: str | None) -> bool:
+        """True if this backend already is what ``spec`` (and ``--keras``) ask for."""
+    def start(self) -> None:
+        """Build the strategy, start processes; on failure leave nothing running."""
+    def starting_message(self) -> str | None:
+        """What to tell the user before a slow ``start`` (None: nothing)."""
+    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run: ...
+    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any: ...
+    def push(self, values: dict[str, Any]) -> None: ...
+    def pull(self, name: str, worker: int) -> Any: ...
+    def status(self) -> BackendStatus: ...
+    def stop(self) -> list[int]:
+        """Stop everything; return the pids that had to be killed."""
+    def restarted(self) -> Backend:
+        """A fresh backend with the same settings (this one is stopped first)."""
+
+
+def status_text(status: BackendStatus, runs: Sequence[Run]) -> str:
+    """``%distribute status``."""
+    lines = [f"strategy   {status.headline}", *status.details,
+             f"magic      {status.spec.magic_line()}"
+             + (f" {status.magic_flags}" if status.magic_flags else ""),
+             f"runs       {runs_summary(runs) if runs else 0}"]
+    if status.code:
+        lines += ["", status.code_title, *("    " + line for line in status.code.splitlines())]
+    return "\n".join(lines)
+
+
+def lab_state(status: BackendStatus | None, runs: Sequence[Run], version: str) -> dict[str, Any]:
+    """The JSON state of the JupyterLab extension's status bar (``nbdist.lab.state``)."""
+    last = runs[-1] if runs else None
+    return {
+        "version": version,
+        "strategy": status.spec.name if status else None,
+        "magic_line": status.spec.magic_line() if status else None,
+        "replicas": status.replicas if status else 0,
+        "devices": list(status.devices) if status else [],
+        "workers_total": status.workers_total if status else 0,
+        "workers_alive": status.workers_alive if status else 0,
+        "dead_workers": list(status.dead_workers) if status else [],
+        "stragglers": [],
+        "run": None if last is None else {
+            "id": last.id, "status": last.status, "step": last.steps_done,
+            "epoch": int(last.last.get("epoch", 0)), "total_steps": last.total_steps,
+        },
+    }

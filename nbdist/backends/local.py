@@ -1,0 +1,141 @@
+"""``LocalBackend``: the strategies that run inside the kernel.
+
+``one_device``, ``mirrored``, ``central_storage`` and ``tpu``: the kernel builds the
+tf.distribute strategy (``strategies.build_strategy``), step cells run with ``StepRunner``
+and scope cells under ``strategy.scope()`` with every ``model.fit`` recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from ..spec import StrategySpec
+from ..strategies import StrategyHandle
+from ..telemetry.run import Run, RunList
+from .base import BackendStatus
+from .cells import ScopeCell, StepCell, run_cell_code, step_inputs
+
+_NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
+               "first with `%distribute multiworker --workers N`.")
+
+
+class LocalBackend:
+    """A tf.distribute strategy inside the kernel."""
+
+    exclusive = False   # another strategy can be built beside it
+
+    def __init__(self, spec: StrategySpec, runs: RunList, shell: Any):
+        self.spec = spec
+        self.runs = runs
+        self.shell = shell
+        self.handle: StrategyHandle | None = None
+
+    @classmethod
+    def create(cls, spec: StrategySpec, runs: RunList, shell: Any,
+               keras: str | None = None) -> LocalBackend:
+        if keras is not None:
+            raise ConfigError("--keras chooses the Keras of worker processes: it applies to "
+                              "`multiworker` only.")
+        return cls(spec, runs, shell)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def serves(self, spec: StrategySpec, keras: str | None) -> bool:
+        return self.handle is not None and spec == self.spec and keras is None
+
+    def starting_message(self) -> str | None:
+        return None
+
+    def start(self) -> None:
+        from ..cluster.paramserver.context import check_kernel_usable
+        from ..strategies import build_strategy
+
+        check_kernel_usable()   # after parameter_server, TensorFlow may be stuck to it
+        self.handle = build_strategy(self.spec)
+
+    def stop(self) -> list[int]:
+        return []   # nothing to stop: logical devices stay until the kernel restarts
+
+    def restarted(self) -> LocalBackend:
+        raise ConfigError("There are no worker processes to restart. Start them with "
+                          "`%distribute multiworker --workers N`.")
+
+    # -- what it runs on -------------------------------------------------------------------
+    @property
+    def strategy(self) -> Any:
+        return self._handle().strategy
+
+    @property
+    def replicas(self) -> int:
+        return self._handle().replicas
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self._handle().devices
+
+    def _handle(self) -> StrategyHandle:
+        if self.handle is None:
+            raise ConfigError(f"The {self.spec.name} strategy is not built yet.")
+        return self.handle
+
+    def status(self) -> BackendStatus:
+        h = self._handle()
+        split_cpu = h.device_kind == "CPU" and len(h.devices) > 1
+        logical = ", logical devices of one CPU" if split_cpu else ""
+        return BackendStatus(
+            spec=self.spec, headline=f"{self.spec.name} ({self.spec.tf_class})",
+            replicas=h.replicas, devices=h.devices,
+            details=(f"replicas   {h.replicas}",
+                     f"devices    {', '.join(h.devices)} ({h.device_kind}{logical})"),
+            code=h.equivalent_code(),
+        )
+
+    # -- cells -----------------------------------------------------------------------------
+    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
+        """Train with ``StepRunner`` in the kernel."""
+        from ..runner import StepRunner
+
+        h = self._handle()
+        user_ns = self.shell.user_ns
+        inputs = step_inputs(cell, h.strategy, user_ns, h.replicas)
+        per_epoch = inputs.per_epoch
+        run = self.runs.new(
+            mode="step", strategy=self.spec.name, replicas=h.replicas, devices=h.devices,
+            total_steps=per_epoch * cell.spec.epochs if per_epoch else None,
+        )
+        runner = StepRunner(h, cell.source, user_ns, cell.spec, run, observers=observers,
+                            checkpoint=inputs.checkpoint, dataset=inputs.dataset)
+        return runner.execute()
+
+    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
+        """Run the cell under ``strategy.scope()``; record every ``model.fit``."""
+        from ..kerashooks import recording_fit
+
+        h = self._handle()
+
+        def new_run() -> Run:
+            return self.runs.new(mode="fit", strategy=self.spec.name, replicas=h.replicas,
+                                 devices=h.devices)
+
+        fits = None
+        if cell.spec.checkpoint:
+            from ..checkpoint import FitCheckpoint
+
+            fits = FitCheckpoint(cell.spec.checkpoint, say=print)
+        central = self.spec.name == "central_storage"
+        with h.strategy.scope(), recording_fit(
+                new_run, observers, central,
+                extra_callbacks=fits.callbacks if fits else None) as started:
+            result = run_cell_code(self.shell, f"# {cell.header}\n{cell.text}")
+        if fits is not None and not started:
+            from ..checkpoint import NOTHING_TRAINED
+
+            print(NOTHING_TRAINED.format(dir=cell.spec.checkpoint))
+        return result
+
+    # -- data ------------------------------------------------------------------------------
+    def push(self, values: dict[str, Any]) -> None:
+        raise ConfigError(_NO_WORKERS.format(what="push"))
+
+    def pull(self, name: str, worker: int) -> Any:
+        raise ConfigError(_NO_WORKERS.format(what="pull"))
