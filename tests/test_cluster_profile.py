@@ -15,7 +15,7 @@ import pytest
 from helpers import cluster_processes, ipcluster, living, run_ok, session_cluster
 
 import nbdist
-from nbdist.cluster.engines import profile
+from nbdist.cluster.engines import hosts as engine_hosts
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
@@ -146,10 +146,10 @@ def test_used_engines_are_restarted_and_stop_leaves_them_fresh_and_reusable(
 def test_worker_addresses_for_remote_engines():
     here = {"host": "a", "pid": 1, "ip": "127.0.0.1", "host_ip": "127.0.1.1"}
     remote = {"host": "b", "pid": 2, "ip": "10.0.0.7", "host_ip": "10.0.0.7"}
-    assert profile.worker_hosts([here, here], [True, True]) == (["127.0.0.1"] * 2, "127.0.0.1")
-    hosts, channel = profile.worker_hosts([here, remote], [True, False])
-    mine = profile.route_ip("10.0.0.7")
+    assert engine_hosts.worker_hosts([here, here], [True, True]) == (["127.0.0.1"] * 2, "127.0.0.1")
+    hosts, channel = engine_hosts.worker_hosts([here, remote], [True, False])
+    mine = engine_hosts.route_ip("10.0.0.7")
     assert hosts == [mine, "10.0.0.7"] and channel == mine
     tunnelled = {**remote, "ip": "127.0.0.1", "host_ip": "127.0.0.1"}
     with pytest.raises(Exception, match="cannot tell at which address"):
-        profile.worker_hosts([here, tunnelled], [True, False])
+        engine_hosts.worker_hosts([here, tunnelled], [True, False])

@@ -13,17 +13,8 @@ from typing import Any
 
 import psutil
 
+from ..inengine.identity import route_ip
 from .local import ClusterStartError
-
-
-def route_ip(host: str) -> str:
-    """The local IP this process would use to reach ``host`` (no packet is sent)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect((socket.gethostbyname(host), 9))
-            return sock.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
 
 
 def is_local(ident: dict[str, Any]) -> bool:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import glob
 import logging
 import os
-import socket
 import sys
 import time
 from typing import Any
@@ -47,7 +46,8 @@ import psutil
 
 from ...errors import ConfigError
 from .. import tfconfig
-from .hosts import is_local, is_loopback, route_ip, worker_hosts
+from ..inengine.identity import identify, release_engine
+from .hosts import is_local, is_loopback, worker_hosts
 from .local import ClusterStartError
 
 log = logging.getLogger("nbdist.cluster")
@@ -56,51 +56,6 @@ log = logging.getLogger("nbdist.cluster")
 REGISTER_TIMEOUT_S = 60.0
 #: Seconds the engines nbdist used get to exit before their sets are restarted.
 QUIT_WAIT_S = 3.0
-#: Set on an engine whose process served as an nbdist worker (it cannot serve again).
-_SPENT = False
-
-
-# -- on the engines ---------------------------------------------------------------------------
-def identify(controller_host: str) -> dict[str, Any]:
-    """Runs on an engine: who and where it is, and whether nbdist already used its process."""
-    from ..inengine import ps_server, worker
-
-    host = socket.gethostname()
-    try:
-        host_ip = socket.gethostbyname(host)
-    except OSError:
-        host_ip = None
-    return {
-        "host": host, "pid": os.getpid(), "started": psutil.Process().create_time(),
-        "ip": route_ip(controller_host), "host_ip": host_ip,
-        "used": _SPENT or worker._STATE is not None or ps_server._SERVER is not None,
-    }
-
-
-def release_engine() -> None:
-    """Runs on an engine nbdist cannot restart: stop being a worker, empty the namespace.
-
-    TensorFlow's MultiWorkerMirroredStrategy (and its gRPC server) stay in the process: it
-    is marked spent, and a later nbdist session refuses it.
-    """
-    global _SPENT
-    from IPython import get_ipython
-
-    from ..inengine import worker
-
-    st = worker._STATE
-    if st is not None:
-        st.stop.set()
-        if st.channel is not None:
-            st.channel.close()
-        worker._STATE = None
-        _SPENT = True
-    os.environ.pop("TF_CONFIG", None)
-    shell = get_ipython()
-    if shell is not None:
-        shell.reset(new_session=False)
-
-
 # -- in the kernel ----------------------------------------------------------------------------
 def resolve_profile(name: str) -> tuple[str, str | None]:
     """``(profile_dir, cluster_id)`` for ``--cluster NAME[@CLUSTER_ID]`` (a profile name or a

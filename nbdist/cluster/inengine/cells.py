@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from ...backends.cells import run_cell_code
@@ -21,11 +20,11 @@ from ...kerashooks import is_number, resumed_step
 from ...patching import patched
 from ...telemetry import fitreduce
 from ...telemetry.run import Run
+from .. import protocol
 from ..failures import KerasUnsupported, describe_exception
+from ..protocol import StopGate
 from .worker import WorkerState, state, user_namespace
 
-#: A paused worker waits this long for the kernel's decision, then stops on its own.
-STOP_DECISION_TIMEOUT_S = 60.0
 #: Metric rows go to the kernel at most this often (and at the end of each run).
 FLUSH_S = 0.1
 _MAX_REPR = 10000
@@ -36,47 +35,6 @@ KERAS3_MWMS = (
     "`%distribute multiworker --workers N --keras legacy`), and build the model with "
     "`tf.keras` rather than `import keras`; or train in step mode (`%%distribute --step`)."
 )
-
-
-class StopGate:
-    """The worker's half of the stop protocol (see ``monitor.StopCoordinator``)."""
-
-    def __init__(self, send: Callable[[dict[str, Any]], None]):
-        self._send = send
-        self._cond = threading.Condition()
-        self._requested = False
-        self._until: int | None = None
-        self._decision: dict[str, Any] | None = None
-
-    def on_control(self, message: dict[str, Any]) -> None:
-        """Kernel messages (channel reader thread)."""
-        with self._cond:
-            if message["type"] == "stop":
-                self._requested = True
-            elif message["type"] in ("halt", "resume_until"):
-                self._decision = message
-                self._cond.notify_all()
-
-    def reset(self) -> None:
-        with self._cond:
-            self._requested, self._until, self._decision = False, None, None
-
-    def should_stop(self, steps_done: int) -> bool:
-        """At a step boundary: True to stop here (all workers stop after the same step)."""
-        with self._cond:
-            if not self._requested:
-                return False
-            if self._until is not None and steps_done < self._until:
-                return False
-            self._decision = None
-        self._send({"type": "paused", "step": steps_done})
-        with self._cond:
-            self._cond.wait_for(lambda: self._decision is not None, STOP_DECISION_TIMEOUT_S)
-            decision = self._decision
-        if decision is None or decision["type"] == "halt":
-            return True
-        self._until = int(decision["step"])
-        return steps_done >= self._until
 
 
 class _Forwarder:
@@ -104,7 +62,7 @@ class _Forwarder:
         if not rows or self.st.channel is None:
             return
         self.sent += len(rows)
-        message: dict[str, Any] = {"type": "rows", "run": self.key,
+        message: dict[str, Any] = {"type": protocol.ROWS, "run": self.key,
                                    "rows": [list(r) for r in rows]}
         if self.extras:
             message["extras"], self.extras = self.extras, []
@@ -131,7 +89,7 @@ def _in_run(st: WorkerState, key: str, mode: str, run: Run, forward: _Forwarder,
     """Announce a run to the kernel; at its end send the last rows and the status."""
     st.gate.reset()
     st.step = 0
-    st.channel.send({"type": "run_start", "run": key, "mode": mode, "total_steps": total})
+    st.channel.send({"type": protocol.RUN_START, "run": key, "mode": mode, "total_steps": total})
     try:
         yield
     except BaseException as err:
@@ -143,7 +101,7 @@ def _in_run(st: WorkerState, key: str, mode: str, run: Run, forward: _Forwarder,
         if run.status == "running":
             run.finish("done")
         forward.flush(run)
-        st.channel.send({"type": "run_end", "run": key, "status": run.status,
+        st.channel.send({"type": protocol.RUN_END, "run": key, "status": run.status,
                          "notes": run.notes})
         st.channel.flush()
         st.gate.reset()

@@ -21,6 +21,11 @@ _SERVER: Any = None          # the tf.distribute.Server of this process
 _TASK: dict[str, Any] = {}   # {"job": "worker" | "ps", "index": i, "cluster": {...}}
 
 
+def serving() -> bool:
+    """True once this engine runs a TensorFlow server for nbdist."""
+    return _SERVER is not None
+
+
 def serve(cluster: dict[str, list[str]], job: str, index: int) -> dict[str, Any]:
     """Start this process's TensorFlow server as task ``index`` of ``job`` in ``cluster``."""
     global _SERVER

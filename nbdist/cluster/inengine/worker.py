@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...telemetry.channel import ChannelClient
+from .. import protocol
 from ..failures import describe_exception
+from ..protocol import StopGate
 
 #: Seconds between heartbeats.
 HEARTBEAT_S = 1.0
@@ -34,7 +36,7 @@ class WorkerState:
     channel: ChannelClient | None = None
     handle: Any = None                      # nbdist.strategies.StrategyHandle
     step: int = 0                           # steps done in the current run
-    gate: Any = None                        # cells.StopGate
+    gate: StopGate | None = None
     cells: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -48,12 +50,27 @@ def state() -> WorkerState:
     return _STATE
 
 
+def is_worker() -> bool:
+    """True once this engine has become an nbdist worker."""
+    return _STATE is not None
+
+
+def release() -> bool:
+    """Stop being a worker (heartbeats, channel); True if this engine was one."""
+    global _STATE
+    st, _STATE = _STATE, None
+    if st is None:
+        return False
+    st.stop.set()
+    if st.channel is not None:
+        st.channel.close()
+    return True
+
+
 def setup(index: int, workers: int, tf_config: dict[str, Any],
           options: dict[str, Any]) -> dict[str, Any]:
     """Become worker ``index``: connect the channel, then create the strategy."""
     global _STATE
-    from .cells import StopGate
-
     try:
         os.environ["TF_CONFIG"] = json.dumps(tf_config)
         st = WorkerState(index, workers, tf_config, options["keras"])
@@ -130,7 +147,7 @@ def _send(st: WorkerState, message: dict[str, Any]) -> None:
 def _heartbeat(st: WorkerState, kernel_pid: int | None) -> None:
     """Tell the kernel we are alive; exit if the (local) kernel process is gone."""
     while not st.stop.wait(HEARTBEAT_S):
-        _send(st, {"type": "hb", "step": st.step})
+        _send(st, {"type": protocol.HEARTBEAT, "step": st.step})
         if kernel_pid and not _pid_alive(kernel_pid):
             os._exit(3)  # the kernel died without stopping us: do not linger as an orphan
 

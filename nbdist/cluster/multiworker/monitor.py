@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...telemetry.run import Run
+from .. import protocol
 
 #: A worker that sent nothing for this long while the cluster is busy is reported as hung.
 HUNG_AFTER_S = 20.0
@@ -75,7 +76,7 @@ class StopCoordinator:
             self.requested, self.paused, self.halted_at = True, {}, None
             self._last_change = time.monotonic()
         for w in workers:
-            self._send(w, {"type": "stop"})
+            self._send(w, {"type": protocol.STOP})
 
     def reset(self) -> None:
         with self._lock:
@@ -96,12 +97,12 @@ class StopCoordinator:
             if not waiting:
                 behind = {w: s for w, s in self.paused.items() if s < top}
                 if behind:
-                    orders = {w: {"type": "resume_until", "step": top} for w in behind}
+                    orders = {w: {"type": protocol.RESUME_UNTIL, "step": top} for w in behind}
                 else:
-                    orders = {w: {"type": "halt"} for w in self.paused}
+                    orders = {w: {"type": protocol.HALT} for w in self.paused}
                     self.halted_at = top
             elif time.monotonic() - self._last_change > PAUSE_GRACE_S:
-                orders = {w: {"type": "resume_until", "step": top + 1} for w in self.paused}
+                orders = {w: {"type": protocol.RESUME_UNTIL, "step": top + 1} for w in self.paused}
             else:
                 return
             for w in orders:
@@ -166,19 +167,19 @@ class ClusterMonitor:
         health = self.health[worker]
         health.last_seen = time.time()
         kind = message["type"]
-        if kind == "hb":
+        if kind == protocol.HEARTBEAT:
             step = message.get("step")
             health.step = step if isinstance(step, int) else health.step
-        elif kind == "run_start":
+        elif kind == protocol.RUN_START:
             key = str(message.get("run"))
             health.in_run, health.step = key, 0
             entry = self._entry(key, create=message.get("mode") == "fit")
             total = message.get("total_steps")
             if entry is not None and isinstance(total, int) and entry.run.total_steps is None:
                 entry.run.total_steps = total
-        elif kind == "rows":
+        elif kind == protocol.ROWS:
             self._record(worker, message)
-        elif kind == "run_end":
+        elif kind == protocol.RUN_END:
             health.in_run = None
             entry = self._entry(str(message.get("run")), create=False)
             if entry is not None:
@@ -187,7 +188,7 @@ class ClusterMonitor:
                     if isinstance(note, str):   # e.g. "resumed from epoch 2 of 3 in DIR"
                         entry.run.note(note[:1000])
                 entry.end(worker, str(message.get("status")), len(self.health))
-        elif kind == "paused" and isinstance(message.get("step"), int):
+        elif kind == protocol.PAUSED and isinstance(message.get("step"), int):
             self.stopper.on_paused(worker, message["step"])
 
     def _record(self, worker: int, message: dict[str, Any]) -> None:

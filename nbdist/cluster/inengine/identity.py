@@ -1,0 +1,56 @@
+"""Runs on the engines of a user's cluster (``--cluster PROFILE``): who and where each engine
+is, and letting go of one that nbdist cannot restart."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import psutil
+
+from . import ps_server, worker
+
+#: Set on an engine whose process served as an nbdist worker (it cannot serve again).
+_SPENT = False
+
+
+def route_ip(host: str) -> str:
+    """The local IP this process would use to reach ``host`` (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((socket.gethostbyname(host), 9))
+            return sock.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def identify(controller_host: str) -> dict[str, Any]:
+    """Who and where this engine is, and whether nbdist already used its process."""
+    host = socket.gethostname()
+    try:
+        host_ip = socket.gethostbyname(host)
+    except OSError:
+        host_ip = None
+    return {
+        "host": host, "pid": os.getpid(), "started": psutil.Process().create_time(),
+        "ip": route_ip(controller_host), "host_ip": host_ip,
+        "used": _SPENT or worker.is_worker() or ps_server.serving(),
+    }
+
+
+def release_engine() -> None:
+    """Stop being a worker and empty the namespace (an engine nbdist cannot restart).
+
+    TensorFlow's MultiWorkerMirroredStrategy (and its gRPC server) stay in the process: it
+    is marked spent, and a later nbdist session refuses it.
+    """
+    global _SPENT
+    from IPython import get_ipython
+
+    if worker.release():
+        _SPENT = True
+    os.environ.pop("TF_CONFIG", None)
+    shell = get_ipython()
+    if shell is not None:
+        shell.reset(new_session=False)
