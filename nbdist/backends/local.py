@@ -103,8 +103,8 @@ class LocalBackend:
             mode="step", strategy=self.spec.name, replicas=h.replicas, devices=h.devices,
             total_steps=per_epoch * cell.spec.epochs if per_epoch else None,
         )
-        runner = StepRunner(h, cell.source, user_ns, cell.spec, run, observers=observers,
-                            checkpoint=inputs.checkpoint, dataset=inputs.dataset)
+        runner = StepRunner(cell.source, user_ns, cell.spec, run, observers=observers,
+                            checkpoint=inputs.checkpoint, dataset=inputs.dataset, handle=h)
         return runner.execute()
 
     def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:

@@ -136,8 +136,9 @@ def run_step(cell: str, header: str, filename: str, key: str,
         per_epoch = inputs.per_epoch
         with _in_run(st, key, "step", run, forward,
                      per_epoch * step.spec.epochs if per_epoch else None):
-            StepRunner(st.handle, step.source, ns, step.spec, run, observers=observers,
-                       checkpoint=inputs.checkpoint, dataset=inputs.dataset).execute()
+            StepRunner(step.source, ns, step.spec, run, observers=observers,
+                       checkpoint=inputs.checkpoint, dataset=inputs.dataset,
+                       handle=st.handle).execute()
         return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
                                       "notes": run.notes, "bytes": run.allreduce_bytes}}
     except BaseException as err:

@@ -253,11 +253,11 @@ class ParameterServerCluster(ProcessWatch):
         require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
         run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
                             workers=self.n, devices=self.devices)
-        loop = PSStepLoop(self.strategy, self.coordinator, cell.source, user_ns,
-                          cell.spec, run, self.n, self, observers=observers,
-                          on_worker_death=self.dead_workers.add,
+        loop = PSStepLoop(cell.source, user_ns, cell.spec, run, observers=observers,
                           checkpoint=inputs.checkpoint, dataset=inputs.dataset,
-                          per_epoch=inputs.per_epoch)
+                          strategy=self.strategy, coordinator=self.coordinator,
+                          workers=self.n, watch=self, per_epoch=inputs.per_epoch,
+                          on_worker_death=self.dead_workers.add)
         try:
             return loop.execute()
         except ClusterError as err:

@@ -30,12 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import errormap
-from ...errors import CheckpointError, RunInterrupted, StepCodeError
+from ...errors import StepCodeError
 from ...kerashooks import call_building_optimizers
-from ...rewrite import StepSource
 from ...runner import TimingPacer
-from ...spec import RunSpec
+from ...steploop import StepLoop
 from ...telemetry.probe import StepProbe
 from ...telemetry.run import Run
 from .health import (
@@ -79,23 +77,15 @@ def require_known_length(data: str | None, per_epoch: int | None) -> int:
 
 
 @dataclass
-class PSStepLoop:
+class PSStepLoop(StepLoop):
     """Runs a rewritten step cell on the workers through ``coordinator``, recording ``run``."""
 
-    strategy: Any
-    coordinator: Any
-    source: StepSource
-    user_ns: dict[str, Any]
-    spec: RunSpec
-    run: Run
-    workers: int
-    watch: ProcessWatch
-    observers: list[Any] = field(default_factory=list)
-    on_worker_death: Callable[[int], None] = lambda index: None
-    checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
-    dataset: Any = None      # the --data dataset, checked (backends.cells.step_inputs)
-    per_epoch: int | None = None
-    _factory: Any = None
+    strategy: Any = field(kw_only=True)
+    coordinator: Any = field(kw_only=True)
+    workers: int = field(kw_only=True)
+    watch: ProcessWatch = field(kw_only=True)
+    per_epoch: int | None = field(default=None, kw_only=True)
+    on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
     _compiled: dict[bool, Any] = field(default_factory=dict)
     _dead_seen: set[int] = field(default_factory=set)
     _next_check: float = 0.0
@@ -105,58 +95,34 @@ class PSStepLoop:
     _lost: int = 0
 
     def execute(self) -> Run:
-        dataset, per_epoch = self.dataset, require_known_length(self.spec.data, self.per_epoch)
+        per_epoch = require_known_length(self.spec.data, self.per_epoch)
         self.run.total_steps = per_epoch * self.spec.epochs
         self.run.note(UPDATE_NOTE)
         self.run.note(EPOCH_NOTE)
-        namespace: dict[str, Any] = {}
-        self.source.register()
-        exec(compile(self.source.source, self.source.filename, "exec", dont_inherit=True),  # noqa: S102
-             self.user_ns, namespace)
-        self._factory = namespace[self.source.factory_name]
-        with self.strategy.scope():
-            per_worker = self.coordinator.create_per_worker_dataset(dataset.repeat())
-        iterator = iter(per_worker)
-        first = 0
-        try:
-            if self.checkpoint is not None:   # resume: steps go on from the restored ones
-                # as an observer its on_traced checks that it saves what the step trains
-                self.observers = [*self.observers, self.checkpoint]
-                _, first = self.checkpoint.restore(self.spec.epochs, self.run)
-            with quiet_recovery_logs(self.run):
-                self._loop(iterator, per_epoch, first)
-        except KeyboardInterrupt:
-            self._drain(quiet=True)
-            self.run.finish("interrupted")
-            raise RunInterrupted(
-                f"Interrupted after step {self.run.steps_done}: nbdist stopped scheduling, "
+        return super().execute()
+
+    # -- StepLoop's hooks ------------------------------------------------------------------
+    def _running(self) -> contextlib.AbstractContextManager[Any]:
+        return quiet_recovery_logs(self.run)
+
+    def _interrupted(self) -> str:
+        self._drain(quiet=True)
+        return (f"Interrupted after step {self.run.steps_done}: nbdist stopped scheduling, "
                 "waited for the steps already sent to the workers and kept them in "
-                f"nbdist.runs[-1] (run {self.run.id}). The cluster is still usable."
-            ) from None
-        except (StepCodeError, CheckpointError) as err:
-            self.run.finish("failed", str(err))
-            raise
-        except TaskDied as err:
-            self.run.finish("failed", str(err))
-            raise
-        except Exception as err:
-            died = self._dead_message_after(err)
-            if died:
-                self.run.finish("failed", died)
-                raise TaskDied(died) from None
-            mapped = errormap.to_cell_error(err, self.source)
-            self.run.finish("failed", str(mapped or err))
-            if mapped is not None:
-                raise mapped from err
-            raise
-        if self.run.status == "running":
-            if self.checkpoint is not None:
-                self.checkpoint.complete()
-            self.run.finish("done")
-        return self.run
+                f"nbdist.runs[-1] (run {self.run.id}). The cluster is still usable.")
+
+    def _failure(self, err: Exception) -> BaseException | None:
+        if isinstance(err, TaskDied):
+            return err
+        died = self._dead_message_after(err)
+        return TaskDied(died) if died else None
 
     # -- the loop --------------------------------------------------------------------------
-    def _loop(self, iterator: Any, per_epoch: int, first: int = 0) -> None:
+    def _loop(self, first_epoch: int, first: int) -> None:
+        per_epoch = require_known_length(self.spec.data, self.per_epoch)
+        with self.strategy.scope():
+            per_worker = self.coordinator.create_per_worker_dataset(self.dataset.repeat())
+        iterator = iter(per_worker)
         total = per_epoch * self.spec.epochs
         window = WINDOW_PER_WORKER * self.workers
         self._pacer = TimingPacer(self.spec.timing_every)
@@ -191,9 +157,7 @@ class PSStepLoop:
             lambda: _Scheduler(self.coordinator, self._compile(timed)), iterator,
             self.strategy)
         self._compiled[timed] = scheduler.fn
-        for observer in self.observers:   # optional hook, e.g. `%%distribute --graph`
-            if hasattr(observer, "on_traced"):
-                observer.on_traced(scheduler.fn, iterator, timed)
+        self.traced(scheduler.fn, iterator, timed)   # e.g. `%%distribute --graph`
         return remote
 
     def _record(self, step: int, epoch: int, timed: bool, remote: Any) -> None:
@@ -224,8 +188,7 @@ class PSStepLoop:
         )
         if self._pacer is not None:   # spaces timed steps from the last scheduled one
             self._pacer.observe(self._scheduled, ms["step_ms"], timed)
-        for observer in self.observers:
-            observer.on_step(self.run)
+        self.notify()
 
     # -- health ----------------------------------------------------------------------------
     def _check_health(self) -> None:
