@@ -20,7 +20,8 @@ import pytest
 from nbdist.telemetry.run import Run
 from nbdist.widgets import dashboard as dashboard_mod
 from nbdist.widgets.dashboard import Dashboard
-from nbdist.widgets.series import Decimator, RunSeries, bus_bandwidth
+from nbdist.widgets.decimator import Decimator
+from nbdist.widgets.series import RunSeries, bus_bandwidth
 from nbdist.widgets.stopper import StopSignal
 
 ROOT = Path(__file__).resolve().parents[1]
