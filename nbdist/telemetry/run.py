@@ -5,6 +5,10 @@ users read them. A row is a ``Row`` (``telemetry.rows``, where its columns are d
 once): every reader and writer uses their names. Appending is one ``list.extend`` under a
 lock, so a reader on another thread, or a KeyboardInterrupt between two appends, never sees
 half a step.
+
+The store imports none of its views: ``Run.plot`` and ``Run.to_tensorboard`` call the
+functions that ``nbdist.widgets`` and ``nbdist.telemetry.tensorboard`` register with
+``register_view`` when they are imported (``import nbdist`` imports both registrations).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import html
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -192,16 +196,12 @@ class Run:
         """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
         compute times, the global lines and flagged stragglers (see ``nbdist.widgets.figure``;
         options: ``max_points``, ``straggler_factor``...)."""
-        from ..widgets.figure import static_figure
-
-        return static_figure(self, **options)
+        return _view("plot")(self, **options)
 
     def to_tensorboard(self, logdir: str, name: str | None = None) -> Any:
         """Write the metrics as TensorBoard scalars, one subdirectory per replica/worker so
         TensorBoard overlays them; returns the run's directory (``logdir/name``)."""
-        from .tensorboard import write_run
-
-        return write_run(self, logdir, name)
+        return _view("tensorboard")(self, logdir, name)
 
     def _last_losses(self) -> list[float]:
         rows = self._rows
@@ -215,6 +215,24 @@ class Run:
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(self.summary())}</pre>"
+
+
+#: name -> function(run, ...): how a Run is drawn or exported (see the module docstring).
+_VIEWS: dict[str, Callable[..., Any]] = {}
+
+
+def register_view(name: str, function: Callable[..., Any]) -> None:
+    """Provide ``Run.plot`` (``name="plot"``) or ``Run.to_tensorboard`` (``"tensorboard"``);
+    called by the packages that draw or export a Run, so that the store imports none of them."""
+    _VIEWS[name] = function
+
+
+def _view(name: str) -> Callable[..., Any]:
+    try:
+        return _VIEWS[name]
+    except KeyError:
+        raise RuntimeError(f"nothing provides Run {name!r}: `import nbdist` registers it") \
+            from None
 
 
 def _finite(value: Any) -> bool:
