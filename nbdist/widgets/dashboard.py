@@ -24,7 +24,7 @@ from typing import Any
 
 from ..telemetry.run import Run
 from .figure import FigureModel, figure_dict, run_title, static_figure
-from .progress import _has_frontend
+from .progress import has_frontend
 from .series import RunSeries
 from .stopper import StopSignal
 
@@ -55,7 +55,7 @@ class Dashboard:
                 raise TypeError(f"Dashboard got an unknown setting {name!r}")
             setattr(self, name, value)
         self.shell = shell
-        self.live = _has_frontend(shell) if live is None else live
+        self.live = has_frontend(shell) if live is None else live
         self.kernel = getattr(shell, "kernel", None)
         self.runs: list[Run] = []
         self.views: dict[int, _RunView] = {}
@@ -313,7 +313,7 @@ def _send_restyle(fig: Any, restyle: dict[str, list[Any]], indices: list[int]) -
 def observer_for(shell: Any, **settings: Any) -> Any:
     """The run observer for a ``%%distribute`` cell: a Dashboard, or the plain progress line
     when plotly's widget cannot be used (ipywidgets/anywidget missing)."""
-    if _has_frontend(shell):
+    if has_frontend(shell):
         try:
             import anywidget  # noqa: F401
             import ipywidgets  # noqa: F401
