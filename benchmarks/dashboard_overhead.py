@@ -125,9 +125,9 @@ def _use_windows(size):
     _dash.observer_for = lambda shell, **kw: _Windows(_observer_for(shell, **kw), size)
 
 def _report_windows(size):
-    rows = [r for r in nbdist.runs[-1].rows_since(0) if r[2] == 0]
+    rows = [r for r in nbdist.runs[-1].rows_since(0) if r.replica == 0]
     # a step's on_step runs after its row's wall_time: window j spans rows (j*size, (j+1)*size]
-    ends = [rows[i][11] for i in range(size, len(rows), size)]
+    ends = [rows[i].wall_time for i in range(size, len(rows), size)]
     times = [b - a for a, b in zip(ends, ends[1:])]      # windows 1, 2, ... (odd: off)
     off, on = times[0::2], times[1::2]
     n = min(len(on), len(off) - 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import widgets as widgets  # registers Run.plot (the Run store imports no view)
 from .errors import NbdistError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec
 from .telemetry.run import Run, runs

@@ -1,5 +1,7 @@
 """The authenticated metrics channel: signed JSON frames, loopback only, bad frames dropped."""
 
+import hashlib
+import hmac
 import json
 import socket
 import struct
@@ -82,7 +84,7 @@ def test_wrong_key_not_json_replay_and_no_hello_are_dropped(server):
     sock, conn = raw_connect(server)
     sock.sendall(signed(ch.new_key(), {"type": "hello", "worker": 0, "conn": conn, "seq": 1}))
     body = b"not json"
-    tag = ch.hmac.new(server.key, body, ch.hashlib.sha256).digest()
+    tag = hmac.new(server.key, body, hashlib.sha256).digest()
     sock.sendall(struct.pack(">I", len(body) + 32) + tag + body)
     sock.sendall(signed(server.key, {"type": "rows", "conn": conn, "seq": 1}))   # no hello
     hello = signed(server.key, {"type": "hello", "worker": 1, "conn": conn, "seq": 2})

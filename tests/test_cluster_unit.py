@@ -1,6 +1,7 @@
 """The cluster's pure parts: TF_CONFIG, Keras choice, error picking, the stop protocol."""
 
 import math
+import socket
 
 import pytest
 from helpers import session_cluster
@@ -159,7 +160,8 @@ def test_monitor_routes_rows_health_and_run_end():
                                                       replicas=1, workers=2))
     step_run = runs.new(mode="step", strategy="multiworker", replicas=1, workers=2)
     mon.expect_run("step1", step_run)
-    row = [3, 0, 0, 0, 0.5, None, 1.0, 0.0, 2.0, 9.0, 1.0, 123.0]
+    row = dict(step=3, epoch=0, replica=0, worker=0, loss=0.5, grad_norm=None, allreduce_ms=1.0,
+               wait_ms=0.0, compute_ms=2.0, step_ms=9.0, data_ms=1.0, wall_time=123.0)
     for w in (0, 1):
         mon.handle(w, {"type": "run_start", "run": "step1", "mode": "step", "total_steps": 10})
         mon.handle(w, {"type": "rows", "run": "step1", "rows": [row]})
@@ -175,12 +177,56 @@ def test_monitor_routes_rows_health_and_run_end():
     mon.handle(1, {"type": "run_end", "run": "step1", "status": "stopped"})
     assert step_run.status == "stopped" and mon.running_workers() == set()
     mon.handle(0, {"type": "run_start", "run": "cell2-fit1", "mode": "fit"})
-    mon.handle(0, {"type": "rows", "run": "cell2-fit1", "extras": [{"accuracy": 0.5}],
-                   "rows": [[0, 0, -1, 0, 1.0, None, None, None, None, 5.0, None, 1.0]]})
+    mon.handle(0, {"type": "rows", "run": "cell2-fit1", "rows": [dict(
+        step=0, epoch=0, replica=-1, worker=0, loss=1.0, grad_norm=None, allreduce_ms=None,
+        wait_ms=None, compute_ms=None, step_ms=5.0, data_ms=None, wall_time=1.0, accuracy=0.5)]})
     fit = runs[-1]
     assert fit.mode == "fit" and fit.metrics["replica"].tolist() == [-1]
     assert fit.metrics["accuracy"].tolist() == [0.5]
     assert isinstance(step_run, Run)
+
+
+def test_worker_rows_reach_the_kernel_run_by_column_name():
+    """A worker Run's rows, forwarded over the signed channel encoding, land in the kernel's
+    Run as that worker's rows with every column and extra where it belongs."""
+    from nbdist.cluster.inengine.cells import _Forwarder
+    from nbdist.cluster.inengine.worker import WorkerState
+    from nbdist.telemetry.channel import decode, encode, new_key, read_frame
+
+    key, sent = new_key(), []
+
+    class Channel:
+        def send(self, message):
+            a, b = socket.socketpair()
+            with a, b:
+                a.sendall(encode(key, message))
+                sent.append(decode(key, read_frame(b)))
+
+    st = WorkerState(index=1, workers=2, tf_config={}, keras="legacy", channel=Channel())
+    local = Run(id=0, mode="step", strategy="multiworker", replicas=2, workers=2)
+    forward = _Forwarder(st, "cell3")
+    local.record_step(7, 1, loss=[0.5, 0.7], step_ms=9.0, grad_norm=[1.0, 2.0],
+                      allreduce_ms=[3.0, 3.5], wait_ms=[0.0, 0.5], compute_ms=[4.0, 4.5],
+                      data_ms=0.25, wall_time=100.0)
+    local.record_step(8, 1, loss=[0.4, float("nan")], step_ms=8.0, wall_time=101.0,
+                      extra={"update_ms": 1.5})
+    forward.flush(local)
+    runs = RunList()
+    kernel = runs.new(mode="step", strategy="multiworker", replicas=2, workers=2)
+    mon = ClusterMonitor(2, Wire(), lambda: None)
+    mon.expect_run("cell3", kernel)
+    for message in sent:
+        mon.handle(1, message)
+    assert mon.bad_rows == 0 and mon.health[1].step == 9
+    got = kernel.metrics.to_dict("records")
+    want = local.metrics.assign(worker=1).to_dict("records")
+    assert len(got) == 4 and got[0]["loss"] == 0.5 and got[1]["compute_ms"] == 4.5
+    assert got[3]["update_ms"] == 1.5 and math.isnan(got[0]["update_ms"])
+    for mine, theirs in zip(got, want, strict=True):
+        assert mine.keys() == theirs.keys()
+        for name, value in mine.items():
+            assert value == theirs[name] or (math.isnan(value) and math.isnan(theirs[name])), \
+                name
 
 
 @pytest.mark.parametrize("line, words", [

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from nbdist.telemetry.run import Run
-from nbdist.widgets import dashboard as dashboard_mod
 from nbdist.widgets.dashboard import Dashboard
-from nbdist.widgets.series import Decimator, RunSeries, bus_bandwidth
+from nbdist.widgets.decimator import Decimator
+from nbdist.widgets.figure import FigureModel
+from nbdist.widgets.series import RunSeries, bus_bandwidth
 from nbdist.widgets.stopper import StopSignal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,7 +267,7 @@ def test_drawing_failure_warns_once_and_training_continues(
     def boom(self: Any) -> Any:
         raise RuntimeError("plotly exploded")
 
-    monkeypatch.setattr(dashboard_mod.FigureModel, "changes", boom)
+    monkeypatch.setattr(FigureModel, "changes", boom)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         feed(run, 3, 40, on_step=dash.on_step)

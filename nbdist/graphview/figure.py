@@ -34,7 +34,7 @@ def op_counts(ops: list[Op], devices: list[str]) -> Any:
     return pd.DataFrame(rows, columns=columns).set_index("device")
 
 
-def _figure(view: Any) -> Any:
+def graph_figure(view: Any) -> Any:
     """Graph (edges with arrowheads, one marker trace per device, collectives on top) above
     a table of op counts per device. ``view``: the GraphView to draw."""
     import plotly.graph_objects as go

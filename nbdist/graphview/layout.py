@@ -9,7 +9,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .walk import TRANSFER_OPS, UNPINNED, Op, _communicates
+from .walk import TRANSFER_OPS, UNPINNED, Op, communicates
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Node:
     @property
     def collective(self) -> bool:
         """A collective or a send/recv: drawn highlighted, never collapsed."""
-        return any(_communicates(op.type) for op in self.ops)
+        return any(communicates(op.type) for op in self.ops)
 
     @property
     def type(self) -> str:
@@ -33,8 +33,8 @@ class Node:
 
 # -- collapsing by name scope ---------------------------------------------------------------
 
-def _collapse(ops: list[Op], edges: list[tuple[str, str, bool]],
-              max_nodes: int) -> tuple[int | None, list[Node]]:
+def collapse_scopes(ops: list[Op], edges: list[tuple[str, str, bool]],
+                    max_nodes: int) -> tuple[int | None, list[Node]]:
     """One node per op if they fit, else group by (name scope, device) at the deepest scope
     depth that fits: a constant joins the group of its first user, ``replica_N/`` prefixes
     are ignored (the device already tells replicas apart), collective ops stay alone."""
@@ -50,7 +50,7 @@ def _collapse(ops: list[Op], edges: list[tuple[str, str, bool]],
         groups: dict[str, list[Op]] = {}
         for op in ops:
             owner = by_id.get(user.get(op.id, "")) if op.type == "Const" else None
-            if owner is None or _communicates(owner.type) or owner.label != op.label:
+            if owner is None or communicates(owner.type) or owner.label != op.label:
                 owner = op
             groups.setdefault(_group_key(owner, depth), []).append(op)
         if len(groups) <= max_nodes or depth == 0:
@@ -74,7 +74,7 @@ def _op_name(op: Op) -> str:
 
 
 def _group_key(op: Op, depth: int) -> str:
-    if _communicates(op.type):
+    if communicates(op.type):
         return op.id
     scope = [p for p in op.id.split("/")[:-1] if not _REPLICA_SCOPE.match(p)]
     if not scope:
@@ -86,7 +86,7 @@ def _group_key(op: Op, depth: int) -> str:
 
 # -- lanes and layers -----------------------------------------------------------------------
 
-def _node_edges(nodes: list[Node], edges: list[tuple[str, str, bool]]) -> dict:
+def edges_between_nodes(nodes: list[Node], edges: list[tuple[str, str, bool]]) -> dict:
     """(from node, to node) -> [tensor edges, control edges], self-loops dropped."""
     owner = {op.id: node.id for node in nodes for op in node.ops}
     out: dict[tuple[str, str], list[int]] = {}
@@ -98,15 +98,18 @@ def _node_edges(nodes: list[Node], edges: list[tuple[str, str, bool]]) -> dict:
     return out
 
 
-def _device_order(labels: set[str]) -> list[str]:
+def device_order(labels: set[str]) -> list[str]:
+    """Device labels in lane order: numbers compared as numbers (``CPU:2`` before ``CPU:10``),
+    unpinned ops last."""
+
     def key(label: str) -> tuple:
         return (label == UNPINNED, [int(t) if t.isdigit() else t for t in re.split(r"(\d+)",
                                                                                    label)])
     return sorted(labels, key=key)
 
 
-def _layout(nodes: list[Node], edges: dict, devices: list[str],
-            align: list[list[str]]) -> dict[str, tuple[float, float]]:
+def place_nodes(nodes: list[Node], edges: dict, devices: list[str],
+                align: list[list[str]]) -> dict[str, tuple[float, float]]:
     """Layered layout: x = longest path from the inputs (cycles broken; nodes of one ``align``
     group share a layer), y = device lane, then barycentre order in each lane and layer."""
     ids = [n.id for n in nodes]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from .figure import _figure, op_counts
-from .layout import _collapse, _device_order, _layout, _node_edges
-from .walk import Op, _graph_def, _Walker, is_collective
+from .figure import graph_figure, op_counts
+from .layout import collapse_scopes, device_order, edges_between_nodes, place_nodes
+from .walk import GraphWalker, Op, graph_def_of, is_collective
 
 
 class GraphView:
@@ -18,7 +18,7 @@ class GraphView:
 
     def __init__(self, graph_def: Any, *, name: str = "graph", max_nodes: int = 80,
                  expand_functions: bool = True, hide_types: tuple[str, ...] = ()):
-        walker = _Walker(graph_def.library, expand_functions)
+        walker = GraphWalker(graph_def.library, expand_functions)
         walker.walk(graph_def.node, "", "", {}, "")
         hidden = {i for i, op in walker.ops.items() if op.type in hide_types}
         self.name = name
@@ -27,15 +27,15 @@ class GraphView:
             e for e in walker.edges if e[0] not in hidden and e[1] not in hidden
             and e[0] in walker.ops]
         self.max_nodes = max_nodes
-        self.depth, self.nodes = _collapse(self.ops, self.edges, max_nodes)
-        self.node_edges = _node_edges(self.nodes, self.edges)
+        self.depth, self.nodes = collapse_scopes(self.ops, self.edges, max_nodes)
+        self.node_edges = edges_between_nodes(self.nodes, self.edges)
         self._positions: dict[str, tuple[float, float]] | None = None
 
     # -- facts --------------------------------------------------------------------------
     @property
     def devices(self) -> list[str]:
         """Device labels of the graph's ops, in lane order."""
-        return _device_order({op.label for op in self.ops})
+        return device_order({op.label for op in self.ops})
 
     @property
     def collectives(self) -> list[Op]:
@@ -87,13 +87,13 @@ class GraphView:
                 group.append(owner[b])
                 groups[owner[b]] = group
             align = list({id(g): g for g in groups.values()}.values())
-            self._positions = _layout(self.nodes, self.node_edges, self.devices, align)
+            self._positions = place_nodes(self.nodes, self.node_edges, self.devices, align)
         return self._positions
 
     @property
     def figure(self) -> Any:
         """The plotly Figure: the graph on top, op counts per device below."""
-        return _figure(self)
+        return graph_figure(self)
 
     def show(self) -> GraphView:
         """Display the figure (plotly's mimetype, HTML with plotly.js from its CDN as the
@@ -128,7 +128,7 @@ def graph_view(fn: Any, *args: Any, max_nodes: int = 80, expand_functions: bool 
     """
     if max_nodes < 1:
         raise ValueError(f"max_nodes={max_nodes}: give at least 1 (default 80).")
-    graph_def, name = _graph_def(fn, args, kwargs)
+    graph_def, name = graph_def_of(fn, args, kwargs)
     return GraphView(graph_def, name=name, max_nodes=max_nodes,
                      expand_functions=expand_functions, hide_types=tuple(hide_types))
 

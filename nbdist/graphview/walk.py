@@ -33,7 +33,9 @@ def is_collective(op_type: str) -> bool:
     return op_type in COLLECTIVE_OPS
 
 
-def _communicates(op_type: str) -> bool:
+def communicates(op_type: str) -> bool:
+    """True for ops that move data between devices (collectives and transfers): they are
+    never collapsed into a name-scope node."""
     return op_type in COLLECTIVE_OPS or op_type in TRANSFER_OPS
 
 
@@ -78,7 +80,7 @@ class Op:
 
 # -- walking the graph ----------------------------------------------------------------------
 
-class _Walker:
+class GraphWalker:
     """Flattens a GraphDef and the function bodies it calls into ops and tensor edges."""
 
     def __init__(self, library: Any, expand: bool):
@@ -198,7 +200,7 @@ def _topological(nodes: Any) -> list[Any]:
 
 # -- reading what the user passed -----------------------------------------------------------
 
-def _graph_def(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, str]:
+def graph_def_of(fn: Any, args: tuple, kwargs: dict) -> tuple[Any, str]:
     """The GraphDef (with its function library) of ``fn`` traced on ``args``."""
     import tensorflow as tf
 

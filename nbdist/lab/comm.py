@@ -5,14 +5,11 @@ ipykernel wires to its own comm manager) and sends::
 
     {"type": "state", "state": STATE}          # on open, then whenever STATE changes
 
-where STATE is the dict :func:`validate_state` checks. The frontend may send::
-
-    {"type": "request", "what": "status"}      # reply: {"type": "status_text", "text": ...}
-    {"type": "request", "what": "state"}       # reply: {"type": "state", "state": STATE}
-
-A frontend that reloads (and so lost the kernel's comm) opens its own comm to the same target
-with the ``"state"`` request as its open data; the kernel keeps every open comm and sends to
-each. The kernel handles frontend messages only while it is idle (the shell channel).
+where STATE is the dict :func:`validate_state` checks. The frontend may send requests (for
+the state, or the text of ``%distribute status``: ``requests``). A frontend that reloads (and
+so lost the kernel's comm) opens its own comm to the same target with the ``"state"`` request
+as its open data; the kernel keeps every open comm and sends to each. The kernel handles
+frontend messages only while it is idle (the shell channel).
 
 State messages are throttled to one per ``min_interval`` seconds (5 per second by default):
 a change that comes sooner is kept and sent by the next :meth:`LabChannel.publish` or
@@ -24,14 +21,14 @@ this is a no-op. Nothing here raises into the caller: failures are logged once a
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from .state import RUN_STATUSES, empty_state, validate_state
+from .requests import answer_request
+from .state import RUN_STATUSES, empty_state, sendable_state, validate_state
 
 __all__ = ["RUN_STATUSES", "TARGET_NAME", "LabChannel", "empty_state", "validate_state"]
 
@@ -41,8 +38,6 @@ TARGET_NAME = "nbdist"
 REOPEN_DELAYS = (0.0, 5.0, 30.0)
 
 _log = logging.getLogger(__name__)
-
-# -- the channel -----------------------------------------------------------------------------
 
 
 def _default_comm_factory(**kwargs: Any) -> Any:
@@ -185,9 +180,7 @@ class LabChannel:
     def _read_state(self) -> dict[str, Any] | None:
         """The provider's state, validated and deep-copied; None (and a warning) on error."""
         try:
-            state = validate_state(self._state_provider())
-            copied: dict[str, Any] = json.loads(json.dumps(state))
-            return copied
+            return sendable_state(self._state_provider())
         except Exception as exc:
             self._warn("state provider", exc)
             return None
@@ -273,16 +266,10 @@ class LabChannel:
                 return
             with self._lock:
                 self._reopens = 0  # a frontend is listening
-            what = data.get("what")
-            if what == "status":
-                self._send({"type": "status_text", "text": self._safe_status_text()}, [c])
-            elif what == "state":
-                state = self._read_state()
-                if state is not None:
-                    with self._lock:
-                        self._send_state(state, [c])
-            else:
-                _log.debug("nbdist: ignoring unknown frontend request %r", what)
+            reply = answer_request(data.get("what"), self._safe_status_text, self._read_state)
+            if reply is not None:
+                with self._lock:
+                    self._send(reply, [c])
         except Exception as exc:
             self._warn("frontend message", exc)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..telemetry.run import STATUSES as RUN_STATUSES
 
-__all__ = ["RUN_STATUSES", "empty_state", "validate_state"]
+__all__ = ["RUN_STATUSES", "empty_state", "sendable_state", "validate_state"]
 
 _STATE_KEYS = (
     "version",
@@ -129,3 +130,8 @@ def empty_state(version: str | None = None) -> dict[str, Any]:
     }
 
 
+def sendable_state(d: Any) -> dict[str, Any]:
+    """``d`` checked by ``validate_state`` and deep-copied (as JSON: what the comm sends), so
+    later changes to ``d`` cannot alter a state already compared or sent."""
+    copied: dict[str, Any] = json.loads(json.dumps(validate_state(d)))
+    return copied

@@ -1,18 +1,13 @@
 """The authenticated metrics channel between worker processes and the kernel.
 
 Workers send metric rows, heartbeats and stop-protocol messages to the kernel; the kernel sends
-control messages (stop, resume, halt) back on the same connection. No pickle anywhere: a frame
-is::
-
-    4-byte big-endian length N | 32-byte HMAC-SHA256 tag | N - 32 bytes of UTF-8 JSON (an object)
-
-The tag covers the JSON bytes and is keyed with a random per-session key that reaches the
-workers over ipyparallel's own authenticated connection, never on a command line or in the
-environment. On accepting a connection the server sends a random challenge; every later message,
-both ways, carries that challenge (``"conn"``) and a strictly increasing sequence number
-(``"seq"``), so a frame recorded on one connection cannot be replayed on another, or twice.
-A worker's first message is ``{"type": "hello", "worker": i}``; the server attributes all later
-messages of the connection to worker ``i``.
+control messages (stop, resume, halt) back on the same connection, as signed JSON frames (no
+pickle anywhere; the format, signing and replay checks are in ``frames``). The session key
+reaches the workers over ipyparallel's own authenticated connection, never on a command line
+or in the environment. On accepting a connection the server sends a random challenge that
+every later message of the connection carries. A worker's first message is ``{"type":
+"hello", "worker": i}``; the server attributes all later messages of the connection to worker
+``i``.
 
 Frames that are unsigned, wrongly signed, not JSON objects, replayed or sent before ``hello``
 are dropped and counted in ``ChannelServer.dropped``; an oversized frame (more than
@@ -23,114 +18,17 @@ The server binds 127.0.0.1 unless told otherwise.
 from __future__ import annotations
 
 import collections
-import hashlib
-import hmac
-import json
-import math
 import queue
 import secrets
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from typing import Any
 
-MAX_FRAME = 1 << 20
-TAG_BYTES = 32
-_HEADER = struct.Struct(">I")
+from .frames import MAX_FRAME, BadFrame, Peer, decode, encode, new_key, read_frame
 
-
-class BadFrame(Exception):
-    """A frame that fails verification; ``reason`` is the counter it is dropped under."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-def new_key() -> bytes:
-    """A fresh random session key."""
-    return secrets.token_bytes(32)
-
-
-def _clean(value: Any) -> Any:
-    """NaN/inf are not JSON: send them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def encode(key: bytes, message: dict[str, Any]) -> bytes:
-    """One signed frame (header included) carrying ``message``."""
-    body = json.dumps(_clean(message), separators=(",", ":"), allow_nan=False).encode()
-    tag = hmac.new(key, body, hashlib.sha256).digest()
-    return _HEADER.pack(len(body) + TAG_BYTES) + tag + body
-
-
-def decode(key: bytes, payload: bytes) -> dict[str, Any]:
-    """Verify and parse a frame's payload (tag + body); raise BadFrame if it fails."""
-    if len(payload) <= TAG_BYTES:
-        raise BadFrame("malformed")
-    tag, body = payload[:TAG_BYTES], payload[TAG_BYTES:]
-    if not hmac.compare_digest(tag, hmac.new(key, body, hashlib.sha256).digest()):
-        raise BadFrame("bad_signature")
-    try:
-        message = json.loads(body)
-    except (UnicodeDecodeError, ValueError):
-        raise BadFrame("malformed") from None
-    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-        raise BadFrame("malformed")
-    return message
-
-
-def _read_exact(sock: socket.socket, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        chunk = sock.recv(n - got)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def read_frame(sock: socket.socket) -> bytes | None:
-    """The next payload from ``sock``; None at end of stream; BadFrame("too_large")."""
-    header = _read_exact(sock, _HEADER.size)
-    if header is None:
-        return None
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise BadFrame("too_large")
-    return _read_exact(sock, size)
-
-
-class _Peer:
-    """One end of a connection: checks the challenge and sequence of what it receives."""
-
-    def __init__(self, sock: socket.socket, key: bytes, conn: str):
-        self.sock, self.key, self.conn = sock, key, conn
-        self.seq_out = 0
-        self.seq_in = 0
-        self.lock = threading.Lock()
-
-    def send(self, message: dict[str, Any]) -> None:
-        with self.lock:
-            self.seq_out += 1
-            frame = encode(self.key, {**message, "conn": self.conn, "seq": self.seq_out})
-            self.sock.sendall(frame)
-
-    def check(self, payload: bytes) -> dict[str, Any]:
-        message = decode(self.key, payload)
-        seq = message.get("seq")
-        if message.get("conn") != self.conn or not isinstance(seq, int) or seq <= self.seq_in:
-            raise BadFrame("replay")
-        self.seq_in = seq
-        return message
+__all__ = ["MAX_FRAME", "BadFrame", "ChannelClient", "ChannelServer", "decode", "encode",
+           "new_key", "read_frame"]
 
 
 class ChannelServer:
@@ -144,7 +42,7 @@ class ChannelServer:
         self.key, self.handler = key, handler
         self.received = 0
         self.dropped: collections.Counter[str] = collections.Counter()
-        self._peers: dict[int, _Peer] = {}
+        self._peers: dict[int, Peer] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._sock = socket.create_server((host, port))
@@ -173,7 +71,7 @@ class ChannelServer:
             self._start(self._serve, "nbdist-channel-reader", sock)
 
     def _serve(self, sock: socket.socket) -> None:
-        peer = _Peer(sock, self.key, secrets.token_hex(16))
+        peer = Peer(sock, self.key, secrets.token_hex(16))
         worker: int | None = None
         try:
             sock.sendall(encode(self.key, {"type": "challenge", "conn": peer.conn, "seq": 0}))
@@ -264,7 +162,7 @@ class ChannelClient:
         if challenge.get("type") != "challenge" or not isinstance(challenge.get("conn"), str):
             raise ConnectionError("the nbdist channel sent no valid challenge")
         sock.settimeout(None)
-        self._peer = _Peer(sock, key, challenge["conn"])
+        self._peer = Peer(sock, key, challenge["conn"])
         self._peer.send({"type": "hello", "worker": worker})
         self._closed = threading.Event()
         for target, name in ((self._send_loop, "sender"), (self._read_loop, "reader")):

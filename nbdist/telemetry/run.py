@@ -1,8 +1,14 @@
 """The Run: the single store of one training run's metrics.
 
 Runners append rows (one per step and replica or worker); dashboards, the lab extension and
-users read them. Appending is one ``list.append`` of a tuple, so a reader on another thread, or a
-KeyboardInterrupt between two appends, never sees half a step.
+users read them. A row is a ``Row`` (``telemetry.rows``, where its columns are declared
+once): every reader and writer uses their names. Appending is one ``list.extend`` under a
+lock, so a reader on another thread, or a KeyboardInterrupt between two appends, never sees
+half a step.
+
+The store imports none of its views: ``Run.plot`` and ``Run.to_tensorboard`` call the
+functions that ``nbdist.widgets`` and ``nbdist.telemetry.tensorboard`` register with
+``register_view`` when they are imported (``import nbdist`` imports both registrations).
 """
 
 from __future__ import annotations
@@ -11,28 +17,14 @@ import html
 import math
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .rows import COLUMNS, MEASURED, Row
+
 if TYPE_CHECKING:
     import pandas as pd
-
-#: The columns of ``Run.metrics``, in order. Times in milliseconds; NaN where not measured.
-COLUMNS: tuple[str, ...] = (
-    "step",           # global step, counted from 0 across epochs
-    "epoch",
-    "replica",        # replica index within its worker; -1: reduced over all replicas
-    "worker",         # worker (process) index; 0 for in-kernel strategies
-    "loss",
-    "grad_norm",      # global L2 norm of this replica's local (un-reduced) gradients
-    "allreduce_ms",   # the collective itself, after the slowest replica arrived
-    "wait_ms",        # time this replica waited for the slowest one before the collective
-    "compute_ms",     # replica time from batch arrival to the start of the allreduce
-    "step_ms",        # host wall time of the whole step (same for all replicas of a sync step)
-    "data_ms",        # host time spent fetching the step's batch from the input pipeline
-    "wall_time",      # seconds since the epoch when the step finished
-)
 
 STATUSES = ("running", "done", "interrupted", "stopped", "failed")
 
@@ -61,7 +53,7 @@ class Run:
     started: float = field(default_factory=time.time)
     ended: float | None = None
     allreduce_bytes: int | None = None         # bytes each replica contributes per allreduce
-    _rows: list[tuple] = field(default_factory=list, repr=False)
+    _rows: list[Row] = field(default_factory=list, repr=False)
     _extras: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -95,15 +87,21 @@ class Run:
 
         norms, ar, wait, comp = col(grad_norm), col(allreduce_ms), col(wait_ms), col(compute_ms)
         rows = [
-            (step, epoch, r if replica is None else replica, worker, float(loss[r]),
-             float(norms[r]), float(ar[r]), float(wait[r]), float(comp[r]), float(step_ms),
-             float(data_ms), wall)
+            Row(step=step, epoch=epoch, replica=r if replica is None else replica,
+                worker=worker, loss=float(loss[r]), grad_norm=float(norms[r]),
+                allreduce_ms=float(ar[r]), wait_ms=float(wait[r]), compute_ms=float(comp[r]),
+                step_ms=float(step_ms), data_ms=float(data_ms), wall_time=wall)
             for r in range(n)
         ]
+        self.append_rows(rows, [extra] * n if extra else None)
+
+    def append_rows(self, rows: Sequence[Row],
+                    extras: Sequence[Mapping[str, float] | None] | None = None) -> None:
+        """Append whole steps at once; ``extras[i]`` (if given) are ``rows[i]``'s extras."""
         with self._lock:
-            if extra:
-                for i in range(len(self._rows), len(self._rows) + n):
-                    self._extras[i] = extra
+            if extras is not None:
+                start = len(self._rows)
+                self._extras.update((start + i, dict(e)) for i, e in enumerate(extras) if e)
             self._rows.extend(rows)
 
     def note(self, text: str) -> None:
@@ -121,16 +119,24 @@ class Run:
     def n_rows(self) -> int:
         return len(self._rows)
 
-    def rows_since(self, start: int) -> list[tuple]:
-        """Rows appended since row index ``start`` (tuples in ``COLUMNS`` order)."""
+    def rows_since(self, start: int) -> list[Row]:
+        """Rows appended since row index ``start``."""
         with self._lock:
             return self._rows[start:]
+
+    def records_since(self, start: int) -> list[dict[str, Any]]:
+        """Rows appended since row index ``start`` as dicts keyed by column name, each with
+        its extras (what a worker sends the kernel; ``row_from_record`` reads one back)."""
+        with self._lock:
+            rows, extras = self._rows[start:], self._extras
+            return [{**row._asdict(), **extras.get(start + i, {})}
+                    for i, row in enumerate(rows)]
 
     @property
     def steps_done(self) -> int:
         """Number of distinct steps recorded."""
         rows = self._rows
-        return rows[-1][0] + 1 if rows else 0
+        return rows[-1].step + 1 if rows else 0
 
     @property
     def last(self) -> dict[str, Any]:
@@ -138,11 +144,11 @@ class Run:
         rows = self._rows
         if not rows:
             return {}
-        step = rows[-1][0]
-        mine = [r for r in rows[-self.replicas * self.workers * 2:] if r[0] == step]
-        out: dict[str, Any] = {"step": step, "epoch": mine[-1][1]}
-        for i, name in enumerate(COLUMNS[4:11], start=4):
-            out[name] = _nanmean(r[i] for r in mine)
+        step = rows[-1].step
+        mine = [r for r in rows[-self.replicas * self.workers * 2:] if r.step == step]
+        out: dict[str, Any] = {"step": step, "epoch": mine[-1].epoch}
+        for name in MEASURED:
+            out[name] = _nanmean(getattr(r, name) for r in mine)
         return out
 
     @property
@@ -190,29 +196,43 @@ class Run:
         """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
         compute times, the global lines and flagged stragglers (see ``nbdist.widgets.figure``;
         options: ``max_points``, ``straggler_factor``...)."""
-        from ..widgets.figure import static_figure
-
-        return static_figure(self, **options)
+        return _view("plot")(self, **options)
 
     def to_tensorboard(self, logdir: str, name: str | None = None) -> Any:
         """Write the metrics as TensorBoard scalars, one subdirectory per replica/worker so
         TensorBoard overlays them; returns the run's directory (``logdir/name``)."""
-        from .tensorboard import write_run
-
-        return write_run(self, logdir, name)
+        return _view("tensorboard")(self, logdir, name)
 
     def _last_losses(self) -> list[float]:
         rows = self._rows
         if not rows:
             return []
-        step = rows[-1][0]
-        return [r[4] for r in rows[-self.replicas * self.workers:] if r[0] == step]
+        step = rows[-1].step
+        return [r.loss for r in rows[-self.replicas * self.workers:] if r.step == step]
 
     def __repr__(self) -> str:
         return self.summary()
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(self.summary())}</pre>"
+
+
+#: name -> function(run, ...): how a Run is drawn or exported (see the module docstring).
+_VIEWS: dict[str, Callable[..., Any]] = {}
+
+
+def register_view(name: str, function: Callable[..., Any]) -> None:
+    """Provide ``Run.plot`` (``name="plot"``) or ``Run.to_tensorboard`` (``"tensorboard"``);
+    called by the packages that draw or export a Run, so that the store imports none of them."""
+    _VIEWS[name] = function
+
+
+def _view(name: str) -> Callable[..., Any]:
+    try:
+        return _VIEWS[name]
+    except KeyError:
+        raise RuntimeError(f"nothing provides Run {name!r}: `import nbdist` registers it") \
+            from None
 
 
 def _finite(value: Any) -> bool:

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .run import Run, register_view
+
 if TYPE_CHECKING:
     import pandas as pd
-
-    from .run import Run
 
 #: Tags written per replica/worker, and for the ``global`` series.
 PER_REPLICA_TAGS = ("loss", "grad_norm", "allreduce_ms", "wait_ms", "compute_ms")
@@ -42,6 +42,9 @@ def write_run(run: Run, logdir: str | Path, name: str | None = None) -> Path:
     for subdir, series in _series(run, frame).items():
         _write(root / subdir, series)
     return root
+
+
+register_view("tensorboard", write_run)
 
 
 def _series(run: Run, frame: pd.DataFrame) -> dict[str, dict[str, tuple[Any, Any]]]:

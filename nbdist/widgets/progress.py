@@ -15,7 +15,7 @@ class ProgressLine:
     """Updates an HTML progress bar in a notebook; in a terminal, prints only the summary."""
 
     def __init__(self, shell: Any):
-        self.live = _has_frontend(shell)
+        self.live = has_frontend(shell)
         self.handle: Any = None
         self.last_update = 0.0
         self.runs: list[Run] = []
@@ -62,6 +62,6 @@ def _progress_html(run: Run) -> str:
             f"{last.get('epoch', 0) + 1} · loss {loss:.4g} · {rate:.1f} steps/s{eta}</div>")
 
 
-def _has_frontend(shell: Any) -> bool:
+def has_frontend(shell: Any) -> bool:
     """True in a Jupyter kernel (display updates reach a browser), False in a terminal."""
     return shell is not None and getattr(shell, "kernel", None) is not None

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Column indices of nbdist.telemetry.run.COLUMNS.
-STEP, EPOCH, REPLICA, WORKER, LOSS, GRAD_NORM, ALLREDUCE_MS, WAIT_MS, COMPUTE_MS, STEP_MS, \
-    DATA_MS, WALL_TIME = range(12)
+from ..telemetry.rows import POSITION as COL
+from ..telemetry.rows import Row
+from .decimator import Decimator
 
-#: Per-key metrics: name -> column. ``time`` is filled by ``RunSeries`` (see ``_time_column``).
+#: Per-key metrics. ``time`` is ``compute_ms`` for per-replica rows, ``step_ms`` for rows
+#: reduced over the replicas (Keras fit).
 KEY_METRICS = ("loss", "grad_norm", "allreduce_ms", "time")
 #: Per-step global lines.
 GLOBAL_METRICS = ("loss", "step_ms", "allreduce_ms")
@@ -37,97 +38,6 @@ def bus_bandwidth(nbytes: float, ranks: int, seconds: float) -> float:
     if not (nbytes and ranks > 1 and seconds > 0 and math.isfinite(seconds)):
         return math.nan
     return nbytes * 2 * (ranks - 1) / ranks / seconds
-
-
-class Decimator:
-    """A growing (x, y) series kept to at most ``cap`` points.
-
-    Points are averaged in buckets of ``k`` raw points; when ``cap`` buckets are full, pairs
-    are merged and ``k`` doubles. Appending is amortised O(1) per point and vectorised; NaN
-    and inf values are skipped (a line through the measured points, never a zero).
-    """
-
-    def __init__(self, cap: int = 2000):
-        if cap < 4:
-            raise ValueError(f"cap must be at least 4, got {cap}")
-        self.cap = cap - cap % 2
-        self.k = 1
-        self.n = 0                          # completed buckets
-        self._x = np.empty(self.cap)
-        self._y = np.empty(self.cap)
-        self._sx = self._sy = 0.0           # sums of the pending (partial) bucket
-        self._pc = 0                        # raw points in the pending bucket
-        self.raw = 0                        # raw finite points seen
-        self.version = 0                    # bumped on every change
-
-    def extend(self, x: np.ndarray, y: np.ndarray) -> None:
-        keep = np.isfinite(y)
-        if not keep.all():
-            x, y = x[keep], y[keep]
-        if not len(y):
-            return
-        self.version += 1
-        self.raw += len(y)
-        i, total = 0, len(y)
-        while i < total:
-            if self._pc:                    # top up the pending bucket first
-                take = min(self.k - self._pc, total - i)
-                self._sx += float(x[i:i + take].sum())
-                self._sy += float(y[i:i + take].sum())
-                self._pc += take
-                i += take
-                if self._pc == self.k:
-                    self._push(self._sx / self.k, self._sy / self.k)
-                    self._sx = self._sy = 0.0
-                    self._pc = 0
-                continue
-            full = min((total - i) // self.k, self.cap - self.n)
-            if full:
-                end = i + full * self.k
-                if self.k == 1:
-                    self._x[self.n:self.n + full] = x[i:end]
-                    self._y[self.n:self.n + full] = y[i:end]
-                else:
-                    self._x[self.n:self.n + full] = x[i:end].reshape(full, self.k).mean(axis=1)
-                    self._y[self.n:self.n + full] = y[i:end].reshape(full, self.k).mean(axis=1)
-                self.n += full
-                i = end
-                if self.n == self.cap:
-                    self._halve()
-                continue
-            self._sx = float(x[i:].sum())   # fewer than k left: start a pending bucket
-            self._sy = float(y[i:].sum())
-            self._pc = total - i
-            i = total
-
-    def _push(self, x: float, y: float) -> None:
-        self._x[self.n], self._y[self.n] = x, y
-        self.n += 1
-        if self.n == self.cap:
-            self._halve()
-
-    def _halve(self) -> None:
-        half = self.n // 2
-        self._x[:half] = (self._x[0:self.n:2] + self._x[1:self.n:2]) / 2
-        self._y[:half] = (self._y[0:self.n:2] + self._y[1:self.n:2]) / 2
-        self.n = half
-        self.k *= 2
-
-    def points(self) -> tuple[np.ndarray, np.ndarray]:
-        """Copies of the current points (at most ``cap``), float64."""
-        x, y = self._x[:self.n], self._y[:self.n]
-        if self._pc:
-            x = np.append(x, self._sx / self._pc)
-            y = np.append(y, self._sy / self._pc)
-        return x.copy(), y.copy()
-
-    @property
-    def last(self) -> tuple[float, float] | None:
-        if self._pc:
-            return self._sx / self._pc, self._sy / self._pc
-        if self.n:
-            return float(self._x[self.n - 1]), float(self._y[self.n - 1])
-        return None
 
 
 @dataclass
@@ -166,20 +76,22 @@ class RunSeries:
         self.per_replica = True                        # False for replica -1 rows (Keras fit)
 
     # -- ingest ----------------------------------------------------------------------------
-    def ingest(self, rows: Sequence[tuple]) -> None:
-        """Add rows (tuples in ``COLUMNS`` order, as ``Run.rows_since`` returns them)."""
+    def ingest(self, rows: Sequence[Row]) -> None:
+        """Add rows (as ``Run.rows_since`` returns them): one array of them, columns read by
+        name through ``COL``."""
         if not rows:
             return
         data = np.array(rows, dtype=np.float64)
         self.rows += len(rows)
-        steps = data[:, STEP]
+        steps = data[:, COL.step]
         self.last_step = max(self.last_step, int(steps.max()))
-        self.last_epoch = int(data[-1, EPOCH])
-        self._rate.append((float(data[-1, WALL_TIME]), float(data[-1, STEP])))
+        self.last_epoch = int(data[-1, COL.epoch])
+        self._rate.append((float(data[-1, COL.wall_time]), float(data[-1, COL.step])))
         if self.rows == len(rows):     # first batch: per-replica rows, or reduced ones (fit)
-            self.per_replica = bool((data[:, REPLICA] >= 0).any())
-        time_col = COMPUTE_MS if self.per_replica else STEP_MS
-        codes = data[:, WORKER].astype(np.int64) * 65536 + data[:, REPLICA].astype(np.int64) + 1
+            self.per_replica = bool((data[:, COL.replica] >= 0).any())
+        time_col = COL.compute_ms if self.per_replica else COL.step_ms
+        codes = (data[:, COL.worker].astype(np.int64) * 65536
+                 + data[:, COL.replica].astype(np.int64) + 1)
         order = np.argsort(codes, kind="stable")
         grouped, codes = data[order], codes[order]
         uniq, starts = np.unique(codes, return_index=True)
@@ -189,9 +101,9 @@ class RunSeries:
             if key not in self._recent:
                 self._add_key(key)
             sub = grouped[bounds[i]:bounds[i + 1]]
-            x = sub[:, STEP]
-            for metric, col in (("loss", LOSS), ("grad_norm", GRAD_NORM),
-                                ("allreduce_ms", ALLREDUCE_MS), ("time", time_col)):
+            x = sub[:, COL.step]
+            for metric, col in (("loss", COL.loss), ("grad_norm", COL.grad_norm),
+                                ("allreduce_ms", COL.allreduce_ms), ("time", time_col)):
                 self.series[(metric, key)].extend(x, sub[:, col])
             times = sub[:, time_col]
             times = times[np.isfinite(times)]
@@ -213,17 +125,17 @@ class RunSeries:
 
     def _accumulate(self, data: np.ndarray) -> None:
         """Per-step global lines: mean loss, mean host step time, slowest allreduce."""
-        steps, inverse = np.unique(data[:, STEP], return_inverse=True)
+        steps, inverse = np.unique(data[:, COL.step], return_inverse=True)
         inverse = inverse.reshape(-1)
         n = len(steps)
         sums = []
-        for col in (LOSS, STEP_MS):
+        for col in (COL.loss, COL.step_ms):
             vals = data[:, col]
             ok = np.isfinite(vals)
             sums.append(np.bincount(inverse[ok], weights=vals[ok], minlength=n))
             sums.append(np.bincount(inverse[ok], minlength=n))
         ar = np.full(n, -math.inf)
-        vals = data[:, ALLREDUCE_MS]
+        vals = data[:, COL.allreduce_ms]
         ok = np.isfinite(vals)
         np.maximum.at(ar, inverse[ok], vals[ok])
         rows = np.bincount(inverse, minlength=n)

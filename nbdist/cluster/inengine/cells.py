@@ -40,33 +40,27 @@ KERAS3_MWMS = (
 class _Forwarder:
     """RunObserver sending a worker Run's new rows to the kernel, at most every FLUSH_S.
 
+    Rows travel as dicts keyed by column name, with their extras (``Run.records_since``).
     Batching keeps the cost per training step to a clock read; the dashboard still updates
     ten times a second.
     """
 
     def __init__(self, st: WorkerState, key: str):
         self.st, self.key, self.sent, self.last = st, key, 0, 0.0
-        self.extras: list[dict[str, float] | None] = []
 
-    def on_step(self, run: Run, extra: dict[str, float] | None = None) -> None:
+    def on_step(self, run: Run) -> None:
         self.st.step = run.steps_done
-        if extra is not None or self.extras:
-            self.extras.append(extra)
         now = time.monotonic()
         if now - self.last >= FLUSH_S:
             self.last = now
             self.flush(run)
 
     def flush(self, run: Run) -> None:
-        rows = run.rows_since(self.sent)
-        if not rows or self.st.channel is None:
+        records = run.records_since(self.sent)
+        if not records or self.st.channel is None:
             return
-        self.sent += len(rows)
-        message: dict[str, Any] = {"type": protocol.ROWS, "run": self.key,
-                                   "rows": [list(r) for r in rows]}
-        if self.extras:
-            message["extras"], self.extras = self.extras, []
-        self.st.channel.send(message)
+        self.sent += len(records)
+        self.st.channel.send({"type": protocol.ROWS, "run": self.key, "rows": records})
 
     def should_stop(self) -> bool:
         return False
@@ -251,7 +245,7 @@ def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder, clock: Any = N
                             step_ms=step_ms, replica=-1, extra=extra or None,
                             allreduce_ms=allreduce)
             self.step += 1
-            forward.on_step(run, extra)
+            forward.on_step(run)
             if st.gate.should_stop(self.step):
                 self.model.stop_training = True
                 self.stopped = True

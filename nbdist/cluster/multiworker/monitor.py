@@ -16,13 +16,13 @@ ends within a step or two.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...telemetry.rows import row_from_record
 from ...telemetry.run import Run
 from .. import protocol
 
@@ -192,53 +192,18 @@ class ClusterMonitor:
             self.stopper.on_paused(worker, message["step"])
 
     def _record(self, worker: int, message: dict[str, Any]) -> None:
+        """A worker's rows (dicts keyed by column name, ``Run.records_since``) as its rows
+        in the kernel's Run: all or none of them."""
         entry = self._entry(str(message.get("run")), create=False)
-        rows = message.get("rows")
-        if entry is None or not isinstance(rows, list):
+        records = message.get("rows")
+        if entry is None or not isinstance(records, list):
             self.bad_rows += 1
             return
-        extras = message.get("extras")
-        if not isinstance(extras, list) or len(extras) != len(rows):
-            extras = [None] * len(rows)
         try:
-            start = 0
-            for group in _by_step(rows):
-                extra = extras[start]
-                record_rows(entry.run, worker, group, extra if isinstance(extra, dict) else None)
-                start += len(group)
-        except (TypeError, ValueError, IndexError):
+            parsed = [row_from_record(r, worker=worker) for r in records]
+        except (TypeError, ValueError, KeyError):
             self.bad_rows += 1
             return
-        step = rows[-1][0] if rows else None
-        if isinstance(step, int):
-            self.health[worker].step = step + 1
-
-
-def _num(value: Any) -> float:
-    return math.nan if value is None else float(value)
-
-
-def _by_step(rows: list[list[Any]]) -> list[list[list[Any]]]:
-    groups: list[list[list[Any]]] = []
-    for row in rows:
-        if groups and groups[-1][0][0] == row[0]:
-            groups[-1].append(row)
-        else:
-            groups.append([row])
-    return groups
-
-
-def record_rows(run: Run, worker: int, rows: list[list[Any]],
-                extra: dict[str, Any] | None = None) -> None:
-    """Append one step's rows (``COLUMNS`` order, from a worker's Run) as ``worker``'s rows."""
-    def col(i: int) -> list[float]:
-        return [_num(r[i]) for r in rows]
-
-    first = rows[0]
-    reduced = all(r[2] == -1 for r in rows)
-    run.record_step(
-        int(first[0]), int(first[1]), loss=col(4), grad_norm=col(5), allreduce_ms=col(6),
-        wait_ms=col(7), compute_ms=col(8), step_ms=_num(first[9]), data_ms=_num(first[10]),
-        wall_time=_num(first[11]), worker=worker, replica=-1 if reduced else None,
-        extra={k: _num(v) for k, v in extra.items()} if extra else None,
-    )
+        entry.run.append_rows([row for row, _ in parsed], [extras for _, extras in parsed])
+        if parsed:
+            self.health[worker].step = parsed[-1][0].step + 1

@@ -1,0 +1,25 @@
+"""What ``--checkpoint`` tells the user: the resume line and the errors both modes share."""
+
+from __future__ import annotations
+
+NOTHING_TRAINED = (
+    "nbdist: --checkpoint {dir}: this cell called no model.fit, so nothing was saved. "
+    "--checkpoint saves model.fit training in scope mode and the model/optimizer of a step "
+    "cell (`%%distribute --step`)."
+)
+MISMATCH = (
+    "--checkpoint {dir}: the checkpoint there does not fit this training ({why}). It was "
+    "saved by a different model, optimizer or cell. Use another --checkpoint directory for "
+    "this training, or delete {dir} to start from scratch."
+)
+
+
+def resume_line(done: int, total: int | None, where: str, steps: int | None) -> str:
+    """The one line telling the user a run resumed."""
+    of = f" of {total}" if total else ""
+    if total is not None and done >= total:
+        return (f"nbdist: resumed from epoch {done}{of} in {where}: every epoch was already "
+                "done, nothing left to train.")
+    ran = f", {steps} steps" if steps else ""
+    return (f"nbdist: resumed from epoch {done}{of} in {where} ({done} epoch(s){ran} restored; "
+            f"training goes on with epoch {done + 1}).")

@@ -1,0 +1,186 @@
+"""Step mode's epoch checkpoints: the objects the cell names, saved with
+``tf.train.CheckpointManager`` in ``DIR/step`` (see the package docstring)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import tempfile
+import types
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CheckpointError
+from .messages import MISMATCH, resume_line
+
+
+def _is_chief(strategy: Any) -> bool:
+    return bool(getattr(strategy.extended, "should_checkpoint", True))
+
+
+def _names_used(code: str) -> tuple[list[str], set[str]]:
+    """Names the code reads (in order) and names it assigns (the step's locals)."""
+    read: list[str] = []
+    stored: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                read.append(node.id)
+            else:
+                stored.add(node.id)
+    return list(dict.fromkeys(read)), stored
+
+
+def _saveable(value: Any) -> bool:
+    import tensorflow as tf
+
+    if isinstance(value, tf.Variable):
+        return True
+    excluded = (tf.data.Dataset, tf.distribute.Strategy, tf.types.experimental.GenericFunction,
+                types.ModuleType, type)
+    return (isinstance(value, tf.__internal__.tracking.Trackable)
+            and not isinstance(value, excluded)
+            and (hasattr(value, "variables") or hasattr(value, "assign")))   # or a Keras 3 Variable
+
+
+def named_trackables(cell: str, user_ns: dict[str, Any], depth: int = 2) -> dict[str, Any]:
+    """The saveable objects a step cell reaches by name, directly or through functions."""
+    read, stored = _names_used(cell)
+    found: dict[str, Any] = {}
+    seen: set[int] = set()
+
+    def visit(names: list[str], namespace: dict[str, Any], level: int) -> None:
+        for name in names:
+            value = namespace.get(name)
+            if value is None or id(value) in seen:
+                continue
+            seen.add(id(value))
+            if _saveable(value):
+                found.setdefault(name, value)
+            elif isinstance(value, types.FunctionType) and level > 0:
+                visit(list(value.__code__.co_names), value.__globals__, level - 1)
+
+    visit([n for n in read if n not in stored and n != "batch"], user_ns, depth)
+    return found
+
+
+def _variable_ids(variables: Any) -> set[int]:
+    """ids of variables and of what they wrap (Keras 3 variables, per-replica components)."""
+    out: set[int] = set()
+    todo = list(variables)
+    while todo:
+        v = todo.pop()
+        if id(v) in out:
+            continue
+        out.add(id(v))
+        inner = getattr(v, "_value", None)   # a Keras 3 Variable wraps a tf.Variable
+        todo += [inner] if inner is not None else []
+        todo += list(getattr(v, "values", None) or ())   # Mirrored/DistributedVariable
+    return out
+
+
+class StepCheckpoint:
+    """Epoch checkpoints of a step-mode run (used by ``runner.StepRunner``)."""
+
+    def __init__(self, directory: str, strategy: Any, objects: dict[str, Any],
+                 say: Callable[[str], None] | None = None):
+        if not objects:
+            raise CheckpointError(
+                f"--checkpoint {directory}: the cell names nothing to save: no Keras model or "
+                "optimizer, tf.Module or tf.Variable in the notebook is used by it (or by a "
+                "function it calls). --checkpoint saves the objects the step trains, e.g. "
+                "`model` and `optimizer`: refer to them by their names in the cell, or drop "
+                "--checkpoint."
+            )
+        import tensorflow as tf
+
+        self.directory = os.path.join(directory, "step")
+        self.strategy, self.objects, self.say = strategy, objects, say
+        self.chief = _is_chief(strategy)
+        self._pending_note: str | None = None
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="nbdist_epochs_done")
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nbdist_steps_done")
+        self.checkpoint = tf.train.Checkpoint(**objects, nbdist_epochs_done=self.epoch,
+                                              nbdist_steps_done=self.step)
+
+    @classmethod
+    def for_cell(cls, directory: str, strategy: Any, cell: str, user_ns: dict[str, Any],
+                 say: Callable[[str], None] | None = None) -> StepCheckpoint:
+        return cls(directory, strategy, named_trackables(cell, user_ns), say)
+
+    def restore(self, epochs: int, run: Any) -> tuple[int, int]:
+        """Load the latest checkpoint, if any: (epochs done, steps done)."""
+        import tensorflow as tf
+
+        latest = tf.train.latest_checkpoint(self.directory)
+        if latest is None:
+            run.note(f"checkpointed each epoch into {self.directory} "
+                     f"({', '.join(sorted(self.objects))})")
+            return 0, 0
+        try:
+            status = self.checkpoint.restore(latest)
+            status.expect_partial()   # optimizer slots are restored when they are built
+            status.assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as err:
+            why = " ".join(str(err).split())[:300]
+            raise CheckpointError(MISMATCH.format(dir=self.directory, why=why)) from None
+        done, steps = int(self.epoch.numpy()), int(self.step.numpy())
+        line = resume_line(done, epochs, self.directory, steps)
+        saved = ", ".join(sorted(self.objects))
+        run.note(f"{line.removeprefix('nbdist: ')} Checkpointed objects: {saved}.")
+        if self.say is not None:
+            self.say(line)
+        return done, steps
+
+    def save(self, epochs_done: int, steps_done: int) -> None:
+        """After an epoch: every worker saves; only the chief's copy is kept."""
+        self.epoch.assign(epochs_done)
+        self.step.assign(steps_done)
+        import tensorflow as tf
+
+        if self.chief:
+            manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=1)
+            manager.save(checkpoint_number=epochs_done)
+            return
+        scratch = tempfile.mkdtemp(prefix="nbdist-ckpt-worker-")
+        try:
+            tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1).save()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def complete(self) -> None:
+        """Every epoch is done: the backup is no longer needed (the chief deletes it)."""
+        if self.chief:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- RunObserver: check what the compiled step captures ---------------------------------
+    def on_traced(self, tf_function: Any, batch: Any, timed: bool) -> None:
+        if timed:
+            return
+        captured = tf_function.get_concrete_function(batch).trainable_variables
+        saved = _variable_ids(v for obj in self.objects.values() for v in _variables(obj))
+        missing = sorted({v.name for v in captured if id(v) not in saved})
+        if missing:
+            text = (f"--checkpoint does not save {len(missing)} trainable variable(s) the step "
+                    f"uses ({', '.join(missing[:5])}{'...' if len(missing) > 5 else ''}): the "
+                    "cell reaches them through something that is not a plain name. Name their "
+                    "model or layer in the cell so that they are saved.")
+            self._pending_note = text
+            if self.say is not None:
+                self.say(f"nbdist: warning: {text}")
+
+    def on_step(self, run: Any) -> None:
+        if self._pending_note:
+            run.note(self._pending_note)
+            self._pending_note = None
+
+    def should_stop(self) -> bool:
+        return False
+
+
+def _variables(obj: Any) -> list[Any]:
+    variables = getattr(obj, "variables", None)
+    if callable(variables):   # legacy optimizers: a method
+        variables = variables()
+    return list(variables or ()) if not hasattr(obj, "numpy") else [obj]

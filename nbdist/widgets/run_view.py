@@ -1,0 +1,186 @@
+"""The widgets of one Run in the live dashboard: header, progress bar, Stop button, figure.
+
+With a widget frontend the header shows strategy, replicas, workers, step/epoch, steps/s, ETA,
+bus bandwidth and stragglers. ``RunView.draw`` sends only the traces that changed, in one
+``Plotly.update`` message (``_send_restyle``); ``Dashboard`` decides when to call it.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from copy import deepcopy
+from typing import Any, Protocol
+
+from ..telemetry.run import Run
+from .figure import FigureModel, figure_dict, run_title
+from .series import RunSeries
+from .stopper import StopSignal
+
+_DONE_STYLE = {"done": "success", "stopped": "warning", "interrupted": "warning",
+               "failed": "danger", "running": "info"}
+
+
+class ViewSettings(Protocol):
+    """What a RunView reads from its owner (a ``Dashboard``; see its class attributes)."""
+
+    max_points: int
+    max_total_points: int
+    straggler_factor: float
+    straggler_min_ms: float
+    header_interval: float
+    stop_mode: str
+    kernel: Any
+
+
+class RunView:
+    """The widgets of one Run: header, progress bar, Stop button, figure."""
+
+    def __init__(self, run: Run, owner: ViewSettings):
+        self.run, self.owner = run, owner
+        traces = 4 * run.replicas * run.workers + 4
+        per_trace = min(owner.max_points, max(250, owner.max_total_points // traces))
+        self.series = RunSeries(
+            replicas=run.replicas, workers=run.workers, max_points=per_trace,
+            straggler_factor=owner.straggler_factor, straggler_min_ms=owner.straggler_min_ms,
+        )
+        self.model = FigureModel(self.series)
+        self.n_rows = 0
+        self.fig: Any = None
+        self.box: Any = None
+        self.stop: StopSignal | None = None
+        self._header = ""
+        self._header_due = 0.0
+
+    def ingest(self) -> None:
+        rows = self.run.rows_since(self.n_rows)
+        self.n_rows += len(rows)
+        self.series.ingest(rows)
+
+    def draw(self, final: bool = False) -> None:
+        if self.fig is None:
+            if not self.series.keys:
+                return                          # nothing recorded yet (or ever)
+            self._build()
+        else:
+            new = self.model.new_traces()
+            if new:
+                self.fig.add_traces(new)
+            restyle, idx = self.model.changes()
+            if idx:
+                _send_restyle(self.fig, restyle, idx)
+            marks = self.model.marks_change()
+            if marks is not None:
+                _send_restyle(self.fig, *marks)
+        now = time.monotonic()
+        if final or now >= self._header_due:
+            self._header_due = now + self.owner.header_interval
+            self._update_header(final)
+        if final:
+            # Saved widget state (nbclient, "Save widget state") holds the final figure.
+            self.fig._widget_data = deepcopy(self.fig._data)
+
+    def _build(self) -> None:
+        import ipywidgets as w
+        import plotly.graph_objects as go
+        from IPython.display import display
+
+        self.model.title = run_title(self.run, self.series, final=False)
+        self.fig = go.FigureWidget(figure_dict(self.model))
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
+        self.progress = w.IntProgress(min=0, max=max(1, self.run.total_steps or 1),
+                                      bar_style="info", layout=w.Layout(width="14em"))
+        if not self.run.total_steps:
+            self.progress.layout.visibility = "hidden"
+        self.button = w.Button(description="Stop", icon="stop", button_style="danger",
+                               tooltip="End training at the next step boundary; the partial "
+                                       "Run is kept in nbdist.runs",
+                               layout=w.Layout(width="9em"))   # fits "Stopping…"
+        self.notes = w.HTML()
+        self.box = w.VBox([w.HBox([self.header, self.progress, self.button],
+                                  layout=w.Layout(align_items="center")),
+                           self.notes, self.fig])
+        self.box.add_class("nbdist-dashboard")
+        self.stop = StopSignal(self.button, self.owner.kernel, self.owner.stop_mode)
+        if self.stop.mode == "off":
+            self.button.disabled = True
+            self.button.tooltip = ("This kernel cannot receive a click while the cell runs: "
+                                   "use Kernel > Interrupt (the partial Run is kept).")
+        display(self.box)
+
+    def _update_header(self, final: bool) -> None:
+        run, s = self.run, self.series
+        done, total = s.last_step + 1, run.total_steps
+        rate = s.steps_per_second()
+        parts = [f"step {done}{f'/{total}' if total else ''}", f"epoch {s.last_epoch + 1}"]
+        if final:
+            avg = done / run.duration if run.duration > 0 else math.nan
+            parts.append(f"{run.status}")
+            if math.isfinite(avg):
+                parts.append(f"{avg:.1f} steps/s overall")
+        elif math.isfinite(rate):
+            parts.append(f"{rate:.1f} steps/s")
+            if total and rate > 0:
+                parts.append(f"ETA {_duration((total - done) / rate)}")
+        bw = s.bus_bandwidth(run.allreduce_bytes)
+        if math.isfinite(bw):
+            parts.append(f"bus bw {bw / 1e9:.3g} GB/s")
+        who = (f"<b>Run {run.id}</b> · {html.escape(run.strategy)} · {run.replicas} "
+               f"replica{'s' if run.replicas != 1 else ''} · {run.workers} "
+               f"worker{'s' if run.workers != 1 else ''}")
+        text = f"{who} — {' · '.join(parts)}"
+        if text != self._header:
+            self._header = text
+            self.header.value = text
+        self.progress.value = min(done, self.progress.max)
+        notes = [f"⚠ straggler: {html.escape(s.label(x.key))} ({x.value_ms:.3g} ms, "
+                 f"{x.ratio:.1f}× the others' median)" for x in s.stragglers()]
+        note_html = ("<span style='color:#b00'>" + "; ".join(notes) + "</span>") if notes else ""
+        if note_html != self.notes.value:
+            self.notes.value = note_html
+        if final:
+            self.progress.bar_style = _DONE_STYLE.get(run.status, "")
+            self.button.disabled = True
+            self.button.description = run.status.capitalize()
+        elif self.stop is not None and self.stop.event.is_set():
+            self.button.description = "Stopping…"
+            self.button.disabled = True
+
+
+def _send_restyle(fig: Any, restyle: dict[str, list[Any]], indices: list[int]) -> None:
+    """Set trace properties and send them to the frontend in one ``Plotly.update``.
+
+    The message is the one ``fig.plotly_update(restyle_data=..., trace_indexes=...)`` sends,
+    without its per-trace validation and comparison (~0.25 ms per trace: with 32 replicas x 4
+    panels, 30 ms a redraw), and in 2 comm messages instead of 4: the edit ids (which the
+    front end reads only when a view is created) travel with the update. The values are float64
+    arrays and label lists built here, so there is nothing to validate; ``fig.data`` stays in
+    sync. Falls back to ``plotly_update`` if plotly's internals differ.
+    """
+    data = getattr(fig, "_data", None)
+    if not (isinstance(data, list) and hasattr(fig, "_last_trace_edit_id")
+            and hasattr(fig, "_py2js_update") and hasattr(fig, "hold_sync")):
+        fig.plotly_update(restyle_data=restyle, trace_indexes=indices)
+        return
+    for prop, values in restyle.items():
+        for i, value in zip(indices, values, strict=True):
+            data[i][prop] = value
+    trace_edit, layout_edit = fig._last_trace_edit_id + 1, fig._last_layout_edit_id + 1
+    message = {"style_data": restyle, "layout_data": {}, "style_traces": list(indices),
+               "trace_edit_id": trace_edit, "layout_edit_id": layout_edit,
+               "source_view_id": None}
+    fig._trace_edit_in_process = fig._layout_edit_in_process = True
+    with fig.hold_sync():
+        fig._last_trace_edit_id = trace_edit
+        fig._last_layout_edit_id = layout_edit
+        fig._py2js_update = message
+    fig._py2js_update = None
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:02.0f} min"
