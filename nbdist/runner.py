@@ -21,6 +21,7 @@ from . import errormap
 from .data import check_dataset, lookup_dataset
 from .errors import CheckpointError, RunInterrupted, StepCodeError
 from .fastcall import FastCall
+from .hooks.tensorflow import quiet_retracing_warning
 from .kerashooks import call_building_optimizers
 from .rewrite import StepSource
 from .spec import RunSpec
@@ -91,7 +92,7 @@ class StepRunner:
         # Each cell compiles a fresh tf.function of this same code, and FastCall's calls do not
         # count as calls for TensorFlow, so after a few cells it would warn about "frequent
         # retracing" of train_step: wrong here, and noise in the user's output.
-        compiled._omit_frequent_tracing_warning = True
+        quiet_retracing_warning(compiled)
         if not timed:
             return compiled
 
