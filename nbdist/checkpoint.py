@@ -29,9 +29,9 @@ tf_keras ``fit`` there gets tf_keras' ``BackupAndRestore``, which supports the s
 
 ``model.fit`` gets Keras' own ``BackupAndRestore``: tf_keras' has the multi-worker logic above
 (it is what runs on workers); Keras 3's (the kernel's ``keras``) has none, and is used only in
-the kernel, where there is a single process. Keras 3 keeps the restored epoch in
-``model._initial_epoch`` forever, so a later plain ``fit`` would skip epochs: it is cleared as
-soon as the resumed ``fit`` has read it.
+the kernel, where there is a single process. Keras 3 keeps the restored epoch on the model
+forever (a private attribute), so a later plain ``fit`` would skip epochs: it is cleared
+(``hooks.keras.clear_initial_epoch``) as soon as the resumed ``fit`` has read it.
 
 Lifetime: fit follows Keras (the backup is deleted when ``fit`` returns, kept when it raises);
 step mode deletes it when every epoch is done and keeps it when the run is interrupted,
@@ -49,6 +49,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import CheckpointError
+from .hooks.keras import clear_initial_epoch, wrapped_variable
+from .hooks.tensorflow import trackable_class
 
 NOTHING_TRAINED = (
     "nbdist: --checkpoint {dir}: this cell called no model.fit, so nothing was saved. "
@@ -114,7 +116,7 @@ def _saveable(value: Any) -> bool:
         return True
     excluded = (tf.data.Dataset, tf.distribute.Strategy, tf.types.experimental.GenericFunction,
                 types.ModuleType, type)
-    return (isinstance(value, tf.__internal__.tracking.Trackable)
+    return (isinstance(value, trackable_class())
             and not isinstance(value, excluded)
             and (hasattr(value, "variables") or hasattr(value, "assign")))   # or a Keras 3 Variable
 
@@ -149,7 +151,7 @@ def _variable_ids(variables: Any) -> set[int]:
         if id(v) in out:
             continue
         out.add(id(v))
-        inner = getattr(v, "_value", None)   # a Keras 3 Variable wraps a tf.Variable
+        inner = wrapped_variable(v)   # a Keras 3 Variable wraps a tf.Variable
         todo += [inner] if inner is not None else []
         todo += list(getattr(v, "values", None) or ())   # Mirrored/DistributedVariable
     return out
@@ -300,8 +302,7 @@ def _backup(module: Any, where: str) -> Any:
 
     class Backup(module.BackupAndRestore):
         def on_train_begin(self, logs: Any = None) -> None:
-            if hasattr(self.model, "_initial_epoch"):
-                self.model._initial_epoch = None   # Keras 3: never a stale value from before
+            clear_initial_epoch(self.model)   # Keras 3: never a stale value from before
             try:
                 super().on_train_begin(logs)
             except Exception as err:
@@ -316,8 +317,7 @@ def _backup(module: Any, where: str) -> Any:
                 raise CheckpointError(_MISMATCH.format(dir=where, why=text[:300])) from None
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            if hasattr(self.model, "_initial_epoch"):
-                self.model._initial_epoch = None   # fit has read it; a later fit must not
+            clear_initial_epoch(self.model)   # fit has read it; a later fit must not
             super().on_epoch_begin(epoch, logs)
 
     return Backup(where)
