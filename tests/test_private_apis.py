@@ -238,12 +238,8 @@ def test_stop_threads_stops_every_part_and_only_clears_the_flag_when_blocked() -
 
 
 def test_remote_value_ready_reads_the_status() -> None:
-    status = type("Status", (), {})
-
     def remote(name: str) -> Any:
-        value = status()
-        value.name = name
-        return type("Remote", (), {"_status": value})()
+        return type("Remote", (), {"_status": type("Status", (), {"name": name})()})()
 
     assert not tf_coordinator.remote_value_ready(remote("NOT_READY"))
     assert tf_coordinator.remote_value_ready(remote("READY"))
