@@ -10,15 +10,19 @@ and calls that concrete function directly, after checking that each tensor has t
 a shape compatible with what was traced. Anything else (a smaller last batch, a new
 structure) goes through the ``tf.function`` as usual, which retraces if it must.
 
-``ConcreteFunction._call_flat`` is TensorFlow's private entry point (tested with TensorFlow
-2.21, by tests/test_fastcall.py, which fails if the fast path is not taken); if it is missing,
-or the concrete function's flat inputs do not line up with the flattened example batch, there
-is no fast path and every call goes through the ``tf.function`` (``FastCall.fast`` says which).
+The direct call is TensorFlow's private ``ConcreteFunction._call_flat``, used through
+``nbdist.hooks.tensorflow.call_flat`` (checked with TensorFlow 2.21; tests/test_fastcall.py
+fails if the fast path is not taken, tests/test_private_apis.py if the API is gone); if it is
+missing, or the concrete function's flat inputs do not line up with the flattened example
+batch, there is no fast path and every call goes through the ``tf.function``
+(``FastCall.fast`` says which).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .hooks.tensorflow import call_flat, can_call_flat
 
 
 class FastCall:
@@ -37,7 +41,7 @@ class FastCall:
         concrete = tf_function.get_concrete_function(example)
         flat = tf.nest.flatten(example, expand_composites=True)
         n_inputs = len(concrete.inputs) - len(concrete.captured_inputs)
-        if not hasattr(concrete, "_call_flat") or len(flat) != n_inputs:
+        if not can_call_flat(concrete) or len(flat) != n_inputs:
             return
         self._specs = []
         for tensor, placeholder in zip(flat, concrete.inputs[:n_inputs], strict=True):
@@ -58,7 +62,7 @@ class FastCall:
             flat = self._flatten(batch, expand_composites=True)
             if self._fits(flat):
                 self.fast_calls += 1
-                return concrete._call_flat(flat, concrete.captured_inputs)
+                return call_flat(concrete, flat)
         self.slow_calls += 1
         return self.fallback(batch)
 

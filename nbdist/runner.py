@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .fastcall import FastCall
+from .hooks.tensorflow import quiet_retracing_warning
 from .kerashooks import call_building_optimizers
 from .steploop import StepLoop
 from .strategies import StrategyHandle
@@ -61,7 +62,7 @@ class StepRunner(StepLoop):
         # Each cell compiles a fresh tf.function of this same code, and FastCall's calls do not
         # count as calls for TensorFlow, so after a few cells it would warn about "frequent
         # retracing" of train_step: wrong here, and noise in the user's output.
-        compiled._omit_frequent_tracing_warning = True
+        quiet_retracing_warning(compiled)
         if not timed:
             return compiled
 

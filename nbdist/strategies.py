@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError, DeviceError
+from .hooks.tensorflow import set_collective_key_base
 from .spec import StrategySpec
 
 TPU_PROBE_TIMEOUT_S = 60.0
@@ -21,8 +22,8 @@ TPU_PROBE_TIMEOUT_S = 60.0
 # TensorFlow's runtime remembers the collectives a process has run: a second strategy in the
 # same kernel (after `%distribute stop`, or with another device count) then fails with "Shape
 # mismatch in the collective instance" or "joining a group with size 3, but that group has size
-# 2". TensorFlow offers an offset for this (`_collective_key_base`, used by its own tests); each
-# strategy nbdist builds gets a fresh range.
+# 2". TensorFlow offers an offset for this (private, used by its own tests: see
+# hooks.tensorflow.set_collective_key_base); each strategy nbdist builds gets a fresh range.
 _KEY_STRIDE = 100_000
 _strategies_built = 0
 
@@ -30,7 +31,7 @@ _strategies_built = 0
 def _fresh_collective_keys(strategy_class: Any) -> None:
     global _strategies_built
     _strategies_built += 1
-    strategy_class._collective_key_base = _strategies_built * _KEY_STRIDE
+    set_collective_key_base(strategy_class, _strategies_built * _KEY_STRIDE)
 
 MULTIWORKER_CPU_DEVICES = (
     "--devices {devices}: on CPUs MultiWorkerMirroredStrategy uses one device per worker "

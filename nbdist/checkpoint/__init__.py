@@ -29,9 +29,9 @@ tf_keras ``fit`` there gets tf_keras' ``BackupAndRestore``, which supports the s
 
 ``model.fit`` (``fit``) gets Keras' own ``BackupAndRestore``: tf_keras' has the multi-worker
 logic above (it is what runs on workers); Keras 3's (the kernel's ``keras``) has none, and is
-used only in the kernel, where there is a single process. Keras 3 keeps the restored epoch in
-``model._initial_epoch`` forever, so a later plain ``fit`` would skip epochs: it is cleared as
-soon as the resumed ``fit`` has read it.
+used only in the kernel, where there is a single process. Keras 3 keeps the restored epoch on
+the model forever (a private attribute), so a later plain ``fit`` would skip epochs: it is
+cleared (``hooks.keras.clear_initial_epoch``) as soon as the resumed ``fit`` has read it.
 
 Lifetime: fit follows Keras (the backup is deleted when ``fit`` returns, kept when it raises);
 step mode deletes it when every epoch is done and keeps it when the run is interrupted,

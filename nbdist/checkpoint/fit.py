@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CheckpointError
+from ..hooks.keras import clear_initial_epoch
 from .messages import MISMATCH, resume_line
 
 
@@ -49,8 +50,7 @@ def _backup(module: Any, where: str) -> Any:
 
     class Backup(module.BackupAndRestore):
         def on_train_begin(self, logs: Any = None) -> None:
-            if hasattr(self.model, "_initial_epoch"):
-                self.model._initial_epoch = None   # Keras 3: never a stale value from before
+            clear_initial_epoch(self.model)   # Keras 3: never a stale value from before
             try:
                 super().on_train_begin(logs)
             except Exception as err:
@@ -65,8 +65,7 @@ def _backup(module: Any, where: str) -> Any:
                 raise CheckpointError(MISMATCH.format(dir=where, why=text[:300])) from None
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            if hasattr(self.model, "_initial_epoch"):
-                self.model._initial_epoch = None   # fit has read it; a later fit must not
+            clear_initial_epoch(self.model)   # fit has read it; a later fit must not
             super().on_epoch_begin(epoch, logs)
 
     return Backup(where)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CheckpointError
+from ..hooks.keras import wrapped_variable
+from ..hooks.tensorflow import trackable_class
 from .messages import MISMATCH, resume_line
 
 
@@ -39,7 +41,7 @@ def _saveable(value: Any) -> bool:
         return True
     excluded = (tf.data.Dataset, tf.distribute.Strategy, tf.types.experimental.GenericFunction,
                 types.ModuleType, type)
-    return (isinstance(value, tf.__internal__.tracking.Trackable)
+    return (isinstance(value, trackable_class())
             and not isinstance(value, excluded)
             and (hasattr(value, "variables") or hasattr(value, "assign")))   # or a Keras 3 Variable
 
@@ -74,7 +76,7 @@ def _variable_ids(variables: Any) -> set[int]:
         if id(v) in out:
             continue
         out.add(id(v))
-        inner = getattr(v, "_value", None)   # a Keras 3 Variable wraps a tf.Variable
+        inner = wrapped_variable(v)   # a Keras 3 Variable wraps a tf.Variable
         todo += [inner] if inner is not None else []
         todo += list(getattr(v, "values", None) or ())   # Mirrored/DistributedVariable
     return out

@@ -18,6 +18,7 @@ import socket
 import sys
 from typing import Any
 
+from ..hooks.tensorflow import eager_context_initialized
 from .engines.local import ClusterStartError
 
 #: Distributions that install the ``tensorflow`` package (one is enough).
@@ -75,11 +76,7 @@ def kernel_versions() -> dict[str, Any]:
 def tf_context_initialized() -> bool:
     """True if this process already initialised TensorFlow's eager context (too late for
     MultiWorkerMirroredStrategy, which must configure collective ops first)."""
-    context = sys.modules.get("tensorflow.python.eager.context")
-    if context is None:
-        return False
-    ctx = context.context_safe()
-    return ctx is not None and getattr(ctx, "_context_handle", None) is not None
+    return eager_context_initialized()
 
 
 # -- on the engine ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 tf_keras all-reduces gradients inside its optimizer, where no callback can see it:
 
-* ``tf_keras.src.optimizers.optimizer.Optimizer.apply_gradients`` (the default optimizers)
+* ``tf_keras.optimizers.Optimizer.apply_gradients`` (the default optimizers)
   calls ``self.aggregate_gradients``, i.e. ``optimizers.utils.all_reduce_sum_gradients``,
   i.e. ``ReplicaContext.all_reduce(SUM, grads)``;
 * the legacy ``optimizer_v2.OptimizerV2`` (``tf.keras.optimizers.legacy``) calls
@@ -16,7 +16,8 @@ fit callback reads after each batch. The time includes waiting for the slowest w
 reach the collective, like step mode's allreduce_ms under multiworker. The hook is traced
 into the model's train function, so the clock is kept per model and reused by later fits.
 
-These are private tf_keras methods: the hook is installed only for the tf_keras versions in
+The legacy method is private tf_keras API, found by ``nbdist.hooks.tf_keras``
+(``gradient_aggregators``): the hook is installed only for the tf_keras versions in
 ``TESTED_TF_KERAS`` and when both methods exist; otherwise fit still runs and records, the
 Run gets a note saying why allreduce_ms is empty.
 """
@@ -30,6 +31,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from ..hooks import tf_keras as tf_keras_hooks
 from ..patching import patched
 
 #: tf_keras versions (major, minor) whose optimizers were checked to aggregate as above.
@@ -55,8 +57,8 @@ def _version() -> tuple[int, ...] | None:
     return tuple(parts)
 
 
-def _entry_points() -> tuple[type, type] | str:
-    """The two optimizer classes to hook, or why not."""
+def _entry_points() -> list[tuple[type, str]] | str:
+    """The two optimizer methods to hook, as (class, name), or why not."""
     version = _version()
     if version is None:
         return "tf_keras is not installed"
@@ -64,23 +66,12 @@ def _entry_points() -> tuple[type, type] | str:
         tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TF_KERAS)
         return (f"tf_keras {version[0]}.{version[1]} is not a version nbdist's optimizer hook "
                 f"was checked with ({tested})")
-    try:
-        from tf_keras.src.optimizers.legacy.optimizer_v2 import OptimizerV2
-        from tf_keras.src.optimizers.optimizer import Optimizer
-    except ImportError as err:
-        return f"tf_keras's optimizer modules moved ({err})"
-    if not (callable(getattr(Optimizer, "aggregate_gradients", None))
-            and callable(getattr(OptimizerV2, "_aggregate_gradients", None))):
-        return "tf_keras's optimizers no longer have aggregate_gradients/_aggregate_gradients"
-    return Optimizer, OptimizerV2
+    return tf_keras_hooks.gradient_aggregators()
 
 
 def optimizer_methods() -> list[tuple[type, str]] | str:
     """The tf_keras methods that aggregate gradients, as (class, name), or why not."""
-    found = _entry_points()
-    if isinstance(found, str):
-        return found
-    return [(found[0], "aggregate_gradients"), (found[1], "_aggregate_gradients")]
+    return _entry_points()
 
 
 def unavailable_reason() -> str | None:

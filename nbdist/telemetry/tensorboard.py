@@ -87,11 +87,11 @@ def _series(run: Run, frame: pd.DataFrame) -> dict[str, dict[str, tuple[Any, Any
 
 def _write(directory: Path, series: dict[str, tuple[Any, Any]]) -> None:
     import tensorflow as tf
-    from tensorflow.core.framework import summary_pb2
 
-    metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR,
+    summary_metadata = tf.compat.v1.SummaryMetadata   # the public name of the protobuf
+    metadata = summary_metadata(
+        plugin_data=summary_metadata.PluginData(plugin_name="scalars"),
+        data_class="DATA_CLASS_SCALAR",
     ).SerializeToString()
     directory.mkdir(parents=True, exist_ok=True)
     writer = tf.summary.create_file_writer(str(directory))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 import math
 import time
-from copy import deepcopy
 from typing import Any, Protocol
 
+from ..hooks.plotly import can_send_restyle, keep_in_saved_state, send_restyle
 from ..telemetry.run import Run
 from .figure import FigureModel, figure_dict, run_title
 from .series import RunSeries
@@ -79,7 +79,7 @@ class RunView:
             self._update_header(final)
         if final:
             # Saved widget state (nbclient, "Save widget state") holds the final figure.
-            self.fig._widget_data = deepcopy(self.fig._data)
+            keep_in_saved_state(self.fig)
 
     def _build(self) -> None:
         import ipywidgets as w
@@ -151,31 +151,16 @@ class RunView:
 def _send_restyle(fig: Any, restyle: dict[str, list[Any]], indices: list[int]) -> None:
     """Set trace properties and send them to the frontend in one ``Plotly.update``.
 
-    The message is the one ``fig.plotly_update(restyle_data=..., trace_indexes=...)`` sends,
-    without its per-trace validation and comparison (~0.25 ms per trace: with 32 replicas x 4
-    panels, 30 ms a redraw), and in 2 comm messages instead of 4: the edit ids (which the
-    front end reads only when a view is created) travel with the update. The values are float64
-    arrays and label lists built here, so there is nothing to validate; ``fig.data`` stays in
-    sync. Falls back to ``plotly_update`` if plotly's internals differ.
+    ``hooks.plotly.send_restyle`` sends what ``fig.plotly_update`` would, without its
+    per-trace validation and comparison (~0.25 ms per trace: with 32 replicas x 4 panels, 30
+    ms a redraw) and in 2 comm messages instead of 4. The values are float64 arrays and label
+    lists built here, so there is nothing to validate. Falls back to ``plotly_update`` if
+    plotly's internals differ.
     """
-    data = getattr(fig, "_data", None)
-    if not (isinstance(data, list) and hasattr(fig, "_last_trace_edit_id")
-            and hasattr(fig, "_py2js_update") and hasattr(fig, "hold_sync")):
+    if can_send_restyle(fig):
+        send_restyle(fig, restyle, indices)
+    else:
         fig.plotly_update(restyle_data=restyle, trace_indexes=indices)
-        return
-    for prop, values in restyle.items():
-        for i, value in zip(indices, values, strict=True):
-            data[i][prop] = value
-    trace_edit, layout_edit = fig._last_trace_edit_id + 1, fig._last_layout_edit_id + 1
-    message = {"style_data": restyle, "layout_data": {}, "style_traces": list(indices),
-               "trace_edit_id": trace_edit, "layout_edit_id": layout_edit,
-               "source_view_id": None}
-    fig._trace_edit_in_process = fig._layout_edit_in_process = True
-    with fig.hold_sync():
-        fig._last_trace_edit_id = trace_edit
-        fig._last_layout_edit_id = layout_edit
-        fig._py2js_update = message
-    fig._py2js_update = None
 
 
 def _duration(seconds: float) -> str:

@@ -4,10 +4,10 @@ A kernel runs comm messages (a button click) on its main thread, which is busy r
 cell. Three ways, picked by ``StopSignal(mode="auto")`` in this order:
 
 * ``route`` (ipykernel >= 7.4): every comm message passes, on the kernel's shell-channel thread,
-  through the comm's ``_reply_subshell_for`` hook (ipykernel uses it to route widget replies to
-  subshells). Wrapping it on the Stop button's comm lets us see the click the moment it
-  arrives and set a ``threading.Event``; the message itself is still handled normally when the
-  cell ends. Cost per step: one ``Event.is_set()``.
+  through a private routing method of the comm (ipykernel uses it to route widget replies to
+  subshells). ``hooks.ipykernel.watch_comm`` wraps it on the Stop button's comm, so we see the
+  click the moment it arrives and set a ``threading.Event``; the message itself is still
+  handled normally when the cell ends. Cost per step: one ``Event.is_set()``.
 * ``uipoll``: ``jupyter_ui_poll.ui_events()`` processes pending kernel messages between steps,
   at most every ``poll_interval`` seconds. It needs ``kernel.do_one_iteration``, which
   ipykernel 7.4 removed (jupyter-ui-poll 1.1.0 then silently does nothing).
@@ -19,6 +19,8 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
+
+from ..hooks.ipykernel import can_watch_comm, watch_comm
 
 MODES = ("auto", "route", "uipoll", "off")
 
@@ -41,7 +43,7 @@ class StopSignal:
         self.polls = 0
         self._button = button
         self._comm = getattr(button, "comm", None)
-        self._original: Any = None
+        self._unwatch: Any = None
         self._ui: Any = None
         self._poll: Any = None
         self._next_poll = 0.0
@@ -51,7 +53,7 @@ class StopSignal:
             self._install_route()
 
     def _choose(self, mode: str, kernel: Any) -> str:
-        routable = (self._comm is not None and hasattr(self._comm, "_reply_subshell_for")
+        routable = (can_watch_comm(self._comm)
                     and getattr(kernel, "shell_channel_thread", None) is not None)
         pollable = kernel is not None and hasattr(kernel, "do_one_iteration")
         if mode == "auto":
@@ -62,19 +64,13 @@ class StopSignal:
 
     # -- route -----------------------------------------------------------------------------
     def _install_route(self) -> None:
-        comm, event = self._comm, self.event
-        original = comm._reply_subshell_for
-        self._original = original
+        event = self.event
 
-        def route(data: Any, default: Any) -> Any:   # runs on the shell-channel thread
-            try:
-                if _is_click(data):
-                    event.set()
-            except Exception:  # noqa: S110 - must never drop the kernel's message
-                pass
-            return original(data, default)
+        def seen(data: Any) -> None:   # runs on the shell-channel thread
+            if _is_click(data):
+                event.set()
 
-        comm._reply_subshell_for = route
+        self._unwatch = watch_comm(self._comm, seen)
 
     # -- uipoll ----------------------------------------------------------------------------
     def _poll_ui(self) -> None:
@@ -104,12 +100,9 @@ class StopSignal:
 
     def close(self) -> None:
         """Undo the hook / leave the polling context (the cell is ending)."""
-        if self._original is not None and self._comm is not None:
-            try:
-                del self._comm._reply_subshell_for   # back to the class's method
-            except AttributeError:
-                pass
-            self._original = None
+        if self._unwatch is not None:
+            unwatch, self._unwatch = self._unwatch, None
+            unwatch()
         if self._ui is not None:
             ui, self._ui, self._poll = self._ui, None, None
             ui.__exit__(None, None, None)

@@ -45,6 +45,7 @@ from typing import Any
 import psutil
 
 from ...errors import ConfigError
+from ...hooks.ipyparallel import client_config, cluster_running
 from .. import tfconfig
 from ..inengine.identity import identify, release_engine
 from .hosts import is_local, is_loopback, worker_hosts
@@ -90,7 +91,7 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
         except Exception as err:  # a stale or unreadable cluster file
             log.debug("skipping cluster file %s: %s", path, err)
             continue
-        if cluster.controller is not None and cluster._is_running():
+        if cluster.controller is not None and cluster_running(cluster):
             running[cluster.cluster_id] = cluster
     if len(running) == 1:
         return next(iter(running.values()))
@@ -161,7 +162,7 @@ class ProfileEngines:
         self.hosts, self.channel_host = worker_hosts(self.idents, self.local)
 
     def _controller_host(self) -> str:
-        cfg = getattr(self.client, "_config", {}) or {}
+        cfg = client_config(self.client)
         host = (cfg.get("interface") or "tcp://127.0.0.1").split("://")[-1]
         if host in ("*", "0.0.0.0", ""):
             host = cfg.get("location") or "127.0.0.1"

@@ -8,21 +8,26 @@ listens on all interfaces, without authentication) and renames the local devices
 created tensors or logical CPU devices.
 
 ``disconnect`` undoes what can be undone: it stops the coordinator's threads and replaces the
-context's cluster by the kernel's own task alone (``update_server_def``), so later functions
+context's cluster by the kernel's own task alone, so later functions
 are no longer registered on the (soon gone) servers and local strategies work again. It
 cannot when a worker died during the session: the coordinator's recovery thread then waits
 inside TensorFlow, holding the cluster, for that worker to come back, and touching the
 context could block the kernel. The kernel is then marked unusable for other strategies
 (``check_kernel_usable``) and the user is told to restart it.
+
+TensorFlow has no public API for any of this: the private calls are in ``nbdist.hooks``
+(``tf_coordinator`` for the coordinator's threads, ``tensorflow.detach_from_cluster``); when
+one is gone the kernel is marked unusable rather than left in an unknown state.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from ...errors import ConfigError
+from ...hooks.tensorflow import detach_from_cluster
+from ...hooks.tf_coordinator import recovery_lock, stop_threads
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -63,8 +68,7 @@ def connect(cluster: dict[str, list[str]]) -> tuple[Any, Any]:
 def recovery_blocked(coordinator: Any) -> bool:
     """True while the coordinator waits for a failed worker to come back (TensorFlow's
     recovery thread holds its cluster lock meanwhile)."""
-    handler = getattr(getattr(coordinator, "_cluster", None), "failure_handler", None)
-    lock = getattr(handler, "_cluster_update_lock", None)
+    lock = recovery_lock(coordinator)
     if lock is None:
         return False
     if lock.acquire(timeout=0.5):
@@ -79,47 +83,14 @@ def disconnect(coordinator: Any, worker_died: bool) -> None:
     Call it while the servers are still running (detaching from dead servers logs an error
     per remote function). Marks the kernel unusable (see module doc) when it cannot detach.
     """
-    cluster = getattr(coordinator, "_cluster", None)
     blocked = worker_died or recovery_blocked(coordinator)
-    if cluster is not None:
-        _stop_threads(cluster, blocked)
+    if not stop_threads(coordinator, blocked):
+        log.debug("this TensorFlow's coordinator cannot be stopped: its threads stay")
     if blocked:
         taint("a worker died while it was in use, and TensorFlow's coordinator still waits "
               "for it to come back")
         return
     try:
-        _detach_context()
+        detach_from_cluster()
     except Exception as err:  # the context is in an unknown state: do not reuse it
         taint(f"detaching failed: {type(err).__name__}: {str(err)[:200]}")
-
-
-def _stop_threads(cluster: Any, blocked: bool) -> None:
-    """``Cluster.stop`` without blocking: its failure handler's ``stop`` takes the lock a
-    waiting recovery holds, so then only the flag is cleared (its thread is a daemon)."""
-    handler = cluster.failure_handler
-    if blocked:
-        handler._should_preemption_thread_run = False
-    else:
-        stopper = threading.Thread(target=handler.stop, daemon=True)
-        stopper.start()
-        stopper.join(2.0)
-    for worker in cluster.workers:
-        worker.stop()
-    cluster.closure_queue.stop()
-    cluster.resource_cancellation_mgr.start_cancel()
-
-
-def _detach_context() -> None:
-    from tensorflow.core.protobuf import tensorflow_server_pb2
-    from tensorflow.python.eager import context
-
-    current = context.get_server_def()
-    if current is None:
-        return
-    local = tensorflow_server_pb2.ServerDef()
-    local.CopyFrom(current)
-    del local.cluster.job[:]
-    for job in current.cluster.job:
-        if job.name == current.job_name:
-            local.cluster.job.add().CopyFrom(job)
-    context.context().update_server_def(local)

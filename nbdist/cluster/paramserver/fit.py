@@ -10,8 +10,9 @@ Recording without slowing the workers down: during a recorded ``fit`` the model'
 ``train_step`` is wrapped so each step also returns the index of the worker that ran it and
 two timestamps taken there; its train function is wrapped so those extra values never reach
 Keras' own logs or History (``_StripExtras``). A tf_keras callback that accepts
-RemoteValues (``_supports_tf_logs``) keeps each step's RemoteValue and records it when its
-result has arrived, in schedule order, without blocking the scheduling of the next steps.
+RemoteValues (a private flag: ``hooks.tf_keras.accept_tensor_logs``) keeps each step's
+RemoteValue and records it when its result has arrived, in schedule order, without blocking
+the scheduling of the next steps.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...errors import RunInterrupted
+from ...hooks.tf_keras import accept_tensor_logs
 from ...kerashooks import is_number, resumed_step
 from ...patching import patched
 from ...telemetry.run import Run
@@ -46,6 +48,11 @@ NO_TF_KERAS = (
     "installed: `pip install 'nbdist[legacy-keras]'` (or `pip install tf-keras` matching "
     "your TensorFlow version), restart the kernel and build the model with `import tf_keras "
     "as keras`. Or train in step mode (`%%distribute --step --data DATASET`)."
+)
+NO_TENSOR_LOGS = (
+    "this tf_keras does not pass RemoteValues to callbacks (nbdist was checked with tf_keras "
+    "2.21), so nbdist cannot record the steps of this fit: it trains, and Keras' own logs "
+    "and History are as usual"
 )
 FIT_NOTE = (
     "parameter_server fit (tf_keras): loss is what Keras reports, the running mean over the "
@@ -209,7 +216,8 @@ class _Recorder:
 
     def __init__(self, run: Run, observers: list[Any], watch: ProcessWatch):
         super().__init__()
-        self._supports_tf_logs = True   # RemoteValues, not numbers: no sync per batch
+        if not accept_tensor_logs(self):   # RemoteValues, not numbers: no sync per batch
+            run.note(NO_TENSOR_LOGS)
         self.run, self.observers, self.watch = run, observers, watch
         self.pending: deque[tuple[int, int, Any]] = deque()
         self.epoch, self.step, self.stopped = 0, 0, False

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ...hooks.tf_coordinator import remote_value_ready
 from ..failures import ClusterError
 
 #: After an UnavailableError: how long to wait for the failed process to be seen dead.
@@ -79,10 +80,7 @@ def dead_message(watch: ProcessWatch, steps_done: int) -> str:
 
 def ready(remote: Any) -> bool:
     """Whether a RemoteValue has its result (or error) without blocking."""
-    status = getattr(remote, "_status", None)
-    if status is None:   # a TensorFlow without the attribute: fetch (and block) directly
-        return True
-    return status.name != "NOT_READY"
+    return remote_value_ready(remote)   # True (so fetch blocks) on a TensorFlow without it
 
 
 def job_name(job: str) -> str:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ...hooks.tf_coordinator import COORDINATOR_LOG_FILE
 from ...patching import patched
 from ...telemetry.run import Run
 
@@ -67,7 +67,7 @@ class _RecoveryLogFilter(logging.Filter):
         self.dropped = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.pathname.endswith(os.path.join("coordinator", "cluster_coordinator.py")):
+        if record.pathname.endswith(COORDINATOR_LOG_FILE):
             self.dropped += 1
             return False
         return True

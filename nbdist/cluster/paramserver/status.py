@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ...backends.base import BackendStatus
+from ...hooks import tensorflow as hooks_tf
 from .health import job_name
 
 if TYPE_CHECKING:   # the cluster asks this module for its status, not the reverse
@@ -71,9 +72,7 @@ def _engines(cluster: ParameterServerCluster) -> str:
 def _coordinator_address() -> str:
     """The kernel's own task in TensorFlow's cluster (the coordinator's gRPC server)."""
     try:
-        from tensorflow.python.eager import context
-
-        server_def = context.get_server_def()
+        server_def = hooks_tf.server_def()
     except Exception:  # not connected, or a TensorFlow without it
         return "unknown"
     if server_def is None:

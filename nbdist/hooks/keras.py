@@ -1,0 +1,69 @@
+"""Private Keras 3 API: the epoch BackupAndRestore resumes from, and a variable's tf.Variable.
+
+Checked with keras 3.15 on the TensorFlow backend. Keras is imported inside the probes only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .api import PrivateAPI, first_problem, lacks, used_in
+
+CHECKED = "3.15"
+
+
+def clear_initial_epoch(model: Any) -> bool:
+    """Forget the epoch a restored backup told ``fit`` to start from
+    (``Trainer._initial_epoch``: Keras 3's ``BackupAndRestore`` sets it and never clears it).
+
+    Feature: ``--checkpoint`` on a scope-mode ``fit`` in the kernel: a later plain ``fit`` of
+    the same model starts at epoch 0. Checked with keras 3.15. Without the attribute there is
+    nothing to clear (returns False): if Keras keeps the epoch elsewhere, a later plain
+    ``fit`` of that model may skip epochs.
+    """
+    if not hasattr(model, "_initial_epoch"):
+        return False
+    model._initial_epoch = None
+    return True
+
+
+def wrapped_variable(variable: Any) -> Any:
+    """The backend variable a Keras 3 ``Variable`` wraps (``KerasVariable._value``: on the
+    TensorFlow backend a ``tf.Variable``), or None for anything else.
+
+    Feature: ``--checkpoint`` in step mode names the trainable variables a step uses that the
+    checkpoint leaves out. Checked with keras 3.15. Without it that note may also name
+    variables that are saved (the checkpoint itself is unchanged).
+    """
+    return getattr(variable, "_value", None)
+
+
+def _probe_initial_epoch() -> str | None:
+    import keras
+    from keras.src.trainers import trainer
+
+    return first_problem(lambda: used_in(trainer.Trainer.__init__, "_initial_epoch"),
+                         lambda: used_in(keras.callbacks.BackupAndRestore,
+                                             "_initial_epoch"))
+
+
+def _probe_wrapped_variable() -> str | None:
+    import keras
+    import tensorflow as tf
+
+    variable = keras.Variable(1.0)
+    return first_problem(lambda: lacks(variable, "_value"),
+                         lambda: None if isinstance(wrapped_variable(variable), tf.Variable)
+                         else f"it is a {type(wrapped_variable(variable)).__name__}")
+
+
+DECLARED = [
+    PrivateAPI("keras", "Trainer._initial_epoch", "keras.clear_initial_epoch",
+               "--checkpoint on Keras 3 fit: a later plain fit starts at epoch 0", CHECKED,
+               "a later plain fit of a resumed model may skip epochs",
+               _probe_initial_epoch, ("_initial_epoch",)),
+    PrivateAPI("keras", "KerasVariable._value", "keras.wrapped_variable",
+               "--checkpoint in step mode: the note naming variables left out", CHECKED,
+               "that note may also name variables that are saved",
+               _probe_wrapped_variable, ("_value",)),
+]
