@@ -13,7 +13,7 @@ from helpers import run_ok, run_python, session_cluster
 
 from nbdist.cluster import compat, tfconfig
 from nbdist.cluster.engines import local as engines
-from nbdist.cluster.engines.local import ClusterStartError
+from nbdist.cluster.engines.base import ClusterStartError
 from nbdist.cluster.multiworker.backend import live_clusters
 
 

@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from ..hooks.tensorflow import eager_context_initialized
-from .engines.local import ClusterStartError
+from .engines.base import ClusterStartError
 
 #: Distributions that install the ``tensorflow`` package (one is enough).
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",

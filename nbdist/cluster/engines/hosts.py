@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 
 from ..inengine.identity import route_ip
-from .local import ClusterStartError
+from .base import ClusterStartError
 
 
 def is_local(ident: dict[str, Any]) -> bool:

@@ -12,35 +12,27 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from typing import Any
 
 import psutil
 
-from ...errors import NbdistError
+from .. import tfconfig
+from .base import START_TIMEOUT_S, ClusterStartError, nbdist_pythonpath
 
 log = logging.getLogger("nbdist.cluster")
 
-#: Seconds to wait for engines to register with the controller.
-START_TIMEOUT_S = 120.0
 #: Seconds between SIGTERM and SIGKILL when stopping a process.
 KILL_AFTER_S = 3
 
 
-class ClusterStartError(NbdistError):
-    """The worker processes could not be started."""
-
-
-def nbdist_pythonpath() -> str:
-    """PYTHONPATH for engines: the directory holding this nbdist first, then the current one."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    rest = os.environ.get("PYTHONPATH", "")
-    return os.pathsep.join(p for p in (here, rest) if p)
-
-
 class LocalEngines:
-    """One ipyparallel controller and ``n`` engines, all on this machine."""
+    """One ipyparallel controller and ``n`` engines, all on this machine (``EngineSet``)."""
+
+    owned = True
+    channel_host = "127.0.0.1"
 
     def __init__(self, n: int, environment: dict[str, str] | None = None,
                  engine_args: list[str] | None = None, timeout: float | None = None):
@@ -54,6 +46,24 @@ class LocalEngines:
         self.ids: list[int] = []          # engine id of worker i
         self._known: dict[int, psutil.Process] = {}
         self._nannies: set[int] = set()     # helpers that may be killed without a word
+        self.exiting = False
+
+    @property
+    def local(self) -> list[bool]:
+        return [True] * len(self.ids)
+
+    def mark_used(self) -> None:
+        """Nothing to mark: stop ends these engines anyway."""
+
+    def task_addresses(self) -> list[str]:
+        return [f"127.0.0.1:{port}" for port in tfconfig.free_ports(len(self.ids))]
+
+    def describe(self) -> str:
+        return f"{self.n} local ipyparallel engines (controller on 127.0.0.1)"
+
+    def restart_advice(self, family: str) -> str:
+        return (f"run the `%distribute {family}` line again: nbdist starts fresh engines with "
+                f"this kernel's Python ({sys.executable}) and environment")
 
     # -- start -----------------------------------------------------------------------------
     def start(self) -> None:

@@ -48,8 +48,8 @@ from ...errors import ConfigError
 from ...hooks.ipyparallel import client_config, cluster_running
 from .. import tfconfig
 from ..inengine.identity import identify, release_engine
+from .base import ClusterStartError
 from .hosts import is_local, is_loopback, worker_hosts
-from .local import ClusterStartError
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -112,7 +112,8 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
 
 
 class ProfileEngines:
-    """The engines of a cluster the user runs. nbdist uses them, never kills the cluster."""
+    """The engines of a cluster the user runs (``EngineSet``). nbdist uses them, never kills
+    the cluster."""
 
     owned = False
 
@@ -222,11 +223,6 @@ class ProfileEngines:
         while set(self.client.ids) & before and time.monotonic() < deadline:
             time.sleep(0.1)   # the controller unregisters the old engines
 
-    def tf_configs(self) -> list[dict[str, Any]]:
-        """Each worker's TF_CONFIG (``task_addresses``)."""
-        addresses = self.task_addresses()
-        return [tfconfig.tf_config(addresses, i) for i in range(len(addresses))]
-
     def task_addresses(self) -> list[str]:
         """Each engine's address for a TensorFlow server: its host, a port free there (asked
         on that host)."""
@@ -247,9 +243,13 @@ class ProfileEngines:
         return (f"{len(self.ids)} engines {list(self.ids)} of ipyparallel profile "
                 f"{self.name!r} ({self.profile_dir}), {where}; not started by nbdist")
 
-    def local_pids(self) -> dict[int, int]:
-        """Worker index -> pid, for the workers that run on this machine."""
-        return {i: d["pid"] for i, d in enumerate(self.idents) if self.local[i]}
+    def mark_used(self) -> None:
+        self.touched = True   # from here on stop must restart the engines
+
+    def restart_advice(self, family: str) -> str:
+        return (f"restart the engines of profile {self.name!r} with that environment "
+                f"(`ipcluster stop --profile-dir {self.profile_dir}`, then `ipcluster start` "
+                f"as before) and run `%distribute {family} --cluster {self.name}` again")
 
     # -- processes (none are ours) ---------------------------------------------------------
     def remember_processes(self) -> None:

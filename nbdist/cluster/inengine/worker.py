@@ -96,7 +96,7 @@ def _build(st: WorkerState, options: dict[str, Any]) -> None:
     if legacy != (st.keras == "legacy"):
         raise RuntimeError(f"engine started with TF_USE_LEGACY_KERAS={legacy}, "
                            f"but keras={st.keras!r} was asked for")
-    spec = StrategySpec.from_json(options["spec"])
+    spec = StrategySpec.from_dict(options["spec"])
     import tensorflow as tf
 
     # TensorFlow's INFO lines about the strategy would stream into every cell as noise.

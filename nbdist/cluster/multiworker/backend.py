@@ -22,7 +22,6 @@ import importlib.metadata
 import importlib.util
 import os
 import signal
-import sys
 import weakref
 from typing import Any
 
@@ -34,8 +33,8 @@ from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList
 from .. import tfconfig
 from ..compat import check_engines
-from ..engines.local import ClusterStartError, LocalEngines
-from ..engines.profile import ProfileEngines
+from ..engines.base import ClusterStartError, EngineSet
+from ..engines.base import make as make_engines
 from ..failures import ClusterError, WorkerError, build_error
 from ..inengine import cells, worker
 from .dispatch import Dispatcher
@@ -98,7 +97,7 @@ class MultiWorkerCluster:
         self.collective_timeout = collective_timeout
         self.broken: str | None = None
         self.info: list[dict[str, Any]] = []
-        self.engines: LocalEngines | ProfileEngines | None = None
+        self.engines: EngineSet | None = None
         self.channel: ChannelServer | None = None
         self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
         self.dispatcher: Dispatcher | None = None
@@ -124,32 +123,31 @@ class MultiWorkerCluster:
         key = new_key()
         env = {"TF_USE_LEGACY_KERAS": "1" if self.keras == "legacy" else "0",
                "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-        profile = bool(self.spec.cluster)
-        self.engines = (ProfileEngines(self.spec.cluster, self.spec.workers) if profile
-                        else LocalEngines(self.n, environment=env))
+        # --cluster without --workers: n is 0 until the profile's engines are counted
+        self.engines = engines = make_engines(self.spec.cluster, self.n or None, env)
         _LIVE.add(self)
         try:
-            self.engines.start()
+            engines.start()
             # after ipyparallel's own atexit hook, so this one runs first (quicker: see stop)
             atexit.register(self._stop_at_exit)
-            if profile:
-                self.n = len(self.engines.ids)
+            if len(engines.ids) != self.n:   # --cluster: all of the profile's engines
+                self.n = len(engines.ids)
                 self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
-            host = self.engines.channel_host if profile else "127.0.0.1"
-            self.channel = ChannelServer(key, self.monitor.handle, host=host)
-            self.dispatcher = Dispatcher(self.engines.client, self.engines.ids, self.monitor,
+            self.channel = ChannelServer(key, self.monitor.handle, host=engines.channel_host)
+            self.dispatcher = Dispatcher(engines.client, engines.ids, self.monitor,
                                          self._signal)
-            if profile:
-                self.engines.touched = True   # from here on stop must restart the engines
-            self._preflight(env)
-            configs = (self.engines.tf_configs() if profile
-                       else tfconfig.local_tf_configs(self.n))
+            engines.mark_used()
+            self._engine_pids = check_engines(
+                self.dispatcher, engines.ids, env,
+                engines.restart_advice(self.spec.name))
+            addresses = engines.task_addresses()
             # A user's engines outlive this kernel: they must not exit when it does.
-            options = {"spec": self.spec.to_json(), "channel": list(self.channel.address),
-                       "key": key.hex(), "kernel_pid": None if profile else os.getpid(),
+            options = {"spec": self.spec.to_dict(), "channel": list(self.channel.address),
+                       "key": key.hex(), "kernel_pid": os.getpid() if engines.owned else None,
                        "keras": self.keras, "collective_timeout": self.collective_timeout}
             outcomes, _ = self.dispatcher.call(
-                worker.setup, [(i, self.n, configs[i], options) for i in range(self.n)],
+                worker.setup, [(i, self.n, tfconfig.tf_config(addresses, i), options)
+                               for i in range(self.n)],
                 quiet=True,   # TensorFlow's start-up lines are noise unless setup fails
                 fail_fast=SETUP_FAIL_FAST_S)   # the others wait for a failed one forever
             failures = {w: o["error"] for w, o in outcomes.items() if "error" in o}
@@ -162,9 +160,9 @@ class MultiWorkerCluster:
                                             f"MultiWorkerMirroredStrategy: {cause}") from cause
                 raise cause
             self.info = [outcomes[i]["value"] for i in range(self.n)]
-            self.dispatcher.pids = (self.engines.local_pids() if profile else
-                                    {i: info["pid"] for i, info in enumerate(self.info)})
-            self.engines.remember_processes()
+            self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)
+                                    if engines.local[i]}
+            engines.remember_processes()
         except BaseException:
             self.stop()
             raise
@@ -172,7 +170,7 @@ class MultiWorkerCluster:
     def _kill_blocked(self, workers: list[int]) -> None:
         """SIGKILL local workers blocked in TensorFlow's start-up (they cannot quit, and
         SIGTERM waits seconds): a user's cluster restarts its engines in ``stop`` instead."""
-        if self.spec.cluster:
+        if self.engines is None or not self.engines.owned:
             return
         for w in workers:
             pid = self._engine_pids.get(w)
@@ -181,18 +179,6 @@ class MultiWorkerCluster:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-
-    def _preflight(self, environment: dict[str, str]) -> None:
-        """``compat.check_engines`` on every engine before any worker builds its strategy."""
-        if self.spec.cluster:
-            fix = (f"restart the engines of profile {self.spec.cluster!r} with that "
-                   f"environment (`ipcluster stop --profile-dir {self.engines.profile_dir}`, "
-                   "then `ipcluster start` as before) and run `%distribute multiworker "
-                   f"--cluster {self.spec.cluster}` again")
-        else:
-            fix = ("run the `%distribute multiworker` line again: nbdist starts fresh engines "
-                   f"with this kernel's Python ({sys.executable}) and environment")
-        self._engine_pids = check_engines(self.dispatcher, self.engines.ids, environment, fix)
 
     def stop(self) -> list[int]:
         """Stop every process and the channel; return pids that had to be killed.

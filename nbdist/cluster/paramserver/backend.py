@@ -28,9 +28,8 @@ from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.run import Run, RunList
-from .. import tfconfig
-from ..engines.local import START_TIMEOUT_S, ClusterStartError, LocalEngines
-from ..engines.profile import ProfileEngines
+from ..engines.base import START_TIMEOUT_S, ClusterStartError, EngineSet
+from ..engines.base import make as make_engines
 from ..failures import ClusterError, WorkerError, build_error
 from ..inengine import ps_server
 from . import context as ps_context
@@ -68,7 +67,7 @@ class ParameterServerCluster(ProcessWatch):
         self.runs = runs
         self.cluster_spec: dict[str, list[str]] = {}
         self.info: dict[tuple[str, int], dict[str, Any]] = {}
-        self.engines: LocalEngines | ProfileEngines | None = None
+        self.engines: EngineSet | None = None
         self.strategy: Any = None
         self.coordinator: Any = None
         self.broken: str | None = None
@@ -98,21 +97,15 @@ class ParameterServerCluster(ProcessWatch):
 
     def start(self) -> None:
         env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
-        n = len(self.tasks)
-        if self.spec.cluster:   # a user's engines: worker i on engine i, then the ps tasks
-            self.engines = ProfileEngines(self.spec.cluster, n, asked=(
-                f"--workers {self.n} --ps {self.n_ps} ({n} engines)"))
-        else:
-            self.engines = LocalEngines(n, environment=env)
+        n = len(self.tasks)   # with --cluster: worker i on engine i, then the ps tasks
+        self.engines = engines = make_engines(
+            self.spec.cluster, n, env, asked=f"--workers {self.n} --ps {self.n_ps} ({n} engines)")
         _LIVE.add(self)
         try:
-            self.engines.start()
+            engines.start()
             atexit.register(self._stop_at_exit)
-            if isinstance(self.engines, ProfileEngines):
-                self.engines.touched = True   # from here on stop must restart the engines
-                addresses = self.engines.task_addresses()
-            else:
-                addresses = [f"127.0.0.1:{p}" for p in tfconfig.free_ports(n)]
+            engines.mark_used()
+            addresses = engines.task_addresses()
             self.cluster_spec = {"worker": addresses[:self.n], "ps": addresses[self.n:]}
             self._serve()
             self.strategy, self.coordinator = ps_context.connect(self.cluster_spec)
@@ -188,10 +181,10 @@ class ParameterServerCluster(ProcessWatch):
         if pid is None:
             return False
         engines = self.engines
-        if isinstance(engines, ProfileEngines):
-            position = self.tasks.index((job, index))
-            if not engines.local[position]:   # another machine: ask ipyparallel's heartbeat
-                return engines.client is not None and engines.ids[position] in engines.client.ids
+        position = self.tasks.index((job, index))
+        if engines is not None and not engines.local[position]:
+            # another machine: ask ipyparallel's heartbeat
+            return engines.client is not None and engines.ids[position] in engines.client.ids
         try:
             return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE,
                                                         psutil.STATUS_DEAD)

@@ -1,0 +1,69 @@
+"""What every set of worker engines offers: ``local.LocalEngines`` (started by nbdist on this
+machine, stopped with it) and ``profile.ProfileEngines`` (a cluster the user runs: used,
+restarted at stop, never killed). The families' backends use only this interface; ``make``
+picks the class."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import psutil
+
+from ...errors import NbdistError
+
+#: Seconds to wait for engines to register with the controller.
+START_TIMEOUT_S = 120.0
+
+
+class ClusterStartError(NbdistError):
+    """The worker processes could not be started."""
+
+
+class EngineSet(Protocol):
+    """ipyparallel engines that host one worker (or TensorFlow task) each."""
+
+    #: True if nbdist started these engines (and kills them at stop); False for a user's
+    #: cluster, whose engines outlive the kernel and are restarted instead.
+    owned: bool
+    client: Any                 # the ipyparallel Client
+    ids: list[int]              # engine id of worker i
+    local: list[bool]           # worker i's engine runs on this machine
+    channel_host: str           # where the telemetry channel binds so that engines reach it
+    exiting: bool               # set at interpreter exit: no engine is started then
+
+    def start(self) -> None: ...
+    def mark_used(self) -> None:
+        """nbdist code has run on the engines: stop must clean them up."""
+    def task_addresses(self) -> list[str]:
+        """``host:port`` for each engine's TensorFlow server (a port free on its host)."""
+    def describe(self) -> str: ...
+    def restart_advice(self, family: str) -> str:
+        """How the user gets engines with the kernel's environment again (``family``: the
+        strategy name of the ``%distribute`` line)."""
+    def remember_processes(self) -> None: ...
+    def processes(self) -> list[psutil.Process]: ...
+    def send_signal(self, sig: int, engine_ids: list[int]) -> None: ...
+    def stop(self, timeout: float = 1.0, quit_fn: Any = None) -> list[int]: ...
+
+
+def make(profile: str | None, n: int | None, environment: dict[str, str],
+         asked: str | None = None) -> EngineSet:
+    """The engines for ``--cluster PROFILE`` (``n``: how many of them, None for all), or
+    ``n`` local engines started with ``environment``."""
+    if profile:
+        from .profile import ProfileEngines
+
+        return ProfileEngines(profile, n, asked=asked)
+    from .local import LocalEngines
+
+    return LocalEngines(n or 1, environment=environment)
+
+
+def nbdist_pythonpath() -> str:
+    """PYTHONPATH for engines: the directory holding this nbdist first, then the current one."""
+    import nbdist
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(nbdist.__file__)))
+    rest = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join(p for p in (here, rest) if p)
