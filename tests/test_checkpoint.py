@@ -267,6 +267,7 @@ def assert_continues(resumed, died):
     np.testing.assert_allclose(after[both], before[both], rtol=1e-5)
 
 
+@pytest.mark.cluster
 def test_multiworker_step_mode_resumes_after_a_worker_is_killed(mw, capsys):
     ip, tmp = mw
     ckpt = str(tmp / "step-run")
@@ -280,6 +281,7 @@ def test_multiworker_step_mode_resumes_after_a_worker_is_killed(mw, capsys):
     assert not os.path.exists(os.path.join(ckpt, "step"))
 
 
+@pytest.mark.cluster
 def test_multiworker_fit_resumes_after_a_worker_is_killed(mw, capsys):
     ip, tmp = mw
     ckpt = str(tmp / "fit-run")

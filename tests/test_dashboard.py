@@ -413,6 +413,7 @@ def _kernel_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.kernel
 @pytest.mark.timeout(120)
 def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -452,6 +453,7 @@ def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
     assert any(f"TensorBoard scalars of run 1 in {run_dir}" in o.get("text", "") for o in outputs)
 
 
+@pytest.mark.kernel
 @pytest.mark.timeout(150)
 def test_stop_click_ends_a_running_cell_at_a_step_boundary() -> None:
     """A real kernel, the Stop click sent through the comm while the cell is busy."""
