@@ -7,6 +7,7 @@ that need a fresh process run a subprocess instead.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -97,3 +98,18 @@ def ip():
     shell.run_line_magic("load_ext", "nbdist")
     shell.run_line_magic("distribute", "mirrored --devices 4")
     yield shell
+
+
+@pytest.fixture(scope="session")
+def tf_keras():
+    """tf_keras (extra `legacy-keras`), for tests of what needs it: skipped with the reason when
+    it is missing, failed instead under NBDIST_REQUIRE_ALL=1 (the README's test command)."""
+    if importlib.util.find_spec("tf_keras") is None:
+        message = ("tf_keras is not installed: pip install --no-deps tf-keras==2.21.0 "
+                   "(with tensorflow-cpu), or 'nbdist[legacy-keras]'")
+        if os.environ.get("NBDIST_REQUIRE_ALL") == "1":
+            pytest.fail(f"{message}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
+        pytest.skip(message)
+    import tf_keras
+
+    return tf_keras

@@ -5,7 +5,6 @@ last because they kill it. The kernel's own strategy (4 logical CPUs, conftest) 
 the end for the other test modules.
 """
 
-import importlib.util
 import os
 import re
 import signal
@@ -190,9 +189,7 @@ def test_step_mode_streams_rows_of_every_worker_live(mw):
     assert (timed.compute_ms >= 0).all() and not any("no all_reduce" in n for n in run.notes)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None,
-                    reason="tf_keras not installed: see the next test")
-def test_fit_runs_tf_keras_on_the_workers_and_is_recorded(mw):
+def test_fit_runs_tf_keras_on_the_workers_and_is_recorded(mw, tf_keras):
     assert cluster().keras == "legacy"
     value = run_ok(mw, """%%distribute
 model.compile(optimizer="sgd", loss="mse")
