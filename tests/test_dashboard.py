@@ -12,6 +12,7 @@ import os
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,27 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     monkeypatch.setattr(IPython.display, "display",
                         lambda *objs, **kw: rec.displayed.extend(objs))
     return rec
+
+
+class Clock:
+    """The dashboard's ``time.monotonic``, moved by the test (redraw pacing without sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(dashboard_mod, "time",
+                        SimpleNamespace(monotonic=fake.monotonic, perf_counter=time.perf_counter))
+    return fake
 
 
 def make_run(steps: int = 50, replicas: int = 4, *, every: int = 10, slow: int | None = None,
@@ -221,17 +243,15 @@ def test_bus_bandwidth_in_header(recorder: Recorder) -> None:
     assert "bus bw 0.75 GB/s" in dash.views[1].header.value
 
 
-def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder) -> None:
+def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock: Clock) -> None:
     run = make_run(5, total=1000)
     dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)   # min_interval governs
     fig = dash.views[1].fig
     before = dash.redraws
-    time.sleep(0.12)
-    start = time.monotonic()
-    feed(run, 5, 205, on_step=dash.on_step)
-    assert time.monotonic() - start < 0.1, "the machine is too slow for this check"
+    clock.advance(0.12)
+    feed(run, 5, 205, on_step=dash.on_step)    # 200 steps within 0.1 s (the clock stands still)
     assert dash.redraws - before <= 2
-    time.sleep(0.12)
+    clock.advance(0.12)
     feed(run, 205, 206, on_step=dash.on_step)
     updates = [(d, b) for d, b in recorder.updates(fig.comm.comm_id)
                if (d["state"].get("_py2js_update") or {}).get("style_data")]
@@ -248,13 +268,13 @@ def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder) -> No
     assert loss0.x[-1] == 205 and len(loss0.y) == 206
 
 
-def test_costly_redraws_are_spaced_to_the_cpu_budget(recorder: Recorder) -> None:
+def test_costly_redraws_are_spaced_to_the_cpu_budget(recorder: Recorder, clock: Clock) -> None:
     run = make_run(5, total=1000)
     dash = live_dashboard(run, cpu_budget=0.01, max_interval=0.5)
-    time.sleep(0.12)
+    clock.advance(0.12)
     feed(run, 5, 30, on_step=dash.on_step)                # a second (steady-state) redraw
     assert dash.redraws == 2 and dash._cost is not None
-    interval = dash._next - time.monotonic()
+    interval = dash._next - clock.monotonic()
     assert min(0.5, max(0.1, dash._cost / 0.01)) - 0.05 <= interval <= 0.5
 
 
