@@ -1,14 +1,11 @@
 """The magics through a real IPython shell: happy paths and every bad input of the core."""
 
-import os
 import re
-import signal
 import socket
-import threading
 import time
 
 import pytest
-from helpers import run_err, run_ok
+from helpers import interrupt_me, once_running, run_err, run_ok
 from IPython.core.error import UsageError
 
 import nbdist
@@ -182,13 +179,12 @@ def test_bad_datasets(shell, setup, words):
 
 def test_kernel_interrupt_stops_at_a_step_boundary_and_keeps_the_partial_run(shell):
     run_ok(shell, "long_ds = ds.repeat()")
-    timer = threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    started = time.monotonic()
+    watcher, sent = once_running(interrupt_me)        # once rows arrive: tracing is over
     err = run_err(shell, "%%distribute --step --data long_ds --steps 100000\n" + BODY)
-    timer.cancel()
+    returned = time.monotonic()
+    watcher.join()
     assert isinstance(err, RunInterrupted), repr(err)
-    assert time.monotonic() - started < 30
+    assert returned - sent[0] < 30
     run = nbdist.runs[-1]
     assert run.status == "interrupted" and 0 < run.steps_done < 100000
     assert len(run.metrics) == run.steps_done * 4   # whole steps only
