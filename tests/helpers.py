@@ -84,13 +84,13 @@ def ipcluster(*args):
                           capture_output=True, text=True, timeout=90)
 
 
-def cluster_processes(profile_dir):
+def cluster_processes(profile_dir, cluster_id=""):
     """The cluster's controller, engines and their children (nannies), as psutil Processes,
     from its cluster file (what was launched, engine restarts included)."""
     import ipyparallel as ipp
     import psutil
 
-    cluster = ipp.Cluster.from_file(profile_dir=profile_dir)
+    cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=cluster_id)
     pids = {cluster.controller.pid}
     for engine_set in cluster.engines.values():
         pids |= {launcher.pid for launcher in engine_set.launchers.values()}
