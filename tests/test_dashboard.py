@@ -513,3 +513,37 @@ def test_stop_click_ends_a_running_cell_at_a_step_boundary() -> None:
     status, done, total = "".join(out).split()
     assert status == "stopped" and 0 < int(done) < int(total) == 20_000
 
+
+
+@pytest.mark.kernel
+@pytest.mark.timeout(150)
+def test_the_header_shows_the_rate_and_the_eta_while_a_run_runs() -> None:
+    """A real kernel: the dashboard header's updates (comm messages to the frontend) show
+    steps/s and an ETA that is the remaining steps at that rate; the last one, the outcome."""
+    import re
+
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", env=_kernel_env())
+    headers: list[str] = []
+    try:
+        for code in [c.format(n=16 * 400) for c in SETUP]:
+            reply = kc.execute_interactive(code, timeout=90)
+            assert reply["content"]["status"] == "ok", reply["content"]
+        reply = kc.execute_interactive(
+            STEP.format(epochs=5), timeout=120,     # 2,000 steps
+            output_hook=lambda msg: headers.append(
+                ((msg["content"].get("data") or {}).get("state") or {}).get("value", "")))
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    headers = [h for h in headers if isinstance(h, str) and h.startswith("<b>Run 1</b>")]
+    running = [m for h in headers if (m := re.search(
+        r"— step (\d+)/2000 · epoch \d · ([\d.]+) steps/s · ETA (\d+) s", h))]
+    assert running, headers
+    for m in running:
+        left, rate, eta = 2000 - int(m[1]), float(m[2]), int(m[3])
+        assert left / (rate + 0.05) - 0.5 <= eta <= left / (rate - 0.05) + 0.5, m[0]
+    assert "step 2000/2000" in headers[-1] and "done" in headers[-1]
+    assert "ETA" not in headers[-1]

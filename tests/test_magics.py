@@ -74,6 +74,34 @@ def test_step_mode_records_one_row_per_step_and_replica(shell):
     assert timed_steps.iloc[:2].all() and 2 <= timed_steps.sum() <= 4   # paced, not every step
 
 
+def test_metrics_have_the_documented_columns_and_data_ms_is_the_input_wait(shell):
+    """README: one row per (step, replica) with these columns; data_ms is the time spent
+    waiting for the input pipeline (here one that takes 50 ms per batch, against `ds`; it
+    runs ahead while the first step is traced, then the steps wait for it)."""
+    run_ok(shell, step_cell("--steps 6"))
+    quick = nbdist.runs[-1].metrics
+    assert list(quick.columns) == [
+        "step", "epoch", "replica", "worker", "loss", "grad_norm", "allreduce_ms", "wait_ms",
+        "compute_ms", "step_ms", "data_ms", "wall_time"]
+    run_ok(shell, """
+import time
+def slowly(x):
+    time.sleep(0.05)
+    return x
+slow_ds = ds.repeat().map(
+    lambda x, y: (tf.ensure_shape(tf.numpy_function(slowly, [x], tf.float32), x.shape), y))
+""")
+    run_ok(shell, "%%distribute --step --data slow_ds --steps 30\n" + BODY)
+    slow = nbdist.runs[-1].metrics
+    assert list(slow.columns) == list(quick.columns)
+    for frame in (quick, slow):
+        assert frame["data_ms"].notna().all() and (frame["data_ms"] >= 0).all()
+        assert frame.groupby("step")["data_ms"].nunique().eq(1).all()   # one value per step
+    waits = slow.groupby("step")["data_ms"].first()
+    assert waits.iloc[-10:].min() > 25            # a step takes a few ms: ~50 ms waited
+    assert waits.iloc[-10:].median() > 10 * quick["data_ms"].median()
+
+
 def test_scope_mode_fit_is_recorded(shell):
     run_ok(shell, """%%distribute
 model.compile(optimizer="adam", loss="mse")
