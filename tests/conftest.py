@@ -7,13 +7,57 @@ that need a fresh process run a subprocess instead.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = Path(__file__).resolve().parent
+
+# Test tiers (markers registered in pyproject.toml; README "Test tiers" runs each one):
+#   unit       in this process, no IPython shell (TensorFlow may be used directly)
+#   kernel     the magics in a real IPython shell or Jupyter kernel, local strategies
+#   cluster    worker processes: ipyparallel engines, tf.distribute servers, a user's ipcluster
+#   browser    JupyterLab driven in chromium
+#   notebooks  the tutorials executed with nbclient, and the Binder setup that runs them
+TIERS = ("unit", "kernel", "cluster", "browser", "notebooks")
+
+# Every test file's tier. A test may carry its own tier marker instead (a kernel test in a unit
+# file); a file missing here, or a test with two tier markers, fails collection.
+FILE_TIERS = {
+    "test_binder.py": "notebooks",
+    "test_channel.py": "unit",
+    "test_checkpoint.py": "kernel",       # its multiworker tests: cluster
+    "test_cluster.py": "cluster",
+    "test_cluster_compat.py": "cluster",
+    "test_cluster_profile.py": "cluster",
+    "test_cluster_shutdown.py": "cluster",
+    "test_cluster_unit.py": "unit",       # its magic-line tests: kernel
+    "test_correctness.py": "kernel",
+    "test_dashboard.py": "unit",          # its notebook and real-kernel tests: kernel
+    "test_devices.py": "kernel",
+    "test_fastcall.py": "kernel",
+    "test_fitreduce.py": "unit",
+    "test_graphview.py": "kernel",
+    "test_import.py": "unit",
+    "test_labcomm.py": "unit",            # its real-kernel test: kernel
+    "test_magics.py": "kernel",
+    "test_notebooks.py": "notebooks",
+    "test_paramserver.py": "cluster",
+    "test_patching.py": "unit",
+    "test_private_apis.py": "unit",
+    "test_picker.py": "kernel",
+    "test_rewrite.py": "unit",
+    "test_spec.py": "unit",
+    "test_tiers.py": "unit",
+    "browser/test_dashboard_live.py": "browser",
+    "browser/test_lab.py": "browser",
+    "browser/test_lab_workers.py": "browser",
+}
 
 
 def pytest_sessionstart(session):
@@ -25,6 +69,28 @@ def pytest_sessionstart(session):
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
 
 
+@pytest.hookimpl(tryfirst=True)   # before `-m` deselects: every collected test is checked
+def pytest_collection_modifyitems(config, items):
+    """Give each test its file's tier unless it has its own; exactly one tier per test."""
+    problems = []
+    for item in items:
+        own = [m.name for m in item.iter_markers() if m.name in TIERS]
+        try:
+            rel = Path(item.path).resolve().relative_to(TESTS).as_posix()
+        except ValueError:
+            rel = str(item.path)
+        if len(own) > 1:
+            problems.append(f"{item.nodeid}: several tiers {own}")
+        elif not own:
+            if rel not in FILE_TIERS:
+                problems.append(f"{item.nodeid}: no tier (add {rel!r} to FILE_TIERS in "
+                                f"tests/conftest.py, or mark the test with one of {TIERS})")
+                continue
+            item.add_marker(getattr(pytest.mark, FILE_TIERS[rel]))
+    if problems:
+        raise pytest.UsageError("tests without exactly one tier:\n  " + "\n  ".join(problems))
+
+
 @pytest.fixture(scope="session")
 def ip():
     from IPython.testing.globalipapp import start_ipython
@@ -33,3 +99,18 @@ def ip():
     shell.run_line_magic("load_ext", "nbdist")
     shell.run_line_magic("distribute", "mirrored --devices 4")
     yield shell
+
+
+@pytest.fixture(scope="session")
+def tf_keras():
+    """tf_keras (extra `legacy-keras`), for tests of what needs it: skipped with the reason when
+    it is missing, failed instead under NBDIST_REQUIRE_ALL=1 (the README's test command)."""
+    if importlib.util.find_spec("tf_keras") is None:
+        message = ("tf_keras is not installed: pip install --no-deps tf-keras==2.21.0 "
+                   "(with tensorflow-cpu), or 'nbdist[legacy-keras]'")
+        if os.environ.get("NBDIST_REQUIRE_ALL") == "1":
+            pytest.fail(f"{message}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
+        pytest.skip(message)
+    import tf_keras
+
+    return tf_keras

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,6 +29,47 @@ def run_err(shell, code: str) -> BaseException:
     return err
 
 
+def when(ready, action, timeout=90):
+    """A thread that runs ``action()`` once ``ready()`` is true (polled every 50 ms), so that a
+    test acts on what it sees rather than after a fixed delay; if that never happens within
+    ``timeout`` s it interrupts the test process (SIGINT), so a failure cannot hang the test.
+    Returns ``(thread, done)``: ``done`` gets the monotonic time at which ``action`` ran."""
+    done = []
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                done.append(time.monotonic())
+                action()
+                return
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def once_running(action, min_rows=20, timeout=90):
+    """``when`` the step run started after this call has ``min_rows`` rows and is running."""
+    import nbdist
+
+    before = nbdist.runs[-1] if nbdist.runs else None
+
+    def ready():
+        run = nbdist.runs[-1] if nbdist.runs else None
+        return (run is not None and run is not before and run.status == "running"
+                and run.n_rows >= min_rows)
+
+    return when(ready, action, timeout)
+
+
+def interrupt_me():
+    """What a kernel interrupt does: SIGINT to this process."""
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def run_python(code: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter (fresh TensorFlow device state)."""
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -40,13 +84,13 @@ def ipcluster(*args):
                           capture_output=True, text=True, timeout=90)
 
 
-def cluster_processes(profile_dir):
+def cluster_processes(profile_dir, cluster_id=""):
     """The cluster's controller, engines and their children (nannies), as psutil Processes,
     from its cluster file (what was launched, engine restarts included)."""
     import ipyparallel as ipp
     import psutil
 
-    cluster = ipp.Cluster.from_file(profile_dir=profile_dir)
+    cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=cluster_id)
     pids = {cluster.controller.pid}
     for engine_set in cluster.engines.values():
         pids |= {launcher.pid for launcher in engine_set.launchers.values()}

@@ -132,9 +132,6 @@ def frame_summary(run):
         "allreduce_all_nan": bool(m["allreduce_ms"].isna().all()),
         "update_ms_count": int(m["update_ms"].notna().sum()) if "update_ms" in m else 0,
         "update_ms_median": float(m["update_ms"].median()) if "update_ms" in m else None,
-        "rate": run.steps_done / max(run.duration, 1e-9),
-        "steady_rate": ((len(m) - 21) / float(m["wall_time"].iloc[-1] - m["wall_time"].iloc[20])
-                        if len(m) > 40 else None),
     }
 
 
@@ -145,9 +142,7 @@ def main_scenario(ip):
     import nbdist
     from nbdist.session import current_session
 
-    started = time.monotonic()
     ip.run_line_magic("distribute", "parameter_server")     # defaults: --workers 2 --ps 1
-    out["start_s"] = time.monotonic() - started
     c = cluster()
     out["n"], out["n_ps"] = c.n, c.n_ps
     out["status"] = status(ip)

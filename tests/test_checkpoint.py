@@ -178,6 +178,47 @@ def test_local_keras3_fit_resumes_and_forgets_the_restored_epoch(local, capsys):
     assert not os.path.exists(os.path.join(ckpt, "fit1"))
 
 
+TWO_FITS = """%%distribute --checkpoint {ckpt}
+model.compile(optimizer=optimizer, loss="mse")
+model.fit(train_ds, epochs=3, verbose=0)
+model2.compile(optimizer=optimizer2, loss="mse")
+model2.fit(train_ds, epochs=3, verbose=0, callbacks=hooks)
+"""
+
+
+def test_local_second_fit_of_a_cell_backs_up_in_fit2_and_resumes_from_it(local, capsys):
+    """Each model.fit of a --checkpoint cell has its own backup, DIR/fit1, DIR/fit2...: the
+    cell run again after an interrupt in its second fit resumes that fit where it was."""
+    ip, ckpt = local
+    ip.run_line_magic("distribute", "one_device")     # Keras 3 fit: the quickest strategy
+    model2 = MODEL.replace("model =", "model2 =").replace("optimizer =", "optimizer2 =")
+
+    def build(seed):
+        ip.user_ns["SEED"] = seed
+        run_ok(ip, MODEL)
+        run_ok(ip, model2)
+
+    build(1)
+    run_ok(ip, "train_ds = clean_ds\nhooks = at_batch(2, 3, interrupt)")
+    run_err(ip, TWO_FITS.format(ckpt=ckpt))
+    first, died = nbdist.runs[-2:]
+    assert (first.mode, first.status, first.steps_done) == ("fit", "done", 24)
+    assert (died.status, died.steps_done) == ("interrupted", 19)
+    assert sorted(os.listdir(ckpt)) == ["fit2"]       # the first fit finished: its backup went
+    build(2)                                          # as after a restart: fresh models
+    ip.user_ns["hooks"] = []
+    capsys.readouterr()
+    run_ok(ip, TWO_FITS.format(ckpt=ckpt))
+    out = capsys.readouterr().out
+    again, resumed = nbdist.runs[-2:]
+    assert f"nbdist: resumed from epoch 2 of 3 in {os.path.join(ckpt, 'fit2')}" in out
+    assert out.count("nbdist: resumed") == 1          # nothing to resume for the first fit
+    assert sorted(again.metrics["step"]) == list(range(24))
+    assert resumed.status == "done" and sorted(resumed.metrics["step"]) == list(range(16, 24))
+    assert_same_steps(resumed, died)
+    assert not os.path.exists(os.path.join(ckpt, "fit2"))
+
+
 def test_a_checkpoint_of_another_model_is_refused_with_the_way_out(local):
     ip, ckpt = local
     run_ok(ip, MODEL)
@@ -267,6 +308,7 @@ def assert_continues(resumed, died):
     np.testing.assert_allclose(after[both], before[both], rtol=1e-5)
 
 
+@pytest.mark.cluster
 def test_multiworker_step_mode_resumes_after_a_worker_is_killed(mw, capsys):
     ip, tmp = mw
     ckpt = str(tmp / "step-run")
@@ -280,6 +322,7 @@ def test_multiworker_step_mode_resumes_after_a_worker_is_killed(mw, capsys):
     assert not os.path.exists(os.path.join(ckpt, "step"))
 
 
+@pytest.mark.cluster
 def test_multiworker_fit_resumes_after_a_worker_is_killed(mw, capsys):
     ip, tmp = mw
     ckpt = str(tmp / "fit-run")

@@ -1,11 +1,10 @@
 """`%distribute multiworker` with real ipyparallel engines running MultiWorkerMirroredStrategy.
 
-One 2-worker cluster serves the module (starting one costs ~15 s here); the fault tests come
-last because they kill it. The kernel's own strategy (4 logical CPUs, conftest) is restored at
-the end for the other test modules.
+One 2-worker cluster serves the module (starting one costs ~15 s here); a test that finds it
+broken by a fault test (a worker killed or stopped) restarts it first. The kernel's own
+strategy (4 logical CPUs, conftest) is restored at the end for the other test modules.
 """
 
-import importlib.util
 import os
 import re
 import signal
@@ -15,7 +14,7 @@ import time
 
 import psutil
 import pytest
-from helpers import run_err, run_ok
+from helpers import interrupt_me, once_running, run_err, run_ok, when
 
 import nbdist
 from nbdist.cluster.failures import ClusterError, WorkerDied, WorkerError
@@ -47,7 +46,7 @@ optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
 
 @pytest.fixture(scope="module")
-def mw(ip):
+def mw_module(ip):
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "multiworker --workers 2")
     session = current_session()
@@ -58,6 +57,16 @@ def mw(ip):
     assert live_clusters() == []
     assert not [p.pid for p in procs if _alive(p)], "processes left after %distribute stop"
     ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+@pytest.fixture
+def mw(mw_module):
+    """The module's cluster, usable: after a test that broke it (the fault tests kill or stop a
+    worker) it is restarted and set up again, so no test depends on the order they run in."""
+    if cluster() is None or cluster().broken:
+        mw_module.run_line_magic("distribute", "restart")
+        run_ok(mw_module, SETUP)
+    return mw_module
 
 
 def _alive(proc):
@@ -190,9 +199,7 @@ def test_step_mode_streams_rows_of_every_worker_live(mw):
     assert (timed.compute_ms >= 0).all() and not any("no all_reduce" in n for n in run.notes)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None,
-                    reason="tf_keras not installed: see the next test")
-def test_fit_runs_tf_keras_on_the_workers_and_is_recorded(mw):
+def test_fit_runs_tf_keras_on_the_workers_and_is_recorded(mw, tf_keras):
     assert cluster().keras == "legacy"
     value = run_ok(mw, """%%distribute
 model.compile(optimizer="sgd", loss="mse")
@@ -219,31 +226,8 @@ def test_keras3_fit_on_workers_fails_at_once_with_the_way_out(mw, monkeypatch):
     assert "--keras legacy" in str(err) and "step mode" in str(err)
 
 
-def once_running(action, min_rows=20, timeout=90):
-    """A thread that runs ``action()`` once the current step run has ``min_rows`` rows (and
-    interrupts the test process if that never happens, so a failure cannot hang the test)."""
-    done = []
-
-    def watch():
-        before = nbdist.runs[-1] if nbdist.runs else None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = nbdist.runs[-1] if nbdist.runs else None
-            if (run is not None and run is not before and run.status == "running"
-                    and run.n_rows >= min_rows):
-                done.append(time.monotonic())
-                action()
-                return
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    thread = threading.Thread(target=watch)
-    thread.start()
-    return thread, done
-
-
 def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw):
-    timer, sent = once_running(lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer, sent = once_running(interrupt_me)
     err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100000"))
     returned = time.monotonic()
     timer.join()
@@ -257,14 +241,16 @@ def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw):
     assert nbdist.runs[-1].status == "done"
 
 
-def test_kernel_interrupt_of_plain_code_interrupts_the_workers(mw):
-    timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    started = time.monotonic()
-    err = run_err(mw, "%%distribute\nimport time\ntime.sleep(60)\n")
-    timer.cancel()
+def test_kernel_interrupt_of_plain_code_interrupts_the_workers(mw, monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(sys, "stdout", rec)
+    watcher, sent = when(lambda: rec.text().count("sleeping") == 2, interrupt_me)
+    err = run_err(mw, "%%distribute\nimport time\nprint('sleeping')\ntime.sleep(60)\n")
+    returned = time.monotonic()
+    watcher.join()
+    monkeypatch.undo()
     assert isinstance(err, RunInterrupted) and "KeyboardInterrupt" in str(err), repr(err)
-    assert time.monotonic() - started < 8
+    assert returned - sent[0] < 8
     assert repr(run_ok(mw, "%%distribute\nnbdist_worker")) == "[worker 0] 0\n[worker 1] 1"
 
 
@@ -305,12 +291,11 @@ def test_a_hung_worker_is_named_from_its_missing_heartbeats(mw, monkeypatch):
 
     monkeypatch.setattr(dispatch, "HUNG_AFTER_S", 6.0)
     victim = cluster().info[1]["pid"]
-    timer = threading.Timer(3.0, lambda: os.kill(victim, signal.SIGSTOP))
-    timer.start()
-    started = time.monotonic()
+    watcher, stopped = once_running(lambda: os.kill(victim, signal.SIGSTOP))
     err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100000"))
-    timer.cancel()
+    returned = time.monotonic()
+    watcher.join()
     assert isinstance(err, ClusterError) and "worker 1" in str(err), repr(err)
     assert "no heartbeat" in str(err) and "stopped (SIGSTOP?)" in str(err)
-    assert time.monotonic() - started < 3 + 6 + 5
+    assert returned - stopped[0] < 6 + 5
     assert cluster().broken                            # teardown's stop kills it (SIGKILL)

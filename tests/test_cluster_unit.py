@@ -229,6 +229,7 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
                 name
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("line, words", [
     ("multiworker --workers 2 --devices 2", "one device per worker"),
     ("multiworker --workers 2 --cluster no-such-profile", "no IPython profile 'no-such-pro"),
@@ -245,6 +246,7 @@ def test_bad_multiworker_lines_fail_before_any_process_starts(ip, line, words):
     assert session_cluster() is None
 
 
+@pytest.mark.kernel
 def test_checkpoint_belongs_on_a_cell(ip):
     """(--checkpoint itself is tested in test_checkpoint.py.)"""
     with pytest.raises(ConfigError, match="--checkpoint belongs on a `%%distribute` cell"):

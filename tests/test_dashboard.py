@@ -12,12 +12,14 @@ import os
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from nbdist.telemetry.run import Run
+from nbdist.widgets import dashboard as dashboard_mod
 from nbdist.widgets.dashboard import Dashboard
 from nbdist.widgets.decimator import Decimator
 from nbdist.widgets.figure import FigureModel
@@ -64,6 +66,27 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     monkeypatch.setattr(IPython.display, "display",
                         lambda *objs, **kw: rec.displayed.extend(objs))
     return rec
+
+
+class Clock:
+    """The dashboard's ``time.monotonic``, moved by the test (redraw pacing without sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(dashboard_mod, "time",
+                        SimpleNamespace(monotonic=fake.monotonic, perf_counter=time.perf_counter))
+    return fake
 
 
 def make_run(steps: int = 50, replicas: int = 4, *, every: int = 10, slow: int | None = None,
@@ -222,17 +245,15 @@ def test_bus_bandwidth_in_header(recorder: Recorder) -> None:
     assert "bus bw 0.75 GB/s" in dash.views[1].header.value
 
 
-def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder) -> None:
+def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock: Clock) -> None:
     run = make_run(5, total=1000)
     dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)   # min_interval governs
     fig = dash.views[1].fig
     before = dash.redraws
-    time.sleep(0.12)
-    start = time.monotonic()
-    feed(run, 5, 205, on_step=dash.on_step)
-    assert time.monotonic() - start < 0.1, "the machine is too slow for this check"
+    clock.advance(0.12)
+    feed(run, 5, 205, on_step=dash.on_step)    # 200 steps within 0.1 s (the clock stands still)
     assert dash.redraws - before <= 2
-    time.sleep(0.12)
+    clock.advance(0.12)
     feed(run, 205, 206, on_step=dash.on_step)
     updates = [(d, b) for d, b in recorder.updates(fig.comm.comm_id)
                if (d["state"].get("_py2js_update") or {}).get("style_data")]
@@ -249,13 +270,13 @@ def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder) -> No
     assert loss0.x[-1] == 205 and len(loss0.y) == 206
 
 
-def test_costly_redraws_are_spaced_to_the_cpu_budget(recorder: Recorder) -> None:
+def test_costly_redraws_are_spaced_to_the_cpu_budget(recorder: Recorder, clock: Clock) -> None:
     run = make_run(5, total=1000)
     dash = live_dashboard(run, cpu_budget=0.01, max_interval=0.5)
-    time.sleep(0.12)
+    clock.advance(0.12)
     feed(run, 5, 30, on_step=dash.on_step)                # a second (steady-state) redraw
     assert dash.redraws == 2 and dash._cost is not None
-    interval = dash._next - time.monotonic()
+    interval = dash._next - clock.monotonic()
     assert min(0.5, max(0.1, dash._cost / 0.01)) - 0.05 <= interval <= 0.5
 
 
@@ -414,6 +435,7 @@ def _kernel_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.kernel
 @pytest.mark.timeout(120)
 def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -453,6 +475,7 @@ def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
     assert any(f"TensorBoard scalars of run 1 in {run_dir}" in o.get("text", "") for o in outputs)
 
 
+@pytest.mark.kernel
 @pytest.mark.timeout(150)
 def test_stop_click_ends_a_running_cell_at_a_step_boundary() -> None:
     """A real kernel, the Stop click sent through the comm while the cell is busy."""
@@ -492,3 +515,37 @@ def test_stop_click_ends_a_running_cell_at_a_step_boundary() -> None:
     status, done, total = "".join(out).split()
     assert status == "stopped" and 0 < int(done) < int(total) == 20_000
 
+
+
+@pytest.mark.kernel
+@pytest.mark.timeout(150)
+def test_the_header_shows_the_rate_and_the_eta_while_a_run_runs() -> None:
+    """A real kernel: the dashboard header's updates (comm messages to the frontend) show
+    steps/s and an ETA that is the remaining steps at that rate; the last one, the outcome."""
+    import re
+
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", env=_kernel_env())
+    headers: list[str] = []
+    try:
+        for code in [c.format(n=16 * 400) for c in SETUP]:
+            reply = kc.execute_interactive(code, timeout=90)
+            assert reply["content"]["status"] == "ok", reply["content"]
+        reply = kc.execute_interactive(
+            STEP.format(epochs=5), timeout=120,     # 2,000 steps
+            output_hook=lambda msg: headers.append(
+                ((msg["content"].get("data") or {}).get("state") or {}).get("value", "")))
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    headers = [h for h in headers if isinstance(h, str) and h.startswith("<b>Run 1</b>")]
+    running = [m for h in headers if (m := re.search(
+        r"— step (\d+)/2000 · epoch \d · ([\d.]+) steps/s · ETA (\d+) s", h))]
+    assert running, headers
+    for m in running:
+        left, rate, eta = 2000 - int(m[1]), float(m[2]), int(m[3])
+        assert left / (rate + 0.05) - 0.5 <= eta <= left / (rate - 0.05) + 0.5, m[0]
+    assert "step 2000/2000" in headers[-1] and "done" in headers[-1]
+    assert "ETA" not in headers[-1]

@@ -378,6 +378,7 @@ def _frontend_sends(kc: Any, msg_type: str, content: dict[str, Any]) -> list[dic
     return _comm_msgs_until_idle(kc, msg["header"]["msg_id"])
 
 
+@pytest.mark.kernel
 @pytest.mark.timeout(120)
 def test_through_a_real_kernel() -> None:
     jupyter_client = pytest.importorskip("jupyter_client")

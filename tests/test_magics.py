@@ -1,14 +1,11 @@
 """The magics through a real IPython shell: happy paths and every bad input of the core."""
 
-import os
 import re
-import signal
 import socket
-import threading
 import time
 
 import pytest
-from helpers import run_err, run_ok
+from helpers import interrupt_me, once_running, run_err, run_ok
 from IPython.core.error import UsageError
 
 import nbdist
@@ -75,6 +72,34 @@ def test_step_mode_records_one_row_per_step_and_replica(shell):
     assert frame["step_ms"].gt(0).all()
     timed_steps = frame.groupby("step")["allreduce_ms"].first().notna()
     assert timed_steps.iloc[:2].all() and 2 <= timed_steps.sum() <= 4   # paced, not every step
+
+
+def test_metrics_have_the_documented_columns_and_data_ms_is_the_input_wait(shell):
+    """README: one row per (step, replica) with these columns; data_ms is the time spent
+    waiting for the input pipeline (here one that takes 50 ms per batch, against `ds`; it
+    runs ahead while the first step is traced, then the steps wait for it)."""
+    run_ok(shell, step_cell("--steps 6"))
+    quick = nbdist.runs[-1].metrics
+    assert list(quick.columns) == [
+        "step", "epoch", "replica", "worker", "loss", "grad_norm", "allreduce_ms", "wait_ms",
+        "compute_ms", "step_ms", "data_ms", "wall_time"]
+    run_ok(shell, """
+import time
+def slowly(x):
+    time.sleep(0.05)
+    return x
+slow_ds = ds.repeat().map(
+    lambda x, y: (tf.ensure_shape(tf.numpy_function(slowly, [x], tf.float32), x.shape), y))
+""")
+    run_ok(shell, "%%distribute --step --data slow_ds --steps 30\n" + BODY)
+    slow = nbdist.runs[-1].metrics
+    assert list(slow.columns) == list(quick.columns)
+    for frame in (quick, slow):
+        assert frame["data_ms"].notna().all() and (frame["data_ms"] >= 0).all()
+        assert frame.groupby("step")["data_ms"].nunique().eq(1).all()   # one value per step
+    waits = slow.groupby("step")["data_ms"].first()
+    assert waits.iloc[-10:].min() > 25            # a step takes a few ms: ~50 ms waited
+    assert waits.iloc[-10:].median() > 10 * quick["data_ms"].median()
 
 
 def test_scope_mode_fit_is_recorded(shell):
@@ -182,13 +207,12 @@ def test_bad_datasets(shell, setup, words):
 
 def test_kernel_interrupt_stops_at_a_step_boundary_and_keeps_the_partial_run(shell):
     run_ok(shell, "long_ds = ds.repeat()")
-    timer = threading.Timer(4.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    started = time.monotonic()
+    watcher, sent = once_running(interrupt_me)        # once rows arrive: tracing is over
     err = run_err(shell, "%%distribute --step --data long_ds --steps 100000\n" + BODY)
-    timer.cancel()
+    returned = time.monotonic()
+    watcher.join()
     assert isinstance(err, RunInterrupted), repr(err)
-    assert time.monotonic() - started < 30
+    assert returned - sent[0] < 30
     run = nbdist.runs[-1]
     assert run.status == "interrupted" and 0 < run.steps_done < 100000
     assert len(run.metrics) == run.steps_done * 4   # whole steps only

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import time
 from pathlib import Path
 
 import nbformat
@@ -21,10 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 ARTIFACTS = ROOT / "test-artifacts" / "notebooks"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
-MAX_SECONDS = 240        # per notebook; ~30-75 s on 2 idle cores, the slack is for a busy CI
 PLOTLY = "application/vnd.plotly.v1+json"
 
-_executed: dict[str, tuple[nbformat.NotebookNode, float]] = {}
+_executed: dict[str, nbformat.NotebookNode] = {}
 
 
 def run_notebook(name: str) -> nbformat.NotebookNode:
@@ -40,13 +38,12 @@ def run_notebook(name: str) -> nbformat.NotebookNode:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
                                 resources={"metadata": {"path": str(ARTIFACTS)}})
-        start = time.perf_counter()
         try:
             client.execute()
         finally:
             nbformat.write(nb, ARTIFACTS / f"{name}.ipynb")
-        _executed[name] = (nb, time.perf_counter() - start)
-    return _executed[name][0]
+        _executed[name] = nb
+    return _executed[name]
 
 
 def cell(nb: nbformat.NotebookNode, snippet: str, exact: bool = False) -> nbformat.NotebookNode:
@@ -146,9 +143,10 @@ def test_the_seeds_ideas_are_taught():
 # -- executed -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
-def test_runs_top_to_bottom_in_time(name):
-    run_notebook(name)
-    assert _executed[name][1] < MAX_SECONDS, f"{name} took {_executed[name][1]:.0f} s"
+def test_runs_top_to_bottom(name):
+    """(How long each takes, against a kernel that only sets nbdist up: benchmarks/notebooks.py.)"""
+    nb = run_notebook(name)
+    assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
 
 
 def test_00_quickstart():

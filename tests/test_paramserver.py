@@ -113,7 +113,6 @@ def test_defaults_status_roles_and_health(main):
     assert "parameter server 0  alive" in status and spec["ps"][0] in status
     assert "ParameterServerStrategy(resolver)" in status
     assert f"coordinator: localhost:{main['kernel_tf_ports'][0]}" in status
-    assert main["start_s"] < 90
 
 
 def test_sockets_we_open_bind_loopback_tensorflow_servers_are_the_known_exception(main):
@@ -151,12 +150,10 @@ def test_rows_stream_into_the_run_while_it_runs(main):
     assert main["seen_running"], "the Run only received rows at the end"
 
 
-def test_steps_flag_and_throughput(main):
+def test_steps_flag(main):
+    """(Start time and throughput against a hand-written job: benchmarks/paramserver.py.)"""
     run = main["fast_run"]
     assert main["fast_error"] is None and run["status"] == "done" and run["rows"] == 200
-    print(f"parameter_server step mode: {run['rate']:.0f} steps/s overall, "
-          f"{run['steady_rate']:.0f} steps/s after the first 20 steps")
-    assert run["steady_rate"] > 10
 
 
 def test_stop_request_ends_the_run_after_the_steps_in_flight(main):

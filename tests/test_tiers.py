@@ -1,0 +1,77 @@
+"""The test tiers, the README's commands and CI agree: `.ci/run` is the README's test command,
+which runs every tier, `ruff check` and the quickstart; the README has one command per tier;
+a test without exactly one tier fails collection."""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:   # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+# By path: `import conftest` may find tests/browser/conftest.py, whichever pytest loaded first.
+_SPEC = importlib.util.spec_from_file_location("tiers_conftest", ROOT / "tests" / "conftest.py")
+conftest = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(conftest)
+
+
+def readme_commands() -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def test_ci_runs_exactly_the_readme_test_command_which_runs_everything():
+    setup, test_command = (block.strip() for block in readme_commands()[:2])
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == test_command
+    steps = test_command.split(" && ")
+    quickstart = setup.split(" && ")[-1]              # the first command, past its install
+    assert quickstart == "python3 -m nbdist.quickstart" and quickstart in steps
+    assert "ruff check" in steps
+    assert steps[-1] == "NBDIST_REQUIRE_ALL=1 python3 -m pytest -q"   # no -m: every tier
+
+
+def test_the_readme_runs_each_tier_registered_in_pyproject():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    registered = [line.split(":")[0] for line in config["markers"]]
+    assert registered == list(conftest.TIERS) and "--strict-markers" in config["addopts"]
+    tier_block = next(b for b in readme_commands() if "-m unit" in b)
+    commands = [line.split("#")[0].strip() for line in tier_block.splitlines()]
+    assert commands == [f"python3 -m pytest -q -m {tier}" for tier in conftest.TIERS]
+    assert set(conftest.FILE_TIERS.values()) <= set(conftest.TIERS)
+    files = {p.relative_to(ROOT / "tests").as_posix() for p in (ROOT / "tests").rglob("test_*.py")}
+    assert files == set(conftest.FILE_TIERS)
+
+
+def test_a_test_without_exactly_one_tier_fails_collection(tmp_path):
+    (tmp_path / "test_new.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.unit
+        def test_tiered():
+            pass
+
+        def test_forgotten():
+            pass
+
+        @pytest.mark.unit
+        @pytest.mark.kernel
+        def test_greedy():
+            pass
+    """))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "unit", "-p", "conftest",
+         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}"})
+    out = done.stdout + done.stderr
+    assert done.returncode == 4, out
+    assert "test_new.py::test_forgotten: no tier" in out
+    assert "test_new.py::test_greedy: several tiers ['kernel', 'unit']" in out
+    assert "test_tiered:" not in out
