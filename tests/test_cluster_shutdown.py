@@ -23,7 +23,7 @@ def test_kernel_shutdown_leaves_no_process_behind():
         code = ("%load_ext nbdist\n%distribute multiworker --workers 2\n"
                 "from nbdist.session import current_session as _cs\n"
                 "print('PIDS', __import__('json').dumps([p.pid for p in "
-                "_cs().cluster.processes()]))")
+                "_cs().backend.processes()]))")
         reply = kc.execute_interactive(code, timeout=180, output_hook=hook)
         assert reply["content"]["status"] == "ok", "".join(out)
         line = next(ln for ln in "".join(out).splitlines() if ln.startswith("PIDS"))

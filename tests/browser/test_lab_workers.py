@@ -12,7 +12,7 @@ def test_status_bar_turns_red_when_a_worker_is_killed(lab_server, lab_page):
         "%load_ext nbdist",
         "%distribute multiworker --workers 2",
         "from nbdist.session import current_session\n"
-        "print('PID', current_session().cluster.info[1]['pid'])",
+        "print('PID', current_session().backend.info[1]['pid'])",
     ])
     page = lab_page.open_notebook(name)
     run_all_and_wait(page, timeout_ms=240_000)
