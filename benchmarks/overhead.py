@@ -219,7 +219,7 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
       swing from 0.3 to 5; the steady and fixed costs above are the numbers to read).
     """
     import nbdist
-    import nbdist.kerashooks as kerashooks
+    import nbdist.fitrecord as fitrecord
 
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "mirrored --devices 4")
@@ -242,18 +242,18 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
         return time.perf_counter() - start
 
     spent = [0.0]
-    record = kerashooks.FitRecorder.record
+    record = fitrecord.FitRecorder.record_batch
 
-    def timed_record(self, logs):
+    def timed_record(self, logs, step_ms):
         start = time.perf_counter()
-        record(self, logs)
+        record(self, logs, step_ms)
         spent[0] += time.perf_counter() - start
 
-    kerashooks.FitRecorder.record = timed_record
+    fitrecord.FitRecorder.record_batch = timed_record
     try:
         timed_call("ours", 3 * steps)
     finally:
-        kerashooks.FitRecorder.record = record
+        fitrecord.FitRecorder.record_batch = record
     frame = nbdist.runs[-1].metrics
     step_s = frame["step_ms"].iloc[WARMUP:].sum() / 1e3
     share = spent[0] * (len(frame) - WARMUP) / len(frame) / step_s

@@ -15,8 +15,8 @@ from . import widgets as widgets  # registers Run.plot (the Run store imports no
 from .errors import NbdistError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec
 from .telemetry.run import Run, runs
+from .version import __version__ as __version__
 
-__version__ = "0.1.0"
 __all__ = [
     "NbdistError",
     "Run",

@@ -119,7 +119,7 @@ class Session:
 
     def state(self) -> dict[str, Any]:
         """A JSON snapshot for the lab extension's status bar."""
-        from . import __version__
+        from .version import __version__
 
         status = self.backend.status() if self.backend is not None else None
         return lab_state(status, self.runs, __version__)
@@ -129,22 +129,22 @@ class Session:
                       header: str = "") -> Run:
         """Step mode: rewrite the cell into a per-replica step and train with it."""
         backend = self.require(spec.strategy)
-        self._cells += 1
-        prepared = prepare_step_cell(cell, spec, header, self._cells)
-        return self._running(backend.run_step_cell, prepared, observers)
+        return self._run(backend.run_step_cell, prepare_step_cell, cell, spec, observers,
+                         header)
 
     def run_scope_cell(self, cell: str, spec: RunSpec, observers: list[Any],
                        header: str = "") -> Any:
         """Scope mode: run the cell under ``strategy.scope()``; record every ``model.fit``."""
         backend = self.require(spec.strategy)
-        self._cells += 1
-        prepared = prepare_scope_cell(cell, spec, header, self._cells)
-        return self._running(backend.run_scope_cell, prepared, observers)
+        return self._run(backend.run_scope_cell, prepare_scope_cell, cell, spec, observers,
+                         header)
 
-    def _running(self, method: Callable[[Any, list[Any]], Any], cell: Any,
-                 observers: list[Any]) -> Any:
+    def _run(self, method: Callable[[Any, list[Any]], Any], prepare: Callable[..., Any],
+             cell: str, spec: RunSpec, observers: list[Any], header: str) -> Any:
+        self._cells += 1
+        prepared = prepare(cell, spec, header, self._cells)   # refuses before any Run exists
         try:
-            return method(cell, [*observers, _Notify(self._changed)])
+            return method(prepared, [*observers, _Notify(self._changed)])
         finally:
             self._changed()
 

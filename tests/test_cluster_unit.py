@@ -31,14 +31,14 @@ def test_tf_configs_use_distinct_free_loopback_ports():
     ("keras3", True, "keras3", "step mode"),
 ])
 def test_which_keras_the_workers_run(monkeypatch, choice, have, mode, words):
-    monkeypatch.setattr(multiworker.importlib.util, "find_spec",
+    monkeypatch.setattr("importlib.util.find_spec",
                         lambda name: object() if have else None)
     got, why = multiworker.resolve_keras(choice)
     assert got == mode and words in why
 
 
 def test_legacy_keras_without_tf_keras_or_a_bad_choice_fail_clearly(monkeypatch):
-    monkeypatch.setattr(multiworker.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="--no-deps"):
         multiworker.resolve_keras("legacy")
     with pytest.raises(ConfigError, match="choose one of auto, legacy, keras3"):

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from nbdist.backends import kernelstate
 from nbdist.cluster.paramserver import context as ps_context
 from nbdist.cluster.paramserver.backend import live_ps_clusters
 from nbdist.errors import ConfigError
@@ -96,7 +97,7 @@ def test_building_it_like_a_local_strategy_points_to_the_magic():
 
 
 def test_a_kernel_left_bound_to_a_cluster_says_restart_the_kernel(monkeypatch):
-    monkeypatch.setattr(ps_context, "_TAINTED", "a worker died")
+    monkeypatch.setattr(kernelstate, "_TAINTED", "a worker died")
     with pytest.raises(ConfigError, match=r"\(a worker died\).*Restart the kernel"):
         ps_context.check_kernel_usable()
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..errors import ConfigError
 from ..spec import StrategySpec
 from ..telemetry.run import Run, runs_summary
 from .cells import ScopeCell, StepCell
@@ -66,6 +67,13 @@ class Backend(Protocol):
         """Stop everything; return the pids that had to be killed."""
     def restarted(self) -> Backend:
         """A fresh backend with the same settings (this one is stopped first)."""
+
+
+def refuse_keras_choice(keras: str | None) -> None:
+    """``--keras`` given to a family whose Keras is the kernel's own."""
+    if keras is not None:
+        raise ConfigError("--keras chooses the Keras of worker processes: it applies to "
+                          "`multiworker` only.")
 
 
 def status_text(status: BackendStatus, runs: Sequence[Run]) -> str:

@@ -13,8 +13,9 @@ from ..errors import ConfigError
 from ..spec import StrategySpec
 from ..strategies import StrategyHandle
 from ..telemetry.run import Run, RunList
-from .base import BackendStatus
+from .base import BackendStatus, refuse_keras_choice
 from .cells import ScopeCell, StepCell, run_cell_code, step_inputs
+from .kernelstate import check_kernel_usable
 
 _NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
                "first with `%distribute multiworker --workers N`.")
@@ -34,9 +35,7 @@ class LocalBackend:
     @classmethod
     def create(cls, spec: StrategySpec, runs: RunList, shell: Any,
                keras: str | None = None) -> LocalBackend:
-        if keras is not None:
-            raise ConfigError("--keras chooses the Keras of worker processes: it applies to "
-                              "`multiworker` only.")
+        refuse_keras_choice(keras)
         return cls(spec, runs, shell)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -47,7 +46,6 @@ class LocalBackend:
         return None
 
     def start(self) -> None:
-        from ..cluster.paramserver.context import check_kernel_usable
         from ..strategies import build_strategy
 
         check_kernel_usable()   # after parameter_server, TensorFlow may be stuck to it
@@ -109,7 +107,7 @@ class LocalBackend:
 
     def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
         """Run the cell under ``strategy.scope()``; record every ``model.fit``."""
-        from ..kerashooks import recording_fit
+        from ..fitrecord import recording_fit
 
         h = self._handle()
 

@@ -115,7 +115,7 @@ def validate_state(d: Any) -> dict[str, Any]:
 def empty_state(version: str | None = None) -> dict[str, Any]:
     """The state of a kernel with nbdist loaded and no strategy chosen yet."""
     if version is None:
-        from .. import __version__ as version
+        from ..version import __version__ as version
     return {
         "version": version,
         "strategy": None,

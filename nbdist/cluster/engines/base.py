@@ -1,11 +1,12 @@
 """What every set of worker engines offers: ``local.LocalEngines`` (started by nbdist on this
 machine, stopped with it) and ``profile.ProfileEngines`` (a cluster the user runs: used,
-restarted at stop, never killed). The families' backends use only this interface; ``make``
-picks the class."""
+restarted at stop, never killed). The families' backends use only this interface;
+``engines.make`` picks the class."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
@@ -38,6 +39,9 @@ class EngineSet(Protocol):
     def task_addresses(self) -> list[str]:
         """``host:port`` for each engine's TensorFlow server (a port free on its host)."""
     def describe(self) -> str: ...
+    def kill_blocked(self, pids: list[int]) -> None:
+        """End engine processes stuck in TensorFlow's start-up (they cannot quit by
+        themselves, and SIGTERM waits seconds)."""
     def restart_advice(self, family: str) -> str:
         """How the user gets engines with the kernel's environment again (``family``: the
         strategy name of the ``%distribute`` line)."""
@@ -47,23 +51,8 @@ class EngineSet(Protocol):
     def stop(self, timeout: float = 1.0, quit_fn: Any = None) -> list[int]: ...
 
 
-def make(profile: str | None, n: int | None, environment: dict[str, str],
-         asked: str | None = None) -> EngineSet:
-    """The engines for ``--cluster PROFILE`` (``n``: how many of them, None for all), or
-    ``n`` local engines started with ``environment``."""
-    if profile:
-        from .profile import ProfileEngines
-
-        return ProfileEngines(profile, n, asked=asked)
-    from .local import LocalEngines
-
-    return LocalEngines(n or 1, environment=environment)
-
-
 def nbdist_pythonpath() -> str:
     """PYTHONPATH for engines: the directory holding this nbdist first, then the current one."""
-    import nbdist
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(nbdist.__file__)))
+    here = str(Path(__file__).resolve().parents[3])   # engines/ cluster/ nbdist/ -> its parent
     rest = os.environ.get("PYTHONPATH", "")
     return os.pathsep.join(p for p in (here, rest) if p)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -60,6 +61,13 @@ class LocalEngines:
 
     def describe(self) -> str:
         return f"{self.n} local ipyparallel engines (controller on 127.0.0.1)"
+
+    def kill_blocked(self, pids: list[int]) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def restart_advice(self, family: str) -> str:
         return (f"run the `%distribute {family}` line again: nbdist starts fresh engines with "

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...backends.cells import run_cell_code
 from ...errors import RunInterrupted
-from ...kerashooks import is_number, resumed_step
+from ...fitrecord import FitRecording, is_number, recorder_class
 from ...patching import patched
 from ...telemetry import fitreduce
 from ...telemetry.run import Run
@@ -220,37 +220,39 @@ def _allreduce_clock(model: Any, st: WorkerState, run: Run) -> Any:
     return clock
 
 
+class _WorkerFitRecording(FitRecording):
+    """Records each training batch of a tf_keras fit on this worker into the kernel's Run
+    (through ``forward``); stops where the kernel's stop protocol says."""
+
+    timed = False
+
+    def __init__(self, st: WorkerState, run: Run, forward: _Forwarder, clock: Any = None):
+        super().__init__()
+        self.st, self.run, self.forward, self.clock = st, run, forward, clock
+
+    def record_batch(self, logs: dict[str, Any], step_ms: float) -> None:
+        scale = _batch_log_scale(self.model, self.st.handle.replicas)
+        logs = {k: float(v) * scale for k, v in logs.items() if is_number(v)}
+        extra = {k: v for k, v in logs.items() if k != "loss"}
+        allreduce = self.clock.read_ms() if self.clock is not None else None
+        self.timed = self.timed or allreduce is not None
+        self.run.record_step(self.step, self.epoch, loss=[logs.get("loss", float("nan"))],
+                             step_ms=step_ms, replica=-1, extra=extra or None,
+                             allreduce_ms=allreduce)
+        self.step += 1
+        self.forward.on_step(self.run)
+
+    def stop_requested(self) -> bool:
+        return self.st.gate.should_stop(self.step)
+
+
 def _fit_callback(st: WorkerState, run: Run, forward: _Forwarder, clock: Any = None) -> Any:
     """A tf_keras callback recording each training batch into the kernel's Run."""
     import tensorflow as tf
 
-    class _Recorder(tf.keras.callbacks.Callback):
-        epoch, step, started, stopped, timed = 0, 0, 0.0, False, False
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.epoch = epoch
-            self.step = self.step or resumed_step(epoch, self.params)
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            self.started = time.perf_counter()
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            step_ms = (time.perf_counter() - self.started) * 1e3
-            scale = _batch_log_scale(self.model, st.handle.replicas)
-            logs = {k: float(v) * scale for k, v in (logs or {}).items() if is_number(v)}
-            extra = {k: v for k, v in logs.items() if k != "loss"}
-            allreduce = clock.read_ms() if clock is not None else None
-            self.timed = self.timed or allreduce is not None
-            run.record_step(self.step, self.epoch, loss=[logs.get("loss", float("nan"))],
-                            step_ms=step_ms, replica=-1, extra=extra or None,
-                            allreduce_ms=allreduce)
-            self.step += 1
-            forward.on_step(run)
-            if st.gate.should_stop(self.step):
-                self.model.stop_training = True
-                self.stopped = True
-
-    return _Recorder()
+    cls = recorder_class("NbdistWorkerFitRecorder", _WorkerFitRecording,
+                         tf.keras.callbacks.Callback)
+    return cls(st, run, forward, clock)
 
 
 def _chief_says(st: WorkerState) -> Any:

@@ -1,77 +1,44 @@
-"""``MultiWorkerCluster``: what the Session holds for ``%distribute multiworker``.
+"""``MultiWorkerCluster``: the ``multiworker`` backend.
 
-Starting it: a telemetry channel server (127.0.0.1, fresh HMAC key), N local ipyparallel
-engines (the launcher sets ``TF_USE_LEGACY_KERAS`` in their environment, before any
-TensorFlow import), then ``worker.setup`` on every engine at once with its TF_CONFIG (free
-ports on 127.0.0.1): each connects back to the channel and creates
-MultiWorkerMirroredStrategy, whose collectives are bounded by ``collective_timeout``.
-Cells run on every worker through ``Dispatcher``.
-
-With ``--cluster PROFILE`` the engines are those of a cluster the user runs
-(``profile.ProfileEngines``): TF_CONFIG uses their reachable addresses and ports chosen on their
-hosts, the channel binds where they can reach it, and ``stop`` restarts them instead of
-killing them. Either way ``compat.preflight`` first checks every engine (TensorFlow importable,
-same TensorFlow and nbdist versions as the kernel).
+Starting it: engines (``engines.base.make``: N local ones with ``TF_USE_LEGACY_KERAS`` set
+before any TensorFlow import, or a user's cluster for ``--cluster PROFILE``), a telemetry
+channel where they can reach it (fresh HMAC key), ``compat.check_engines`` on each (TensorFlow
+importable, same TensorFlow and nbdist versions as the kernel), then ``worker.setup`` on every
+engine at once with its TF_CONFIG (ports free on each engine's host): each connects back to the
+channel and creates MultiWorkerMirroredStrategy, whose collectives are bounded by
+``collective_timeout``. Cells run on every worker through ``Dispatcher``; ``stop`` kills local
+engines and restarts a user's.
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
-import importlib.metadata
-import importlib.util
 import os
-import signal
-import weakref
 from typing import Any
 
 from ...backends.base import BackendStatus
 from ...backends.cells import ScopeCell, StepCell
-from ...errors import ConfigError, RunInterrupted
+from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList
 from .. import tfconfig
 from ..compat import check_engines
+from ..engines import make as make_engines
 from ..engines.base import ClusterStartError, EngineSet
-from ..engines.base import make as make_engines
 from ..failures import ClusterError, WorkerError, build_error
 from ..inengine import cells, worker
+from ..lifecycle import ClusterLifecycle, live
 from .dispatch import Dispatcher
+from .keras_choice import resolve_keras
 from .monitor import ClusterMonitor
+from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
 
 #: Default bound on each collective (seconds): a peer that is gone cannot hang the others.
 COLLECTIVE_TIMEOUT_S = 120.0
 #: After one worker's setup failed, seconds the others get before they are given up on.
 SETUP_FAIL_FAST_S = 2.0
-KERAS_CHOICES = ("auto", "legacy", "keras3")
-KERAS_ISSUE = ("Keras 3 model.fit fails under MultiWorkerMirroredStrategy "
-               "(keras-team/keras#20585)")
-_LIVE: weakref.WeakSet[MultiWorkerCluster] = weakref.WeakSet()
-
-
-def resolve_keras(choice: str) -> tuple[str, str]:
-    """The Keras workers run as tf.keras (``"legacy"``: tf_keras, or ``"keras3"``), and why."""
-    if choice not in KERAS_CHOICES:
-        raise ConfigError(f"--keras {choice!r}: choose one of {', '.join(KERAS_CHOICES)}.")
-    have_tf_keras = importlib.util.find_spec("tf_keras") is not None
-    if choice == "legacy" and not have_tf_keras:
-        raise ConfigError(
-            "--keras legacy runs tf_keras on the workers, but tf_keras is not installed. "
-            "Install the version matching TensorFlow without its dependencies (it would pull "
-            "the full `tensorflow` wheel): `pip install tf-keras==<tensorflow version> "
-            "--no-deps`."
-        )
-    if choice == "keras3":
-        return "keras3", f"asked with --keras keras3; {KERAS_ISSUE}: train in step mode"
-    if have_tf_keras:
-        why = "asked with --keras legacy" if choice == "legacy" else KERAS_ISSUE
-        return "legacy", f"TF_USE_LEGACY_KERAS=1, because {why}"
-    return "keras3", (f"tf_keras is not installed and {KERAS_ISSUE}: `pip install tf-keras "
-                      "--no-deps` for fit, or train in step mode")
-
-
-class MultiWorkerCluster:
+class MultiWorkerCluster(ClusterLifecycle):
     """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel.
 
     The ``multiworker`` backend (``nbdist.backends.base.Backend``).
@@ -125,11 +92,10 @@ class MultiWorkerCluster:
                "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
         # --cluster without --workers: n is 0 until the profile's engines are counted
         self.engines = engines = make_engines(self.spec.cluster, self.n or None, env)
-        _LIVE.add(self)
+        self._starting()
         try:
             engines.start()
-            # after ipyparallel's own atexit hook, so this one runs first (quicker: see stop)
-            atexit.register(self._stop_at_exit)
+            self._engines_started()
             if len(engines.ids) != self.n:   # --cluster: all of the profile's engines
                 self.n = len(engines.ids)
                 self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
@@ -153,7 +119,8 @@ class MultiWorkerCluster:
             failures = {w: o["error"] for w, o in outcomes.items() if "error" in o}
             if failures:
                 waiting = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
-                self._kill_blocked(waiting)
+                engines.kill_blocked([self._engine_pids[w] for w in waiting
+                                      if w in self._engine_pids])
                 cause = build_error(failures, self.n, waiting)
                 if isinstance(cause, WorkerError):   # e.g. TensorFlow missing on a worker
                     raise ClusterStartError(f"The worker processes could not set up "
@@ -166,19 +133,6 @@ class MultiWorkerCluster:
         except BaseException:
             self.stop()
             raise
-
-    def _kill_blocked(self, workers: list[int]) -> None:
-        """SIGKILL local workers blocked in TensorFlow's start-up (they cannot quit, and
-        SIGTERM waits seconds): a user's cluster restarts its engines in ``stop`` instead."""
-        if self.engines is None or not self.engines.owned:
-            return
-        for w in workers:
-            pid = self._engine_pids.get(w)
-            if pid is not None:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
 
     def stop(self) -> list[int]:
         """Stop every process and the channel; return pids that had to be killed.
@@ -194,17 +148,8 @@ class MultiWorkerCluster:
             self.channel.close()
             self.channel = None
         self.dispatcher = None
-        _LIVE.discard(self)
-        atexit.unregister(self._stop_at_exit)
+        self._stopped()
         return killed
-
-    def _stop_at_exit(self) -> None:
-        try:
-            if self.engines is not None:
-                self.engines.exiting = True   # a user's cluster: no engine restart now
-            self.stop()
-        except Exception:  # interpreter shutdown: best effort, never raise
-            pass
 
     def restarted(self) -> MultiWorkerCluster:
         """A fresh cluster with the same settings (this one is stopped first)."""
@@ -263,39 +208,13 @@ class MultiWorkerCluster:
         run = self.runs.new(mode=mode, strategy="multiworker", replicas=self.replicas_local,
                             workers=self.n, devices=self.devices)
         if mode == "fit":
-            run.note("loss is what tf_keras reports on each worker: the running mean over the "
-                     "epoch, already reduced over all workers (replica -1). tf_keras's own "
-                     "per-batch logs under MultiWorkerMirroredStrategy are that mean times the "
-                     "number of replicas (its 'auto' reduction sums them); nbdist records the "
-                     "mean. `model.distribute_reduction_method = 'first'` fixes the logs your "
-                     "own callbacks see")
+            run.note(FIT_NOTE)
         else:
-            run.note("under multiworker wait_ms covers replicas of the same worker; waiting "
-                     "for the other workers is part of allreduce_ms")
+            run.note(STEP_NOTE)
         return run
 
     def _new_fit_run(self) -> Run:
         return self._new_run("fit")
-
-    def _finish(self, outcomes: dict[int, dict[str, Any]], interrupted: bool,
-                runs: list[Run]) -> None:
-        failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"]}
-        for run in runs:
-            if run.status == "running":
-                run.finish("interrupted" if interrupted else "failed" if failures else "done")
-        real = {w: f for w, f in failures.items()
-                if f["type"] not in ("KeyboardInterrupt", "RunInterrupted")}
-        if real:
-            raise build_error(real, self.n)
-        if (interrupted or failures) and runs:
-            steps = max(r.steps_done for r in runs)
-            raise RunInterrupted(
-                f"Interrupted: the workers stopped together after step {steps}; the steps "
-                "finished so far are kept in nbdist.runs[-1]. The workers are still usable."
-            )
-        if interrupted or failures:
-            raise RunInterrupted("Interrupted: KeyboardInterrupt was raised in the cell's code "
-                                 "on every worker. The workers are still usable.")
 
     def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
         """Step mode on every worker: each runs StepRunner; rows stream into one Run."""
@@ -307,7 +226,7 @@ class MultiWorkerCluster:
         outcomes, interrupted = self._call(
             cells.run_step, [(cell.text, cell.header, cell.filename, key, spec)] * self.n,
             observers)
-        self._finish(outcomes, interrupted, [run])
+        finish_runs(outcomes, interrupted, [run], self.n)
         first = outcomes[0].get("value") or {}
         for note in first.get("notes", []):
             run.note(note)
@@ -326,7 +245,7 @@ class MultiWorkerCluster:
         args = (cell.text, cell.header, cell.filename, f"cell{cell.number}", checkpoint)
         outcomes, interrupted = self._call(cells.run_scope, [args] * self.n, observers)
         new = [r for r in self.monitor.runs() if id(r) not in before]
-        self._finish(outcomes, interrupted, new)
+        finish_runs(outcomes, interrupted, new, self.n)
         if checkpoint and not new:
             from ...checkpoint import NOTHING_TRAINED
 
@@ -365,22 +284,6 @@ class MultiWorkerCluster:
                               "be pulled; pull arrays or weights instead.") from None
 
 
-class WorkerValues:
-    """The value of a cell's last expression on each worker (shown once if all agree)."""
-
-    def __init__(self, values: dict[int, str | None]):
-        self.values = values
-
-    def __repr__(self) -> str:
-        distinct = set(self.values.values())
-        if len(distinct) == 1:
-            return str(distinct.pop())
-        return "\n".join(f"[worker {w}] {v}" for w, v in sorted(self.values.items()))
-
-    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
-        p.text(repr(self))
-
-
 def live_clusters() -> list[MultiWorkerCluster]:
     """Clusters of this process that are not stopped (tests check none is left)."""
-    return list(_LIVE)
+    return live(MultiWorkerCluster)

@@ -1,10 +1,13 @@
-"""The status of a multi-worker cluster (``%distribute status`` and the lab extension)."""
+"""The status of a multi-worker cluster (``%distribute status`` and the lab extension).
+
+Called by ``backend.MultiWorkerCluster.status`` with itself (typed ``Any`` here: this module
+does not import the backend it describes)."""
 
 from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import psutil
 
@@ -12,11 +15,8 @@ from ...backends.base import BackendStatus
 from ..compat import installed_version
 from .monitor import HUNG_AFTER_S
 
-if TYPE_CHECKING:   # the cluster asks this module for its status, not the reverse
-    from .backend import MultiWorkerCluster
 
-
-def worker_alive(cluster: MultiWorkerCluster, index: int) -> bool:
+def worker_alive(cluster: Any, index: int) -> bool:
     pid = cluster.info[index].get("pid") if index < len(cluster.info) else None
     if pid is None:
         return False
@@ -31,7 +31,7 @@ def worker_alive(cluster: MultiWorkerCluster, index: int) -> bool:
         return False
 
 
-def backend_status(cluster: MultiWorkerCluster) -> BackendStatus:
+def backend_status(cluster: Any) -> BackendStatus:
     """What ``%distribute status`` and the lab extension show of a multi-worker cluster."""
     spec = cluster.spec
     info0 = cluster.info[0] if cluster.info else {}
@@ -78,14 +78,14 @@ def backend_status(cluster: MultiWorkerCluster) -> BackendStatus:
     )
 
 
-def _engines_text(cluster: MultiWorkerCluster) -> str:
+def _engines_text(cluster: Any) -> str:
     describe = getattr(cluster.engines, "describe", None)
     if describe is not None:
         return describe()
     return f"{cluster.n} local ipyparallel engines (controller on 127.0.0.1)"
 
 
-def equivalent_code(cluster: MultiWorkerCluster) -> str:
+def equivalent_code(cluster: Any) -> str:
     """What each worker process runs, written by hand."""
     info0 = cluster.info[0] if cluster.info else {}
     spec = json.dumps(info0.get("tf_config", {}).get("cluster", {}))

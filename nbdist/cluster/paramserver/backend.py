@@ -15,23 +15,22 @@ Defaults: ``--workers 2`` and ``--ps 1``.
 
 from __future__ import annotations
 
-import atexit
 import os
 import time
-import weakref
 from typing import Any
 
 import psutil
 
-from ...backends.base import BackendStatus
+from ...backends.base import BackendStatus, refuse_keras_choice
 from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.run import Run, RunList
+from ..engines import make as make_engines
 from ..engines.base import START_TIMEOUT_S, ClusterStartError, EngineSet
-from ..engines.base import make as make_engines
 from ..failures import ClusterError, WorkerError, build_error
 from ..inengine import ps_server
+from ..lifecycle import ClusterLifecycle, live
 from . import context as ps_context
 from . import fit as ps_fit
 from .health import ProcessWatch, job_name
@@ -39,10 +38,9 @@ from .steps import PSStepLoop, require_known_length
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
-_LIVE: weakref.WeakSet[ParameterServerCluster] = weakref.WeakSet()
 
 
-class ParameterServerCluster(ProcessWatch):
+class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
     """Worker and parameter-server processes, with this kernel as their coordinator.
 
     The ``parameter_server`` backend (``nbdist.backends.base.Backend``).
@@ -78,9 +76,7 @@ class ParameterServerCluster(ProcessWatch):
     @classmethod
     def create(cls, spec: StrategySpec, runs: RunList, shell: Any = None,
                keras: str | None = None) -> ParameterServerCluster:
-        if keras is not None:
-            raise ConfigError("--keras chooses the Keras of worker processes: it applies to "
-                              "`multiworker` only.")
+        refuse_keras_choice(keras)
         return cls(spec, runs, shell)
 
     def serves(self, spec: StrategySpec, keras: str | None) -> bool:
@@ -100,10 +96,10 @@ class ParameterServerCluster(ProcessWatch):
         n = len(self.tasks)   # with --cluster: worker i on engine i, then the ps tasks
         self.engines = engines = make_engines(
             self.spec.cluster, n, env, asked=f"--workers {self.n} --ps {self.n_ps} ({n} engines)")
-        _LIVE.add(self)
+        self._starting()
         try:
             engines.start()
-            atexit.register(self._stop_at_exit)
+            self._engines_started()
             engines.mark_used()
             addresses = engines.task_addresses()
             self.cluster_spec = {"worker": addresses[:self.n], "ps": addresses[self.n:]}
@@ -150,15 +146,8 @@ class ParameterServerCluster(ProcessWatch):
         if self.engines is not None:
             killed = self.engines.stop(quit_fn=ps_server.exit_soon)
             self.engines = None
-        _LIVE.discard(self)
-        atexit.unregister(self._stop_at_exit)
+        self._stopped()
         return killed
-
-    def _stop_at_exit(self) -> None:
-        try:
-            self.stop()
-        except Exception:  # interpreter shutdown: best effort, never raise
-            pass
 
     def restarted(self) -> ParameterServerCluster:
         """Fresh processes and a fresh coordinator (after this one is stopped)."""
@@ -296,4 +285,4 @@ _NO_PUSH = ("push/pull move values to worker processes that run Python cells (mu
 
 def live_ps_clusters() -> list[ParameterServerCluster]:
     """Clusters of this process that are not stopped (tests check none is left)."""
-    return list(_LIVE)
+    return live(ParameterServerCluster)

@@ -25,32 +25,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ...errors import ConfigError
+from ...backends.kernelstate import check_kernel_usable, taint
 from ...hooks.tensorflow import detach_from_cluster
 from ...hooks.tf_coordinator import recovery_lock, stop_threads
 
 log = logging.getLogger("nbdist.cluster")
-
-#: Why this kernel's TensorFlow context cannot host another strategy (None: it can).
-_TAINTED: str | None = None
-
-RESTART_KERNEL = (
-    "This kernel's TensorFlow context is still bound to the parameter-server cluster that "
-    "was stopped ({why}), and TensorFlow cannot detach it safely. Restart the kernel "
-    "(Kernel > Restart), then choose the strategy again."
-)
-
-
-def check_kernel_usable() -> None:
-    """Raise a ConfigError if an earlier parameter-server session left the kernel unusable."""
-    if _TAINTED is not None:
-        raise ConfigError(RESTART_KERNEL.format(why=_TAINTED))
-
-
-def taint(why: str) -> None:
-    global _TAINTED
-    _TAINTED = why
-
 
 def connect(cluster: dict[str, list[str]]) -> tuple[Any, Any]:
     """ParameterServerStrategy over ``cluster`` (worker and ps jobs) and its coordinator."""

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...errors import RunInterrupted
+from ...fitrecord import FitRecording, is_number, recorder_class
 from ...hooks.tf_keras import accept_tensor_logs
-from ...kerashooks import is_number, resumed_step
 from ...patching import patched
 from ...telemetry.run import Run
 from ..failures import KerasUnsupported
@@ -203,14 +203,14 @@ def _recorder(run: Run, observers: list[Any], watch: ProcessWatch) -> Any:
 def _recorder_class() -> type:
     import tf_keras
 
-    return type("NbdistFitRecorder", (_Recorder, tf_keras.callbacks.Callback), {})
+    return recorder_class("NbdistPSFitRecorder", _Recorder, tf_keras.callbacks.Callback)
 
 
 def _without_extras(logs: Any) -> Any:
     return {k: v for k, v in logs.items() if k not in _EXTRAS} if isinstance(logs, dict) else logs
 
 
-class _Recorder:
+class _Recorder(FitRecording):
     """A tf_keras callback (``_recorder``) appending each step's row to the Run once its
     result is there."""
 
@@ -220,22 +220,19 @@ class _Recorder:
             run.note(NO_TENSOR_LOGS)
         self.run, self.observers, self.watch = run, observers, watch
         self.pending: deque[tuple[int, int, Any]] = deque()
-        self.epoch, self.step, self.stopped = 0, 0, False
 
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self.epoch = epoch
-        self.step = self.step or resumed_step(epoch, self.params)   # after a restored backup
-
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+    def record_batch(self, logs: Any, step_ms: float) -> None:
+        """Queue the step's RemoteValues; record the ones that are there (the step time is
+        measured on the worker, ``step_ms`` here is only the scheduling)."""
         if isinstance(logs, _StripExtras):
             self.pending.append((self.step, self.epoch, logs.inner))
             self.step += 1
         while self.pending and ready(self.pending[0][2]):
             self._record(*self.pending[0])
             self.pending.popleft()
-        if any(o.should_stop() for o in self.observers):
-            self.model.stop_training = True
-            self.stopped = True
+
+    def stop_requested(self) -> bool:
+        return any(o.should_stop() for o in self.observers)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self.drain()

@@ -1,20 +1,20 @@
-"""The status of a parameter-server cluster (``%distribute status`` and the lab extension)."""
+"""The status of a parameter-server cluster (``%distribute status`` and the lab extension).
+
+Called by ``backend.ParameterServerCluster.status`` with itself (typed ``Any`` here: this
+module does not import the backend it describes)."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ...backends.base import BackendStatus
 from ...hooks import tensorflow as hooks_tf
 from .health import job_name
 
-if TYPE_CHECKING:   # the cluster asks this module for its status, not the reverse
-    from .backend import ParameterServerCluster
 
-
-def backend_status(cluster: ParameterServerCluster) -> BackendStatus:
+def backend_status(cluster: Any) -> BackendStatus:
     """What ``%distribute status`` and the lab extension show of a parameter-server cluster."""
     spec = cluster.spec
     lines = [
@@ -47,7 +47,7 @@ def backend_status(cluster: ParameterServerCluster) -> BackendStatus:
     )
 
 
-def equivalent_code(cluster: ParameterServerCluster) -> str:
+def equivalent_code(cluster: Any) -> str:
     """What the processes and the kernel run, written by hand."""
     return "\n".join([
         "import tensorflow as tf",
@@ -62,7 +62,7 @@ def equivalent_code(cluster: ParameterServerCluster) -> str:
     ])
 
 
-def _engines(cluster: ParameterServerCluster) -> str:
+def _engines(cluster: Any) -> str:
     engines = cluster.engines
     if engines is not None and hasattr(engines, "describe"):
         return str(engines.describe())

@@ -1,0 +1,164 @@
+"""``model.fit`` telemetry: each training batch of a fit recorded into a Run.
+
+``FitRecording`` is the part every recorder shares (epoch and step bookkeeping, batch time,
+stopping); ``FitRecorder`` and ``recording_fit`` record a Keras 3 fit in the kernel. The
+workers (``cluster.inengine.cells``) and the parameter-server coordinator
+(``cluster.paramserver.fit``) mix ``FitRecording`` into tf_keras callbacks of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import RunInterrupted
+from .patching import patched
+from .telemetry.run import Run
+
+CENTRAL_STORAGE_LOSS_NOTE = (
+    "Keras 3 model.fit reports a wrong per-batch loss under CentralStorageStrategy in "
+    "TensorFlow 2.21 (its running mean sticks at one value within each epoch, unlike the same "
+    "fit under MirroredStrategy) although the weights train; nbdist leaves `loss` empty and "
+    "keeps Keras' number in `keras_reported_loss`. Use step mode (`%%distribute --step`) or "
+    "`mirrored` for a trustworthy loss curve."
+)
+
+
+
+class FitRecording:
+    """What every fit recorder shares, mixed into a Callback class of the Keras that runs the
+    fit (Keras 3 here, tf_keras on the workers and the coordinator): the epoch and global step
+    of each batch (going on after a restored ``BackupAndRestore``), the batch's time, and
+    stopping ``fit`` at a batch boundary when asked. A recorder implements ``record_batch``
+    (which advances ``step`` for each batch it records) and ``stop_requested``.
+    """
+
+    epoch, step, started, stopped = 0, 0, 0.0, False
+    model: Any
+    params: Any
+
+    def record_batch(self, logs: dict[str, Any], step_ms: float) -> None:
+        raise NotImplementedError
+
+    def stop_requested(self) -> bool:
+        raise NotImplementedError
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.epoch = epoch
+        self.step = self.step or resumed_step(epoch, self.params)
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.started = time.perf_counter()
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.record_batch(logs or {}, (time.perf_counter() - self.started) * 1e3)
+        if self.stop_requested():
+            self.model.stop_training = True
+            self.stopped = True
+
+
+def recorder_class(name: str, recording: type, callback_base: type) -> type:
+    """``recording`` (a ``FitRecording``) as a Callback of ``callback_base``'s Keras."""
+    return type(name, (recording, callback_base), {})
+
+
+class FitRecorder(FitRecording):
+    """A Keras 3 callback that appends each training batch of ``fit`` to a Run
+    (``FitRecorder.create``).
+
+    Reading the logs every batch adds no device synchronisation: Keras 3 on TensorFlow
+    converts each batch's logs to Python numbers on the training thread anyway (its async
+    callback dispatch is off for this backend, ``IS_THREAD_SAFE = False``, Keras 3.15).
+    """
+
+    def __init__(self, run: Run, observers: list[Any], central_storage: bool):
+        super().__init__()
+        self.run, self.observers, self.central_storage = run, observers, central_storage
+
+    @classmethod
+    def create(cls, run: Run, observers: list[Any], central_storage: bool) -> FitRecorder:
+        import keras
+
+        return recorder_class("NbdistFitRecorder", cls, keras.callbacks.Callback)(
+            run, observers, central_storage)
+
+    def stop_requested(self) -> bool:
+        return any(o.should_stop() for o in self.observers)
+
+    def record_batch(self, logs: dict[str, Any], step_ms: float) -> None:
+        reported = float(logs.get("loss", float("nan")))
+        extra = {k: float(v) for k, v in logs.items() if k != "loss" and is_number(v)}
+        loss = reported
+        if self.central_storage:
+            extra["keras_reported_loss"] = reported
+            loss = float("nan")
+        self.run.record_step(self.step, self.epoch, loss=[loss], step_ms=step_ms,
+                             extra=extra or None, replica=-1)
+        self.step += 1
+        for observer in self.observers:
+            observer.on_step(self.run)
+
+
+@contextlib.contextmanager
+def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_storage: bool,
+                  extra_callbacks: Callable[[Any, Run, dict[str, Any]], list[Any]] | None = None
+                  ) -> Iterator[list[Run]]:
+    """Patch ``keras.Model.fit`` so each call inside the block records into a fresh Run.
+
+    ``extra_callbacks(model, run, fit_kwargs)``: more callbacks for each call (--checkpoint).
+    """
+    import keras
+
+    cls = keras.Model
+    original = cls.fit
+    started: list[Run] = []
+
+    def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+        run = new_run()
+        started.append(run)
+        run.note("loss is what Keras reports: the running mean over the epoch so far; "
+                 "replica -1 means the value is reduced over all replicas")
+        if central_storage:
+            run.note(CENTRAL_STORAGE_LOSS_NOTE)
+        recorder = FitRecorder.create(run, observers, central_storage)
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        if extra_callbacks is not None:
+            callbacks += extra_callbacks(model, run, kwargs)
+        callbacks.append(recorder)
+        try:
+            history = original(model, *args, callbacks=callbacks, **kwargs)
+        except KeyboardInterrupt:
+            run.finish("interrupted")
+            raise RunInterrupted(
+                f"model.fit interrupted after step {run.steps_done}; the steps so far are kept "
+                f"in nbdist.runs[-1] (run {run.id})."
+            ) from None
+        except BaseException as err:
+            run.finish("failed", f"{type(err).__name__}: {err}")
+            raise
+        run.finish("stopped" if recorder.stopped else "done")
+        return history
+
+    with patched([(cls, "fit", fit)]):
+        yield started
+
+
+def resumed_step(epoch: int, params: dict[str, Any] | None) -> int:
+    """The global step a fit starting at ``epoch`` starts from (0 for the first epoch).
+
+    A fit that restored a backup (or got ``initial_epoch``) starts later: its steps go on from
+    there, ``epoch * steps per epoch``, when Keras knows the steps per epoch.
+    """
+    steps = (params or {}).get("steps")
+    return epoch * steps if epoch > 0 and isinstance(steps, int) else 0
+
+
+def is_number(value: Any) -> bool:
+    """True for values Keras logs that convert to float (skips strings, arrays...)."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
