@@ -1,11 +1,14 @@
-"""Lazily built Keras optimizers in step mode.
+"""Lazily built Keras optimizers and models in step mode.
 
 A Keras 3 optimizer creates its slot variables on its first ``apply_gradients``. Inside a
 ``tf.function`` under MirroredStrategy that first call fails deep in TensorFlow ("You must
-feed a value for placeholder tensor"). ``optimizer_prebuild`` intercepts that build during
-tracing, aborts the trace, builds the optimizer eagerly under the strategy's scope (what a
-careful user would do by hand) and lets the runner trace again. (``model.fit`` telemetry is
-``fitrecord``.)
+feed a value for placeholder tensor"). A Keras 3 model without an ``Input`` (TensorFlow's
+tutorial ``Sequential`` CNN) creates its weights on its first call: inside ``strategy.run``
+that fails with errors that vary by run and leaves the model with empty variables.
+``building_prebuild`` intercepts both builds during tracing, before anything is created,
+aborts the trace, builds the object eagerly under the strategy's scope (an optimizer for its
+variables, a model from the shapes and dtypes it was called with, symbolically: no data runs
+through it) and lets the runner trace again. (``model.fit`` telemetry is ``fitrecord``.)
 """
 
 from __future__ import annotations
@@ -19,46 +22,70 @@ from .patching import patched
 
 
 class _NeedsBuild(Exception):
-    """Raised inside a trace to abort it so an optimizer can be built eagerly."""
+    """Raised inside a trace to abort it so an optimizer or a model can be built eagerly."""
 
 
 @contextlib.contextmanager
-def optimizer_prebuild(pending: list[tuple[Any, list[Any]]]) -> Iterator[None]:
-    """While active, an unbuilt Keras optimizer built inside a tf.function aborts the trace."""
+def building_prebuild(pending: list[tuple[Any, Callable[[], Any]]]) -> Iterator[None]:
+    """While active, an unbuilt Keras 3 optimizer or model first used inside a tf.function
+    aborts the trace; ``pending`` gets ``(object, build)`` to run eagerly under the scope."""
     import keras
     import tensorflow as tf
 
-    cls = keras.optimizers.Optimizer
-    original = cls.build
+    optimizer_cls, model_cls = keras.optimizers.Optimizer, keras.Model
+    build_optimizer, call_model = optimizer_cls.build, model_cls.__call__
 
     def build(self: Any, variables: Any) -> Any:
         if tf.inside_function() and not self.built:
-            pending.append((self, list(variables)))
+            variables = list(variables)
+            pending.append((self, lambda: self.build(variables)))   # the subclass's build
             raise _NeedsBuild()
-        return original(self, variables)
+        return build_optimizer(self, variables)
 
-    with patched([(cls, "build", build)]):
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if tf.inside_function() and not self.built:
+            inputs = symbolic_inputs((args, kwargs))
+            pending.append((self, lambda: call_model(self, *inputs[0], **inputs[1])))
+            raise _NeedsBuild()
+        return call_model(self, *args, **kwargs)
+
+    with patched([(optimizer_cls, "build", build), (model_cls, "__call__", call)]):
         yield
+
+
+def symbolic_inputs(structure: Any) -> Any:
+    """``structure`` with each tensor replaced by a ``keras.KerasTensor`` of its shape (batch
+    dimension unknown) and dtype: calling a model on them builds it without running it."""
+    import keras
+    import tensorflow as tf
+
+    def spec(value: Any) -> Any:
+        if isinstance(value, tf.Tensor | tf.Variable) and value.shape.rank:
+            return keras.KerasTensor((None, *value.shape[1:]), dtype=value.dtype.name)
+        return value
+
+    return tf.nest.map_structure(spec, structure)
 
 
 def call_building_optimizers(
     make_fn: Callable[[], Callable[[Any], Any]], arg: Any, strategy: Any
 ) -> tuple[Callable[[Any], Any], Any]:
-    """First call of a compiled step: build any Keras optimizer it would build, then run it.
+    """First call of a compiled step: build any Keras optimizer or model it would build (under
+    ``strategy``'s scope), then run it.
 
     Returns the compiled function that ran and its result. After an aborted trace the function
     is compiled afresh, because variables created before the abort would otherwise linger in the
     half-finished tf.function.
     """
     tf_logger = logging.getLogger("tensorflow")
-    for _ in range(8):  # one retry per optimizer the step uses
+    for _ in range(8):  # one retry per optimizer or model the step uses
         fn = make_fn()
-        pending: list[tuple[Any, list[Any]]] = []
+        pending: list[tuple[Any, Callable[[], Any]]] = []
         level = tf_logger.level
         # MirroredStrategy's thread coordinator logs our deliberate abort at INFO level.
         tf_logger.setLevel(max(level, logging.WARNING))
         try:
-            with optimizer_prebuild(pending):
+            with building_prebuild(pending):
                 return fn, fn(arg)
         except _NeedsBuild:
             pass
@@ -68,8 +95,8 @@ def call_building_optimizers(
         finally:
             tf_logger.setLevel(level)
         with strategy.scope():
-            for optimizer, variables in pending:
-                if not optimizer.built:
-                    optimizer.build(variables)
+            for obj, build in pending:
+                if not obj.built:   # each replica thread of the trace may have asked
+                    build()
     fn = make_fn()
     return fn, fn(arg)

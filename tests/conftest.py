@@ -54,6 +54,7 @@ FILE_TIERS = {
     "test_rewrite.py": "unit",
     "test_spec.py": "unit",
     "test_tiers.py": "unit",
+    "test_tutorial_objects.py": "kernel",
     "browser/test_dashboard_live.py": "browser",
     "browser/test_lab.py": "browser",
     "browser/test_lab_workers.py": "browser",

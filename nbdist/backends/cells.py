@@ -90,13 +90,16 @@ def with_checkpoint_dir(spec: RunSpec) -> RunSpec:
 
 def step_inputs(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas: int,
                 say: Callable[[str], None] | None = print) -> StepInputs:
-    """The ``--data`` dataset (checked against ``replicas``) and the ``--checkpoint``."""
+    """The ``--data`` dataset (checked against ``replicas``) and the ``--checkpoint``; the
+    objects the cell trains checked (``stepobjects``): all before any Run exists."""
     from ..data import check_dataset, lookup_dataset, steps_per_epoch
+    from ..stepobjects import check_step_objects
 
     spec = cell.spec
     assert spec.data is not None
     dataset = lookup_dataset(user_ns, spec.data)
     check_dataset(dataset, spec.data, replicas, spec.steps)
+    check_step_objects(cell.text, user_ns, strategy)   # created under it, buildable
     checkpoint = None
     if spec.checkpoint:
         from ..checkpoint import StepCheckpoint

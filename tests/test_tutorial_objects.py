@@ -1,0 +1,113 @@
+"""The objects TensorFlow's custom_training tutorial trains, typed into cells as it writes
+them: a Sequential CNN without `Input`, objects made outside `%%distribute` (issue 12)."""
+
+import pytest
+from helpers import run_err, run_ok
+
+import nbdist
+from nbdist.errors import StepCodeError
+
+DATA = """
+import os, tempfile
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH_SIZE = 8
+rng = np.random.default_rng(0)
+images = rng.random((64, 10, 10, 1)).astype("float32")
+labels = rng.integers(0, 10, 64)
+train_dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(
+    GLOBAL_BATCH_SIZE, drop_remainder=True)
+"""
+
+# the tutorial's create_model(): no Input layer, so the model builds on its first call
+CREATE = """%%distribute
+model = tf.keras.Sequential([
+    tf.keras.layers.Conv2D(8, 3, activation='relu'),
+    tf.keras.layers.MaxPooling2D(),
+    tf.keras.layers.Flatten(),
+    tf.keras.layers.Dense(16, activation='relu'),
+    tf.keras.layers.Dense(10),
+])
+loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
+    from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+optimizer = tf.keras.optimizers.Adam()
+checkpoint = tf.train.Checkpoint(optimizer=optimizer, model=model)
+"""
+
+STEP = """%%distribute --step --data train_dataset --steps 3
+images, labels = batch
+with tf.GradientTape() as tape:
+    predictions = model(images, training=True)
+    loss = tf.nn.compute_average_loss(loss_object(labels, predictions),
+                                      global_batch_size=GLOBAL_BATCH_SIZE)
+gradients = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+"""
+
+ROUND_TRIP = """
+path = checkpoint.save(os.path.join(tempfile.mkdtemp(), "ckpt"))
+saved = [v.numpy().copy() for v in model.variables]
+for v in model.variables:
+    v.assign(tf.zeros_like(v))
+checkpoint.restore(path)
+restored = [v.numpy() for v in model.variables]
+stored_shapes = [tuple(shape) for name, shape in tf.train.list_variables(path)
+                 if "VARIABLE_VALUE" in name]
+"""
+
+
+@pytest.fixture
+def shell(ip):
+    run_ok(ip, DATA)
+    run_ok(ip, CREATE)
+    return ip
+
+
+def _assert_model_real(shell):
+    """Every variable has its real shape and a checkpoint save/restore round-trips it."""
+    ns = shell.user_ns
+    shapes = [tuple(v.shape) for v in ns["model"].variables]
+    assert shapes[:2] == [(3, 3, 1, 8), (8,)], shapes
+    assert all(v.numpy().size for v in ns["model"].variables)
+    run_ok(shell, ROUND_TRIP)
+    assert (0,) not in ns["stored_shapes"] and (3, 3, 1, 8) in ns["stored_shapes"]
+    for before, after in zip(ns["saved"], ns["restored"], strict=True):
+        assert before.shape == after.shape and (before == after).all()
+
+
+def test_the_tutorial_model_without_input_trains_in_a_step_cell(shell):
+    run_ok(shell, STEP)
+    run = nbdist.runs[-1]
+    assert run.status == "done" and run.steps_done == 3
+    _assert_model_real(shell)
+
+
+def test_a_failing_step_cell_leaves_the_lazy_model_usable(shell):
+    failing = STEP.replace("optimizer.apply_gradients", "tf.debugging.assert_equal(loss, -1.0)\n"
+                           "optimizer.apply_gradients")
+    run_err(shell, failing)
+    assert nbdist.runs[-1].status == "failed"
+    _assert_model_real(shell)   # built (by nbdist, before the trace), not emptied
+    run_ok(shell, STEP)         # and still trains
+    assert nbdist.runs[-1].status == "done"
+
+
+@pytest.mark.parametrize("made_outside", ["model", "optimizer"])
+def test_objects_made_outside_distribute_are_refused_by_name(shell, made_outside):
+    plain = {
+        "model": "model = tf.keras.Sequential([tf.keras.Input((10, 10, 1)), "
+                 "tf.keras.layers.Flatten(), tf.keras.layers.Dense(10)])",
+        "optimizer": "optimizer = tf.keras.optimizers.Adam()",
+    }[made_outside]
+    if made_outside == "optimizer":   # a model that is fine, built under the strategy
+        run_ok(shell, "%%distribute\nmodel.build((None, 10, 10, 1))")
+    run_ok(shell, plain)   # a cell without %%distribute
+    before = len(nbdist.runs)
+    err = run_err(shell, STEP)
+    assert isinstance(err, StepCodeError)
+    message = str(err)
+    assert f"`{made_outside}`" in message and "outside `%%distribute`" in message
+    assert "in a `%%distribute` cell" in message
+    line = 4 if made_outside == "model" else 8   # the cell line that first names it
+    assert message.startswith(f"cell line {line} ")
+    assert len(nbdist.runs) == before   # refused before any Run exists
