@@ -29,6 +29,7 @@ __all__ = [
     "push",
     "runs",
     "show_graph",
+    "strategy",
 ]
 
 
@@ -39,6 +40,16 @@ def show_graph(fn: Any, *args: Any, **options: Any) -> Any:
     from .graphview import show_graph as show
 
     return show(fn, *args, **options)
+
+
+def strategy() -> Any:
+    """The session's ``tf.distribute`` strategy (the one ``%distribute ...`` built), for
+    hand-written code: ``strategy.run``, ``strategy.experimental_distribute_dataset``,
+    ``strategy.scope()``. ``%distribute`` also names it ``strategy`` in the notebook unless
+    that name is already yours."""
+    from .session import current_session
+
+    return current_session().strategy()
 
 
 def picker() -> Any:
@@ -77,6 +88,9 @@ def load_ipython_extension(ipython: Any) -> None:
         session.listeners.append(channel.publish)       # throttled; cheap when unchanged
         ipython.events.register("post_run_cell", session.flush_listeners)
         session.lab_channel = channel
+    if session.pre_run_cell not in ipython.events.callbacks["pre_run_cell"]:
+        ipython.events.register("pre_run_cell", session.pre_run_cell)
+        ipython.events.register("post_run_cell", session.post_run_cell)
         channel.open()
 
 
@@ -85,6 +99,10 @@ def unload_ipython_extension(ipython: Any) -> None:
 
     session = current_session(ipython)
     session.stop()
+    if session.pre_run_cell in ipython.events.callbacks["pre_run_cell"]:
+        session.post_run_cell()
+        ipython.events.unregister("pre_run_cell", session.pre_run_cell)
+        ipython.events.unregister("post_run_cell", session.post_run_cell)
     if session.lab_channel is not None:
         session.lab_channel.close()
         session.listeners.remove(session.lab_channel.publish)

@@ -103,11 +103,12 @@ class FitRecorder(FitRecording):
 
 @contextlib.contextmanager
 def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_storage: bool,
-                  extra_callbacks: Callable[[Any, Run, dict[str, Any]], list[Any]] | None = None
-                  ) -> Iterator[list[Run]]:
+                  extra_callbacks: Callable[[Any, Run, dict[str, Any]], list[Any]] | None = None,
+                  only: Callable[[Any], bool] | None = None) -> Iterator[list[Run]]:
     """Patch ``keras.Model.fit`` so each call inside the block records into a fresh Run.
 
-    ``extra_callbacks(model, run, fit_kwargs)``: more callbacks for each call (--checkpoint).
+    ``extra_callbacks(model, run, fit_kwargs)``: more callbacks for each call (--checkpoint);
+    ``only(model)``: record only the fits of models it accepts (others run untouched).
     """
     import keras
 
@@ -116,6 +117,8 @@ def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_stor
     started: list[Run] = []
 
     def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if only is not None and not only(model):
+            return original(model, *args, **kwargs)
         run = new_run()
         started.append(run)
         run.note("loss is what Keras reports: the running mean over the epoch so far; "

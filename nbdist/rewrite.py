@@ -49,6 +49,9 @@ class StepSource:
     loss: str
     grads: str | None
     line_offset: int
+    #: the cell divides its loss by the global batch (``tf.nn.compute_average_loss``, or a
+    #: name with ``global_batch`` in it): the replicas' losses then add up to the batch's loss
+    global_batch_loss: bool = False
 
     def cell_line(self, generated_line: int) -> int | None:
         """Return the cell line shown at ``generated_line``, or None for a template line."""
@@ -139,7 +142,20 @@ def rewrite_step(
         loss=loss,
         grads=grads,
         line_offset=_LINE_OFFSET,
+        global_batch_loss=divides_by_global_batch(tree),
     )
+
+
+def divides_by_global_batch(tree: ast.AST) -> bool:
+    """True if the cell calls ``compute_average_loss`` (which divides by the global batch,
+    given or not) or names something ``global_batch...`` (``/ GLOBAL_BATCH_SIZE``)."""
+    for node in ast.walk(tree):
+        name = (node.id if isinstance(node, ast.Name) else node.attr
+                if isinstance(node, ast.Attribute) else node.arg
+                if isinstance(node, ast.keyword) else None)
+        if name and (name == "compute_average_loss" or "global_batch" in name.lower()):
+            return True
+    return False
 
 
 def _split_lines(text: str) -> list[str]:

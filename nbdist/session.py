@@ -7,6 +7,7 @@ and the lab extension act through the same code path. The Session holds one ``Ba
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,10 @@ class Session:
         self.listeners: list[Callable[[], None]] = []   # called when the state changes
         self.lab_channel: Any = None                     # nbdist.lab.comm.LabChannel, if open
         self._cells = 0
+        self._in_cell = False                            # a %%distribute cell is running
+        self._published: Any = None                      # the `strategy` nbdist put in user_ns
+        self._plain: contextlib.ExitStack | None = None  # around a cell without %%distribute
+        self._told: set[str] = set()                     # one-time notes already printed
 
     # -- strategy --------------------------------------------------------------------------
     def configure(self, spec: StrategySpec, keras: str | None = None) -> Backend:
@@ -52,8 +57,40 @@ class Session:
         fresh.start()   # if this fails, a backend that was not exclusive stays the kernel's
         self._stop_backend()
         self.backend = fresh
+        self._publish_strategy()
         self._changed()
         return fresh
+
+    def strategy(self) -> Any:
+        """The session's tf.distribute strategy in this kernel (``nbdist.strategy()``)."""
+        if self.backend is None:
+            raise ConfigError("No strategy is set: run `%distribute mirrored --devices 2` (or "
+                              "another strategy) first; `strategy` is then the session's.")
+        strategy = _kernel_strategy(self.backend)
+        if strategy is None:
+            raise ConfigError(
+                f"Under `{self.backend.spec.magic_line()}` the strategy lives in each worker "
+                "process, not in the kernel: use `strategy` inside a `%%distribute` cell, "
+                "where every worker has its own.")
+        return strategy
+
+    def _publish_strategy(self) -> None:
+        """Put the session's strategy in the user's namespace as ``strategy`` (what every
+        TensorFlow tutorial calls it), unless that name holds something of the user's."""
+        ns = self.shell.user_ns
+        ours = "strategy" not in ns or ns["strategy"] is self._published
+        strategy = None if self.backend is None else _kernel_strategy(self.backend)
+        if not ours:
+            if strategy is not None and ns["strategy"] is not strategy:
+                self._tell_once("strategy", (
+                    "nbdist: `strategy` already names something of yours, so nbdist left it "
+                    "alone; the session's strategy is `nbdist.strategy()`."))
+            return
+        if strategy is None:
+            ns.pop("strategy", None)
+        else:
+            ns["strategy"] = strategy
+        self._published = strategy
 
     def _stop_backend(self) -> list[int]:
         backend, self.backend = self.backend, None
@@ -109,6 +146,7 @@ class Session:
         """Forget the strategy and stop any worker processes (returns pids that had to be
         killed). Logical CPU devices stay: TensorFlow cannot undo them."""
         killed = self._stop_backend()
+        self._publish_strategy()
         self._changed()
         return killed
 
@@ -143,10 +181,41 @@ class Session:
              cell: str, spec: RunSpec, observers: list[Any], header: str) -> Any:
         self._cells += 1
         prepared = prepare(cell, spec, header, self._cells)   # refuses before any Run exists
+        self._in_cell = True
         try:
             return method(prepared, [*observers, _Notify(self._changed)])
         finally:
+            self._in_cell = False
             self._changed()
+
+    # -- cells without %%distribute --------------------------------------------------------
+    def pre_run_cell(self, info: Any = None) -> None:
+        """Before any cell: while a strategy is set, record a ``model.fit`` of a model built
+        under it (the backend decides which; a ``%%distribute`` cell records its own)."""
+        self.post_run_cell()
+        begin = getattr(self.backend, "plain_cell_fits", None)
+        if begin is None:
+            return
+        stack = contextlib.ExitStack()
+        stack.enter_context(begin(lambda: self._in_cell, self._recorded_plain_fit))
+        self._plain = stack
+
+    def post_run_cell(self, *_: Any) -> None:
+        stack, self._plain = self._plain, None
+        if stack is not None:
+            stack.close()
+
+    def _recorded_plain_fit(self, run: Run) -> None:
+        self._tell_once("plain fit", (
+            f"nbdist: this model.fit is recorded as run {run.id} (nbdist.runs[-1]): the model "
+            "was built under the session's strategy, so it trains on every replica here too. "
+            "Fit it in a `%%distribute` cell to see the live dashboard."))
+        self._changed()
+
+    def _tell_once(self, key: str, text: str) -> None:
+        if key not in self._told:
+            self._told.add(key)
+            print(text)
 
     # -- listeners -------------------------------------------------------------------------
     def flush_listeners(self, *_: Any) -> None:
@@ -161,6 +230,15 @@ class Session:
                 listener()
             except Exception:  # a broken status display must never stop training
                 pass
+
+
+def _kernel_strategy(backend: Backend) -> Any:
+    """The backend's tf.distribute strategy in the kernel, or None (multiworker: in the
+    workers; a backend not started)."""
+    try:
+        return getattr(backend, "strategy", None)
+    except ConfigError:
+        return None
 
 
 class _Notify:

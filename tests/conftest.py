@@ -53,6 +53,7 @@ FILE_TIERS = {
     "test_picker.py": "kernel",
     "test_rewrite.py": "unit",
     "test_spec.py": "unit",
+    "test_strategy_object.py": "kernel",
     "test_tiers.py": "unit",
     "test_tutorial_objects.py": "kernel",
     "browser/test_dashboard_live.py": "browser",

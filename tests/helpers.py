@@ -13,6 +13,17 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# The training step of TensorFlow's custom_training tutorial, as it writes it (the body of its
+# train_step(inputs), after `images, labels = inputs`).
+TUTORIAL_STEP = """with tf.GradientTape() as tape:
+    predictions = model(images, training=True)
+    loss = tf.nn.compute_average_loss(loss_object(labels, predictions),
+                                      global_batch_size=GLOBAL_BATCH_SIZE)
+gradients = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+"""
+
+
 def run_ok(shell, code: str):
     """Run a cell; fail the test with the cell's error if it raised."""
     result = shell.run_cell(textwrap.dedent(code), store_history=False)

@@ -22,7 +22,7 @@ from nbdist.telemetry.run import Run
 from nbdist.widgets import dashboard as dashboard_mod
 from nbdist.widgets.dashboard import Dashboard
 from nbdist.widgets.decimator import Decimator
-from nbdist.widgets.figure import FigureModel
+from nbdist.widgets.figure import FigureModel, static_figure
 from nbdist.widgets.series import RunSeries, bus_bandwidth
 from nbdist.widgets.stopper import StopSignal
 
@@ -183,6 +183,32 @@ def test_one_trace_per_replica_and_global_line(recorder: Recorder) -> None:
     menu = dash.views[1].fig.layout.updatemenus[0]                 # log-scale toggle for loss
     assert {b.args[0]["yaxis.type"] for b in menu.buttons} == {"linear", "log"}
     assert recorder.displayed, "the dashboard was not displayed"
+
+
+def test_global_loss_is_the_sum_of_replicas_when_they_add_up(recorder: Recorder) -> None:
+    # each replica's loss divided by the global batch (compute_average_loss): the tutorial
+    # reports their sum; the bold line, the summary and the progress line show it too
+    run = Run(id=1, mode="step", strategy="mirrored", replicas=4, total_steps=20)
+    run.sum_replica_losses(4)
+    feed(run, 0, 20)
+    dash = live_dashboard(run)
+    run.finish("done")
+    dash.close()
+    loss = by_panel(dash, "x")
+    label = "global loss (sum of replicas)"
+    assert sorted(loss) == [label, "replica 0", "replica 1", "replica 2", "replica 3"]
+    expected = np.sum([[1.0 / (s + 1) + 0.1 * r for r in range(4)] for s in range(20)], axis=1)
+    assert np.allclose(loss[label].y, expected)
+    assert run.last["global_loss"] == pytest.approx(expected[-1])
+    assert f"loss (sum of replicas) {expected[-1]:.4g}" in run.summary()
+    assert "loss per replica: " in run.summary()   # the per-replica values beside it
+    assert any("sum of the 4 replicas' losses" in note for note in run.notes)
+    from nbdist.widgets.progress import _progress_html
+
+    assert f"loss {expected[-1]:.4g}" in _progress_html(run)
+    fig = static_figure(run)   # run.plot(): the same line, the same label
+    [line] = [t for t in fig.data if t.name == label]
+    assert np.allclose(line.y, expected)
 
 
 def test_keras_fit_run_draws_the_reduced_series(recorder: Recorder) -> None:

@@ -374,3 +374,15 @@ def test_module_imports_neither_tensorflow_nor_ipython():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("body, adds_up", [
+    ("loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)", True),
+    ("loss = tf.nn.compute_average_loss(per_example)", True),
+    ("loss = tf.reduce_sum(per_example) * (1. / GLOBAL_BATCH_SIZE)", True),
+    ("loss = tf.reduce_mean(per_example)", False),
+])
+def test_the_step_knows_whether_replica_losses_add_up(body, adds_up):
+    # the headline loss is their sum when each is divided by the global batch (issue 12)
+    step = rewrite_step(f"x, y = batch\n{body}", filename="<nbdist-step-t>")
+    assert step.global_batch_loss is adds_up

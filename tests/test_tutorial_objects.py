@@ -2,7 +2,7 @@
 them: a Sequential CNN without `Input`, objects made outside `%%distribute` (issue 12)."""
 
 import pytest
-from helpers import run_err, run_ok
+from helpers import TUTORIAL_STEP, run_err, run_ok
 
 import nbdist
 from nbdist.errors import StepCodeError
@@ -34,15 +34,8 @@ optimizer = tf.keras.optimizers.Adam()
 checkpoint = tf.train.Checkpoint(optimizer=optimizer, model=model)
 """
 
-STEP = """%%distribute --step --data train_dataset --steps 3
-images, labels = batch
-with tf.GradientTape() as tape:
-    predictions = model(images, training=True)
-    loss = tf.nn.compute_average_loss(loss_object(labels, predictions),
-                                      global_batch_size=GLOBAL_BATCH_SIZE)
-gradients = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-"""
+STEP = ("%%distribute --step --data train_dataset --steps 3\nimages, labels = batch\n"
+        + TUTORIAL_STEP)
 
 ROUND_TRIP = """
 path = checkpoint.save(os.path.join(tempfile.mkdtemp(), "ckpt"))
@@ -58,8 +51,8 @@ stored_shapes = [tuple(shape) for name, shape in tf.train.list_variables(path)
 
 @pytest.fixture
 def shell(ip):
-    run_ok(ip, DATA)
-    run_ok(ip, CREATE)
+    for cell in (DATA, CREATE):   # the tutorial's data, then its create_model() cell
+        run_ok(ip, cell)
     return ip
 
 

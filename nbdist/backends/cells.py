@@ -109,6 +109,19 @@ def step_inputs(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas
     return StepInputs(dataset, steps_per_epoch(dataset, spec.steps), checkpoint)
 
 
+def describe_loss(run: Any, cell: StepCell, in_sync: int) -> None:
+    """How the Run's headline loss comes from the replicas' losses (``Run.loss_scale``)."""
+    if in_sync <= 1:
+        return
+    if cell.source.global_batch_loss:
+        run.sum_replica_losses(in_sync)
+        return
+    run.note(f"loss (global) is the mean of the {in_sync} replicas' losses: the cell does not "
+             "divide its loss by the global batch (tf.nn.compute_average_loss(..., "
+             "global_batch_size=...)), and the optimizer sums the replicas' gradients, so they "
+             f"are {in_sync} times the gradients of that mean")
+
+
 def run_cell_code(shell: Any, text: str, filename: str | None = None) -> Any:
     """Run ``text`` in ``shell``'s namespace as IPython runs a cell; return the value of its
     last expression (or None).

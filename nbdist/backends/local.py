@@ -7,6 +7,8 @@ and scope cells under ``strategy.scope()`` with every ``model.fit`` recorded.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ConfigError
@@ -14,7 +16,7 @@ from ..spec import StrategySpec
 from ..strategies import StrategyHandle
 from ..telemetry.run import Run, RunList
 from .base import BackendStatus, refuse_keras_choice
-from .cells import ScopeCell, StepCell, run_cell_code, step_inputs
+from .cells import ScopeCell, StepCell, describe_loss, run_cell_code, step_inputs
 from .kernelstate import check_kernel_usable
 
 _NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
@@ -101,6 +103,7 @@ class LocalBackend:
             mode="step", strategy=self.spec.name, replicas=h.replicas, devices=h.devices,
             total_steps=per_epoch * cell.spec.epochs if per_epoch else None,
         )
+        describe_loss(run, cell, h.replicas)
         runner = StepRunner(cell.source, user_ns, cell.spec, run, observers=observers,
                             checkpoint=inputs.checkpoint, dataset=inputs.dataset, handle=h)
         return runner.execute()
@@ -130,6 +133,33 @@ class LocalBackend:
 
             print(NOTHING_TRAINED.format(dir=cell.spec.checkpoint))
         return result
+
+    @contextlib.contextmanager
+    def plain_cell_fits(self, busy: Callable[[], bool],
+                        recorded: Callable[[Run], None]) -> Iterator[None]:
+        """Around a cell without ``%%distribute``: a ``model.fit`` of a Keras 3 model made under
+        this strategy trains on every replica anyway, so it is recorded into a Run too
+        (``recorded(run)`` is told). ``busy()``: a ``%%distribute`` cell records it itself."""
+        from ..fitrecord import recording_fit
+
+        h = self.handle
+        if h is None:
+            yield
+            return
+
+        def ours(model: Any) -> bool:
+            return not busy() and getattr(model, "distribute_strategy", None) is h.strategy
+
+        def new_run() -> Run:
+            run = self.runs.new(mode="fit", strategy=self.spec.name, replicas=h.replicas,
+                                devices=h.devices)
+            run.note("recorded from a cell without %%distribute: the model was built under "
+                     "the strategy, so its fit trains on every replica")
+            recorded(run)
+            return run
+
+        with recording_fit(new_run, [], self.spec.name == "central_storage", only=ours):
+            yield
 
     # -- data ------------------------------------------------------------------------------
     def push(self, values: dict[str, Any]) -> None:

@@ -53,6 +53,9 @@ class Run:
     started: float = field(default_factory=time.time)
     ended: float | None = None
     allreduce_bytes: int | None = None         # bytes each replica contributes per allreduce
+    #: the global (headline) loss of a step = the mean of its rows' losses x loss_scale: the
+    #: replicas in sync when their losses add up (divided by the global batch), else 1
+    loss_scale: int = 1
     _rows: list[Row] = field(default_factory=list, repr=False)
     _extras: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -109,6 +112,15 @@ class Run:
         if text not in self.notes:
             self.notes.append(text)
 
+    def sum_replica_losses(self, in_sync: int) -> None:
+        """The replicas' losses are parts of one global loss (each divided by the global
+        batch): the headline loss of a step is their sum over the ``in_sync`` replicas."""
+        self.loss_scale = in_sync
+        self.note(f"loss (global) is the sum of the {in_sync} replicas' losses, as TensorFlow's "
+                  "tutorials report it (strategy.reduce(SUM, per_replica_losses)): each "
+                  "replica's loss is already divided by the global batch; the per-replica values "
+                  "are the `loss` column of run.metrics")
+
     def finish(self, status: str, error: str | None = None) -> None:
         if status not in STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
@@ -140,7 +152,8 @@ class Run:
 
     @property
     def last(self) -> dict[str, Any]:
-        """The most recent step as a dict of per-replica means (empty before the first step)."""
+        """The most recent step as a dict of per-replica means, and its ``global_loss`` (see
+        ``loss_scale``; empty before the first step)."""
         rows = self._rows
         if not rows:
             return {}
@@ -149,6 +162,7 @@ class Run:
         out: dict[str, Any] = {"step": step, "epoch": mine[-1].epoch}
         for name in MEASURED:
             out[name] = _nanmean(getattr(r, name) for r in mine)
+        out["global_loss"] = out["loss"] * self.loss_scale
         return out
 
     @property
@@ -179,7 +193,10 @@ class Run:
         )
         lines = [head]
         if last:
-            parts = [f"{k} {last[k]:.4g}" for k in ("loss", "grad_norm") if _finite(last[k])]
+            name = "loss (sum of replicas)" if self.loss_scale > 1 else "loss"
+            parts = [f"{n} {last[k]:.4g}" for n, k in ((name, "global_loss"),
+                                                      ("grad_norm", "grad_norm"))
+                     if _finite(last[k])]
             parts += [f"{k} {last[k]:.2f}" for k in ("allreduce_ms", "step_ms")
                       if _finite(last[k])]
             where = f"  last step {last['step']} (epoch {last['epoch']}): "

@@ -78,6 +78,7 @@ def _series(run: Run, frame: pd.DataFrame) -> dict[str, dict[str, tuple[Any, Any
     if not (reduced_only and run.workers == 1):
         per_step = frame.groupby("step")
         means = per_step[list(GLOBAL_TAGS)].mean()
+        means["loss"] *= run.loss_scale   # the global loss (Run.loss_scale)
         for tag in GLOBAL_TAGS:
             add("global", tag, means.index, means[tag])
         slowest = per_step["allreduce_ms"].max()

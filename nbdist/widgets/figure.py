@@ -106,6 +106,8 @@ class FigureModel:
                 if (name, None) in self.index:
                     continue
                 xa, ya = _AXIS[panel]
+                if name == "loss" and self.series.loss_scale > 1:
+                    label = "global loss (sum of replicas)"
                 out.append(self._add((name, None), {
                     "type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
                     "xaxis": xa, "yaxis": ya, "line": {"width": 3, "color": "#222222"},
@@ -183,6 +185,7 @@ def run_title(run: Run, series: RunSeries, final: bool = True) -> str:
 
 
 def series_of(run: Run, **options: Any) -> RunSeries:
+    options.setdefault("loss_scale", run.loss_scale)
     series = RunSeries(replicas=run.replicas, workers=run.workers, **options)
     series.ingest(run.rows_since(0))
     series.finish()

@@ -57,7 +57,7 @@ def _progress_html(run: Run) -> str:
            if frac is not None else "")
     rate = done / run.duration if run.duration > 0 else 0.0
     eta = f", ETA {(total - done) / rate:.0f} s" if total and rate > 0 else ""
-    loss = last.get("loss", float("nan"))
+    loss = last.get("global_loss", float("nan"))
     return (f"<div>{bar}step {done}{f'/{total}' if total else ''} · epoch "
             f"{last.get('epoch', 0) + 1} · loss {loss:.4g} · {rate:.1f} steps/s{eta}</div>")
 

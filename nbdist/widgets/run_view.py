@@ -44,6 +44,7 @@ class RunView:
         self.series = RunSeries(
             replicas=run.replicas, workers=run.workers, max_points=per_trace,
             straggler_factor=owner.straggler_factor, straggler_min_ms=owner.straggler_min_ms,
+            loss_scale=run.loss_scale,
         )
         self.model = FigureModel(self.series)
         self.n_rows = 0

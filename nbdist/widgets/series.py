@@ -56,10 +56,11 @@ class RunSeries:
 
     def __init__(self, *, replicas: int, workers: int = 1, max_points: int = 2000,
                  straggler_factor: float = 1.5, straggler_min_ms: float = 0.5,
-                 straggler_window: int = 8, bandwidth_window: int = 20):
+                 straggler_window: int = 8, bandwidth_window: int = 20, loss_scale: int = 1):
         if straggler_factor <= 1:
             raise ValueError(f"straggler_factor must be > 1, got {straggler_factor}")
         self.replicas, self.workers, self.max_points = replicas, workers, max_points
+        self.loss_scale = loss_scale    # global loss = mean of the rows x this (Run.loss_scale)
         self.straggler_factor, self.straggler_min_ms = straggler_factor, straggler_min_ms
         self.keys: list[Key] = []
         self.series: dict[tuple[str, Key | None], Decimator] = {}
@@ -124,7 +125,9 @@ class RunSeries:
                 self.series[(metric, None)] = Decimator(self.max_points)
 
     def _accumulate(self, data: np.ndarray) -> None:
-        """Per-step global lines: mean loss, mean host step time, slowest allreduce."""
+        """Per-step global lines: the global loss (the mean x ``loss_scale``: for a complete
+        step the sum over the replicas when they add up), mean host step time, slowest
+        allreduce."""
         steps, inverse = np.unique(data[:, COL.step], return_inverse=True)
         inverse = inverse.reshape(-1)
         n = len(steps)
@@ -167,7 +170,7 @@ class RunSeries:
         def mean(s: int) -> np.ndarray:
             return np.array([a[s] / a[s + 1] if a[s + 1] else math.nan for a in accs])
 
-        self.series[("loss", None)].extend(x, mean(0))
+        self.series[("loss", None)].extend(x, mean(0) * self.loss_scale)
         self.series[("step_ms", None)].extend(x, mean(2))
         ar = np.array([a[4] if a[4] > -math.inf else math.nan for a in accs])
         self.series[("allreduce_ms", None)].extend(x, ar)

@@ -103,6 +103,8 @@ def _build(st: WorkerState, options: dict[str, Any]) -> None:
     tf.get_logger().setLevel("WARNING")
     try:
         st.handle = build_strategy(spec, collective_timeout=options.get("collective_timeout"))
+        # what TensorFlow's tutorials call it, for hand-written code in the workers' cells
+        _user_namespace().setdefault("strategy", st.handle.strategy)
     except Exception as err:
         text = str(err)
         if "already in use" in text or "Could not start gRPC server" in text:

@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from ...backends.base import BackendStatus
-from ...backends.cells import ScopeCell, StepCell
+from ...backends.cells import ScopeCell, StepCell, describe_loss
 from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
@@ -221,6 +221,7 @@ class MultiWorkerCluster(ClusterLifecycle):
         self._usable()
         key = f"step{cell.number}"
         run = self._new_run("step")
+        describe_loss(run, cell, self.replicas)
         self.monitor.expect_run(key, run)
         spec = dataclasses.replace(cell.spec, show_code=False, strategy=None).to_dict()
         outcomes, interrupted = self._call(
