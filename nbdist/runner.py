@@ -23,6 +23,7 @@ from .hooks.tensorflow import quiet_retracing_warning
 from .kerashooks import call_building_optimizers
 from .steploop import StepLoop
 from .strategies import StrategyHandle
+from .telemetry.collectives import T_GRAD_START, split_timing
 from .telemetry.probe import StepProbe
 
 
@@ -94,8 +95,11 @@ class StepRunner(StepLoop):
 
     def _done(self) -> None:
         every = self.spec.timing_every
-        if self._timed_probe and self._timed_probe.allreduce_calls:
-            self.run.allreduce_bytes = self._timed_probe.allreduce_bytes
+        probe = self._timed_probe
+        if probe and probe.attribution:
+            self.run.allreduce_bytes = probe.allreduce_bytes
+            if probe.attribution.others:
+                self.run.note(probe.attribution.describe())
         elif every is None or every > 0:
             self.run.note("no all_reduce was seen in the step, so allreduce_ms is not measured")
 
@@ -113,7 +117,7 @@ class StepRunner(StepLoop):
             self.traced(tf_function, batch, timed)   # e.g. `%%distribute --graph`
         values = dict(zip(self._keys[timed], out.numpy(), strict=True))
         step_ms = (time.perf_counter() - start) * 1e3
-        timing = _split_timing(values) if "t_reduce_start" in values else {}
+        timing = split_timing(values) if T_GRAD_START in values else {}
         self.run.record_step(
             step, epoch,
             loss=values["loss"].tolist(),
@@ -121,7 +125,7 @@ class StepRunner(StepLoop):
             step_ms=step_ms, data_ms=data_ms, **timing,
         )
         probe = self._timed_probe
-        if timed and self.run.allreduce_bytes is None and probe and probe.allreduce_calls:
+        if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
         return step_ms
 
@@ -184,13 +188,3 @@ def _timed_batches(dist_ds: Any, max_steps: int | None) -> Iterator[tuple[Any, f
         count += 1
         yield batch, (time.perf_counter() - start) * 1e3
 
-
-def _split_timing(values: dict[str, Any]) -> dict[str, list[float]]:
-    """Per replica: compute time, waiting for the slowest replica, and the collective itself."""
-    start, end, begin = values["t_reduce_start"], values["t_reduce_end"], values["t_begin"]
-    last_arrival = float(start.max())
-    return {
-        "compute_ms": ((start - begin) * 1e3).tolist(),
-        "wait_ms": ((last_arrival - start) * 1e3).tolist(),
-        "allreduce_ms": [max(0.0, (float(e) - last_arrival) * 1e3) for e in end],
-    }

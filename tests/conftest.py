@@ -55,6 +55,7 @@ FILE_TIERS = {
     "test_spec.py": "unit",
     "test_strategy_object.py": "kernel",
     "test_tiers.py": "unit",
+    "test_timing.py": "kernel",           # its tests of the host-side arithmetic: unit
     "test_tutorial_objects.py": "kernel",
     "browser/test_dashboard_live.py": "browser",
     "browser/test_lab.py": "browser",

@@ -161,7 +161,8 @@ def test_monitor_routes_rows_health_and_run_end():
     step_run = runs.new(mode="step", strategy="multiworker", replicas=1, workers=2)
     mon.expect_run("step1", step_run)
     row = dict(step=3, epoch=0, replica=0, worker=0, loss=0.5, grad_norm=None, allreduce_ms=1.0,
-               wait_ms=0.0, compute_ms=2.0, step_ms=9.0, data_ms=1.0, wall_time=123.0)
+               wait_ms=0.0, compute_ms=2.0, other_collective_ms=0.0, step_ms=9.0, data_ms=1.0,
+               wall_time=123.0)
     for w in (0, 1):
         mon.handle(w, {"type": "run_start", "run": "step1", "mode": "step", "total_steps": 10})
         mon.handle(w, {"type": "rows", "run": "step1", "rows": [row]})
@@ -179,7 +180,8 @@ def test_monitor_routes_rows_health_and_run_end():
     mon.handle(0, {"type": "run_start", "run": "cell2-fit1", "mode": "fit"})
     mon.handle(0, {"type": "rows", "run": "cell2-fit1", "rows": [dict(
         step=0, epoch=0, replica=-1, worker=0, loss=1.0, grad_norm=None, allreduce_ms=None,
-        wait_ms=None, compute_ms=None, step_ms=5.0, data_ms=None, wall_time=1.0, accuracy=0.5)]})
+        wait_ms=None, compute_ms=None, other_collective_ms=None, step_ms=5.0, data_ms=None,
+        wall_time=1.0, accuracy=0.5)]})
     fit = runs[-1]
     assert fit.mode == "fit" and fit.metrics["replica"].tolist() == [-1]
     assert fit.metrics["accuracy"].tolist() == [0.5]
@@ -207,7 +209,7 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
     forward = _Forwarder(st, "cell3")
     local.record_step(7, 1, loss=[0.5, 0.7], step_ms=9.0, grad_norm=[1.0, 2.0],
                       allreduce_ms=[3.0, 3.5], wait_ms=[0.0, 0.5], compute_ms=[4.0, 4.5],
-                      data_ms=0.25, wall_time=100.0)
+                      other_collective_ms=[1.0, 1.25], data_ms=0.25, wall_time=100.0)
     local.record_step(8, 1, loss=[0.4, float("nan")], step_ms=8.0, wall_time=101.0,
                       extra={"update_ms": 1.5})
     forward.flush(local)
@@ -221,6 +223,7 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
     got = kernel.metrics.to_dict("records")
     want = local.metrics.assign(worker=1).to_dict("records")
     assert len(got) == 4 and got[0]["loss"] == 0.5 and got[1]["compute_ms"] == 4.5
+    assert got[1]["other_collective_ms"] == 1.25
     assert got[3]["update_ms"] == 1.5 and math.isnan(got[0]["update_ms"])
     for mine, theirs in zip(got, want, strict=True):
         assert mine.keys() == theirs.keys()

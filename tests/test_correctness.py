@@ -14,18 +14,21 @@ rng = np.random.default_rng(0)
 features = rng.normal(size=(GLOBAL_BATCH * 24, 8)).astype("float32")
 targets = rng.normal(size=(GLOBAL_BATCH * 24, 3)).astype("float32")
 train_ds = tf.data.Dataset.from_tensor_slices((features, targets)).batch(GLOBAL_BATCH)
-def make_model():
-    model = tf.keras.Sequential([tf.keras.Input((8,)),
-                                 tf.keras.layers.Dense(32, activation="relu"),
-                                 tf.keras.layers.Dense(3)])
+def make_model(sync_bn=False):
+    layers = [tf.keras.Input((8,)), tf.keras.layers.Dense(32, activation="relu")]
+    if sync_bn:   # a collective for the batch statistics before the gradients' all-reduce
+        layers.append(tf.keras.layers.BatchNormalization(synchronized=True))
+    model = tf.keras.Sequential([*layers, tf.keras.layers.Dense(3)])
     init = np.random.default_rng(1)
-    model.set_weights([init.normal(scale=0.3, size=w.shape).astype("float32")
-                       for w in model.get_weights()])
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.layers.Dense):
+            layer.set_weights([init.normal(scale=0.3, size=w.shape).astype("float32")
+                               for w in layer.get_weights()])
     return model
 """
 
 BUILD = """%%distribute
-model = make_model()
+model = make_model({model_args})
 optimizer = tf.keras.optimizers.SGD(learning_rate=0.05)
 """
 
@@ -48,8 +51,8 @@ def mirrored(ip):
     ip.run_line_magic("distribute", "mirrored --devices 4")
 
 
-def train(shell, flags=""):
-    run_ok(shell, BUILD)
+def train(shell, flags="", model_args=""):
+    run_ok(shell, BUILD.format(model_args=model_args))
     run_ok(shell, STEP.format(flags=flags))
     return [w.copy() for w in shell.user_ns["model"].get_weights()], nbdist.runs[-1]
 
@@ -102,9 +105,13 @@ def test_per_replica_losses_equal_a_hand_written_strategy_run_loop(mirrored):
     np.testing.assert_allclose(ours, theirs, rtol=1e-6)
 
 
-def test_allreduce_timing_is_per_replica_positive_and_changes_no_weight(mirrored):
-    timed_weights, timed = train(mirrored, "--timing-every 1")
-    plain_weights, plain = train(mirrored, "--timing-every 0")
+@pytest.mark.parametrize("model_args", ["", "sync_bn=True"])
+def test_allreduce_timing_is_per_replica_positive_and_changes_no_weight(mirrored, model_args):
+    """Also with SyncBatchNormalization, whose batch statistics are other collectives the timed
+    step stamps too: its weights and moving statistics stay bit-identical."""
+    timed_weights, timed = train(mirrored, "--timing-every 1", model_args)
+    plain_weights, plain = train(mirrored, "--timing-every 0", model_args)
+    assert len(timed_weights) == (4 if not model_args else 8)
     for a, b in zip(timed_weights, plain_weights, strict=True):
         np.testing.assert_array_equal(a, b)
     frame = timed.metrics
@@ -114,8 +121,12 @@ def test_allreduce_timing_is_per_replica_positive_and_changes_no_weight(mirrored
     assert sorted(frame["replica"].unique()) == [0, 1, 2, 3]
     # wait time is measured against the last replica to arrive: someone waited zero
     assert (frame.groupby("step")["wait_ms"].min() == 0).all()
-    assert timed.allreduce_bytes == 4 * (8 * 32 + 32 + 32 * 3 + 3)
+    # the gradients' bytes (and BatchNormalization's gamma and beta), not the statistics'
+    assert timed.allreduce_bytes == 4 * (8 * 32 + 32 + 32 * 3 + 3 + (64 if model_args else 0))
+    others = frame["other_collective_ms"]
+    assert (others > 0).all() if model_args else (others == 0).all()
     assert plain.metrics["allreduce_ms"].isna().all()
+    assert plain.metrics["other_collective_ms"].isna().all()
     assert frame["grad_norm"].gt(0).all() and plain.metrics["grad_norm"].gt(0).all()
 
 

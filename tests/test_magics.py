@@ -82,7 +82,7 @@ def test_metrics_have_the_documented_columns_and_data_ms_is_the_input_wait(shell
     quick = nbdist.runs[-1].metrics
     assert list(quick.columns) == [
         "step", "epoch", "replica", "worker", "loss", "grad_norm", "allreduce_ms", "wait_ms",
-        "compute_ms", "step_ms", "data_ms", "wall_time"]
+        "compute_ms", "other_collective_ms", "step_ms", "data_ms", "wall_time"]
     run_ok(shell, """
 import time
 def slowly(x):

@@ -2,9 +2,11 @@
 
 The generated step calls ``probe.begin(batch)`` first and returns ``probe.end(loss, grads)``.
 A timed probe also brackets every ``ReplicaContext.all_reduce`` the step makes (Keras
-optimizers all-reduce gradients inside ``apply_gradients``) with ``tf.timestamp`` ops ordered by
-control dependencies. Those ops serialise the step a little, so the runner compiles a timed and
-an untimed variant and times only every k-th step.
+optimizers all-reduce gradients inside ``apply_gradients``; SyncBatchNormalization
+all-reduces batch statistics) with ``tf.timestamp`` ops ordered by control dependencies, and
+notes which were made by an optimizer applying gradients: ``collectives`` tells the gradient
+all-reduce from the others. Those ops serialise the step a little, so the runner compiles a
+timed and an untimed variant and times only every k-th step.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from ..errors import StepCodeError
 from ..patching import patched
+from .collectives import Attribution, Collective, attribute
 
 
 class StepProbe:
@@ -32,8 +35,7 @@ class StepProbe:
         self.timed = timed
         self.loss_name = loss_name
         self.grads_name = grads_name
-        self.allreduce_bytes = 0        # per replica, summed over the step's all_reduce calls
-        self.allreduce_calls = 0        # all_reduce calls seen while tracing one replica
+        self.attribution: Attribution | None = None   # of the last traced replica
         self._local = threading.local()  # MirroredStrategy traces each replica on its own thread
 
     # -- called from the generated step (at trace time) -----------------------------------
@@ -42,6 +44,7 @@ class StepProbe:
 
         state = self._local
         state.reduces = []
+        state.applying = 0    # > 0 inside an optimizer's apply: its all_reduce is the gradients'
         state.t_begin = None
         if not self.timed:
             return batch
@@ -59,11 +62,15 @@ class StepProbe:
             out["grad_norm"] = tf.linalg.global_norm(self._grad_list(grads))
         state = self._local
         if self.timed and getattr(state, "reduces", None):
-            out["t_begin"] = state.t_begin
-            out["t_reduce_start"] = state.reduces[0][0]
-            out["t_reduce_end"] = state.reduces[-1][1]
+            self.attribution = attribute(state.reduces)
+            out.update(self.attribution.stamps(state.t_begin))
         state.reduces = None
         return out
+
+    @property
+    def allreduce_bytes(self) -> int:
+        """Bytes each replica contributes to the gradient all-reduce (0: none traced)."""
+        return self.attribution.gradient_bytes if self.attribution else 0
 
     # -- all_reduce hook -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -89,11 +96,33 @@ class StepProbe:
                 [v for v in tf.nest.flatten(result) if isinstance(v, tf.Tensor)]
             ):
                 t1 = tf.timestamp()
-            probe._record(reduces, t0, t1, tensors)
+            gradient = getattr(probe._local, "applying", 0) > 0
+            probe._record(reduces, t0, t1, tensors, gradient=gradient)
             return result
 
-        with patched([(cls, "all_reduce", timed_all_reduce)]), self._tf_keras_hooked():
+        with (patched([(cls, "all_reduce", timed_all_reduce), *self._keras_apply()]),
+              self._tf_keras_hooked()):
             yield
+
+    def _keras_apply(self) -> list[tuple[type, str, Any]]:
+        """Mark what a Keras 3 optimizer all-reduces while it applies gradients
+        (``apply_gradients`` calls ``apply``) as the gradient all-reduce."""
+        if "keras" not in sys.modules:   # a step can only use Keras if it is imported already
+            return []
+        import keras
+
+        cls = keras.optimizers.Optimizer
+        original = cls.apply
+        state = self._local
+
+        def apply(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            state.applying = getattr(state, "applying", 0) + 1
+            try:
+                return original(optimizer, *args, **kwargs)
+            finally:
+                state.applying -= 1
+
+        return [(cls, "apply", apply)]
 
     @contextlib.contextmanager
     def _tf_keras_hooked(self) -> Iterator[None]:
@@ -127,20 +156,18 @@ class StepProbe:
                 t0, t1, reduced, tensors = timed_aggregation(original, optimizer, grads_and_vars)
             finally:
                 state.reduces = reduces
-            probe._record(reduces, t0, t1, tensors)
+            probe._record(reduces, t0, t1, tensors, gradient=True)
             with tf.control_dependencies([t1]):
                 return [(_identity(g), v) for g, v in reduced]
 
         return aggregate
 
-    def _record(self, reduces: list[Any], t0: Any, t1: Any, tensors: list[Any]) -> None:
-        """One timed collective of this step: its stamps, and the bytes it carried."""
-        if not reduces:
-            self.allreduce_bytes = 0
-            self.allreduce_calls = 0
-        reduces.append((t0, t1))
-        self.allreduce_calls += 1
-        self.allreduce_bytes += sum(_nbytes(t) for t in tensors if hasattr(t, "shape"))
+    def _record(self, reduces: list[Any], t0: Any, t1: Any, tensors: list[Any], *,
+                gradient: bool) -> None:
+        """One timed collective of this step: its stamps, the bytes it carried, and whether
+        an optimizer made it while applying gradients."""
+        nbytes = sum(_nbytes(t) for t in tensors if hasattr(t, "shape"))
+        reduces.append(Collective(t0, t1, nbytes, gradient))
 
     # -- checks ----------------------------------------------------------------------------
     def _scalar_loss(self, loss: Any) -> Any:

@@ -29,9 +29,12 @@ class Row(NamedTuple):
     worker: int         # worker (process) index; 0 for in-kernel strategies
     loss: float
     grad_norm: float    # global L2 norm of this replica's local (un-reduced) gradients
-    allreduce_ms: float  # the collective itself, after the slowest replica arrived
-    wait_ms: float      # time this replica waited for the slowest one before the collective
-    compute_ms: float   # replica time from batch arrival to the start of the allreduce
+    allreduce_ms: float  # the gradient all-reduce itself, after the slowest replica arrived
+    wait_ms: float      # time this replica waited for the slowest one before the gradient one
+    compute_ms: float   # replica time from batch arrival to the gradient all-reduce, less
+    #                     the time in other collectives meanwhile
+    other_collective_ms: float  # time in the step's other collectives (SyncBatchNormalization's
+    #                     batch statistics...), waiting included; 0 when there are none
     step_ms: float      # host wall time of the whole step (same for all replicas of a sync step)
     data_ms: float      # host time spent fetching the step's batch from the input pipeline
     wall_time: float    # seconds since the epoch when the step finished
@@ -43,7 +46,7 @@ COLUMNS: tuple[str, ...] = Row._fields
 POSITION = Row(*range(len(COLUMNS)))
 #: The measured columns (what ``Run.last`` averages over the replicas of the last step).
 MEASURED: tuple[str, ...] = ("loss", "grad_norm", "allreduce_ms", "wait_ms", "compute_ms",
-                             "step_ms", "data_ms")
+                             "other_collective_ms", "step_ms", "data_ms")
 _INTEGERS = frozenset(("step", "epoch", "replica", "worker"))
 _COLUMN_SET = frozenset(COLUMNS)
 

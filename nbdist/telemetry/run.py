@@ -52,7 +52,8 @@ class Run:
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     ended: float | None = None
-    allreduce_bytes: int | None = None         # bytes each replica contributes per allreduce
+    allreduce_bytes: int | None = None         # bytes each replica contributes per gradient
+    #                                            all-reduce (the bus bandwidth's numerator)
     #: the global (headline) loss of a step = the mean of its rows' losses x loss_scale: the
     #: replicas in sync when their losses add up (divided by the global batch), else 1
     loss_scale: int = 1
@@ -72,6 +73,7 @@ class Run:
         allreduce_ms: Sequence[float] | None = None,
         wait_ms: Sequence[float] | None = None,
         compute_ms: Sequence[float] | None = None,
+        other_collective_ms: Sequence[float] | None = None,
         data_ms: float = _NAN,
         worker: int = 0,
         replica: int | None = None,
@@ -89,11 +91,13 @@ class Run:
             return [_NAN] * n if values is None else values
 
         norms, ar, wait, comp = col(grad_norm), col(allreduce_ms), col(wait_ms), col(compute_ms)
+        other = col(other_collective_ms)
         rows = [
             Row(step=step, epoch=epoch, replica=r if replica is None else replica,
                 worker=worker, loss=float(loss[r]), grad_norm=float(norms[r]),
                 allreduce_ms=float(ar[r]), wait_ms=float(wait[r]), compute_ms=float(comp[r]),
-                step_ms=float(step_ms), data_ms=float(data_ms), wall_time=wall)
+                other_collective_ms=float(other[r]), step_ms=float(step_ms),
+                data_ms=float(data_ms), wall_time=wall)
             for r in range(n)
         ]
         self.append_rows(rows, [extra] * n if extra else None)
@@ -197,8 +201,9 @@ class Run:
             parts = [f"{n} {last[k]:.4g}" for n, k in ((name, "global_loss"),
                                                       ("grad_norm", "grad_norm"))
                      if _finite(last[k])]
-            parts += [f"{k} {last[k]:.2f}" for k in ("allreduce_ms", "step_ms")
-                      if _finite(last[k])]
+            parts += [f"{k} {last[k]:.2f}"     # other_collective_ms: only when there are some
+                      for k in ("allreduce_ms", "other_collective_ms", "step_ms")
+                      if _finite(last[k]) and (last[k] or k != "other_collective_ms")]
             where = f"  last step {last['step']} (epoch {last['epoch']}): "
             lines.append(where + ", ".join(parts))
             per_replica = self._last_losses()

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 #: Tags written per replica/worker, and for the ``global`` series.
-PER_REPLICA_TAGS = ("loss", "grad_norm", "allreduce_ms", "wait_ms", "compute_ms")
+PER_REPLICA_TAGS = ("loss", "grad_norm", "allreduce_ms", "wait_ms", "compute_ms",
+                    "other_collective_ms")
 GLOBAL_TAGS = ("loss", "step_ms", "data_ms")
 _INDEX_COLUMNS = ("step", "epoch", "replica", "worker", "wall_time")
 
