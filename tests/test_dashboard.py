@@ -90,15 +90,16 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 def make_run(steps: int = 50, replicas: int = 4, *, every: int = 10, slow: int | None = None,
-             ar_ms: float = 2.0, run_id: int = 1, total: int | None = None) -> Run:
+             ar_ms: float = 2.0, run_id: int = 1, total: int | None = None,
+             other_ms: float = 0.0) -> Run:
     run = Run(id=run_id, mode="step", strategy="mirrored", replicas=replicas,
               total_steps=total if total is not None else steps)
-    feed(run, 0, steps, every=every, slow=slow, ar_ms=ar_ms)
+    feed(run, 0, steps, every=every, slow=slow, ar_ms=ar_ms, other_ms=other_ms)
     return run
 
 
 def feed(run: Run, start: int, stop: int, *, every: int = 10, slow: int | None = None,
-         ar_ms: float = 2.0, on_step: Any = None) -> None:
+         ar_ms: float = 2.0, on_step: Any = None, other_ms: float = 0.0) -> None:
     n = run.replicas
     for s in range(start, stop):
         timed = every > 0 and s % every == 0
@@ -109,6 +110,7 @@ def feed(run: Run, start: int, stop: int, *, every: int = 10, slow: int | None =
             allreduce_ms=[ar_ms] * n if timed else None,
             wait_ms=[max(compute) - c for c in compute] if timed else None,
             compute_ms=compute if timed else None, data_ms=0.2,
+            other_collective_ms=[other_ms * (r + 1) for r in range(n)] if timed else None,
         )
         if on_step is not None:
             on_step(run)
@@ -269,6 +271,12 @@ def test_bus_bandwidth_in_header(recorder: Recorder) -> None:
     dash = live_dashboard(run)
     # 1e6 B x 2(4-1)/4 / 2 ms = 0.75 GB/s
     assert "bus bw 0.75 GB/s" in dash.views[1].header.value
+    assert "other collectives" not in dash.views[1].header.value
+    # SyncBatchNormalization's collectives: beside the gradient all-reduce, not in its bandwidth
+    run = make_run(50, ar_ms=2.0, other_ms=5.0, run_id=2)
+    run.allreduce_bytes = 1_000_000
+    header = live_dashboard(run).views[2].header.value
+    assert "bus bw 0.75 GB/s" in header and "other collectives 20 ms" in header
 
 
 def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock: Clock) -> None:

@@ -115,3 +115,28 @@ def test_the_gradient_allreduce_is_the_optimizers_else_the_largest():
                       Collective("e", "f", 400, False)])
     assert not hand.by_optimizer and hand.gradient[0].t0 == "e" and len(hand.others) == 2
     assert "most bytes" in hand.describe() and hand.gradient_bytes == 400
+
+
+@pytest.mark.unit
+def test_the_dashboard_draws_other_collectives_beside_the_gradient_allreduce():
+    from nbdist.telemetry.run import Run
+
+    def run_with(other_ms):
+        run = Run(id=1, mode="step", strategy="mirrored", replicas=2)
+        for step in range(20):
+            run.record_step(step, 0, loss=[1.0, 1.0], step_ms=9.0, allreduce_ms=[1.0, 2.0],
+                            wait_ms=[0.0, 0.0], compute_ms=[3.0, 3.0],
+                            other_collective_ms=[other_ms, 2 * other_ms])
+        run.allreduce_bytes = 1000
+        run.finish("done")
+        return run.plot()
+
+    def allreduce_panel(fig):
+        return {t.name: t for t in fig.data if t.xaxis == "x3"}
+
+    sync = allreduce_panel(run_with(4.0))
+    assert set(sync) == {"replica 0", "replica 1", "slowest replica",
+                         "other collectives, slowest replica"}
+    assert set(sync["other collectives, slowest replica"].y) == {8.0}
+    assert set(sync["slowest replica"].y) == {2.0}      # the gradient all-reduce alone
+    assert "other collectives, slowest replica" not in allreduce_panel(run_with(0.0))

@@ -28,7 +28,9 @@ _AXIS = {"loss": ("x", "y"), "grad_norm": ("x2", "y2"), "allreduce_ms": ("x3", "
          "time": ("x4", "y4")}
 _GLOBAL = {"loss": ("loss", "mean of replicas"),              # series -> (panel, label)
            "allreduce_ms": ("allreduce_ms", "slowest replica"),
-           "step_ms": ("time", "host step time")}
+           "step_ms": ("time", "host step time"),
+           # drawn once a step has some (SyncBatchNormalization...): not a line in every run
+           "other_collective_ms": ("allreduce_ms", "other collectives, slowest replica")}
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf")
 STRAGGLER_TRACE = "stragglers"
@@ -103,14 +105,17 @@ class FigureModel:
                 }))
         if self.series.keys:
             for name, (panel, label) in _GLOBAL.items():
-                if (name, None) in self.index:
+                if (name, None) in self.index or (
+                        name == "other_collective_ms" and not self.series.other_collectives):
                     continue
                 xa, ya = _AXIS[panel]
                 if name == "loss" and self.series.loss_scale > 1:
                     label = "global loss (sum of replicas)"
+                dash = "dot" if name == "other_collective_ms" else "solid"
                 out.append(self._add((name, None), {
                     "type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
-                    "xaxis": xa, "yaxis": ya, "line": {"width": 3, "color": "#222222"},
+                    "xaxis": xa, "yaxis": ya,
+                    "line": {"width": 3, "color": "#222222", "dash": dash},
                     "x": np.empty(0), "y": np.empty(0),
                 }))
         return out

@@ -1,8 +1,9 @@
 """The widgets of one Run in the live dashboard: header, progress bar, Stop button, figure.
 
 With a widget frontend the header shows strategy, replicas, workers, step/epoch, steps/s, ETA,
-bus bandwidth and stragglers. ``RunView.draw`` sends only the traces that changed, in one
-``Plotly.update`` message (``_send_restyle``); ``Dashboard`` decides when to call it.
+bus bandwidth, other collectives (if any) and stragglers. ``RunView.draw`` sends only the
+traces that changed, in one ``Plotly.update`` message (``_send_restyle``); ``Dashboard``
+decides when to call it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class RunView:
 
     def __init__(self, run: Run, owner: ViewSettings):
         self.run, self.owner = run, owner
-        traces = 4 * run.replicas * run.workers + 4
+        traces = 4 * run.replicas * run.workers + 5
         per_trace = min(owner.max_points, max(250, owner.max_total_points // traces))
         self.series = RunSeries(
             replicas=run.replicas, workers=run.workers, max_points=per_trace,
@@ -127,6 +128,9 @@ class RunView:
         bw = s.bus_bandwidth(run.allreduce_bytes)
         if math.isfinite(bw):
             parts.append(f"bus bw {bw / 1e9:.3g} GB/s")
+        other = s.other_collective_ms()
+        if s.other_collectives and math.isfinite(other):
+            parts.append(f"other collectives {other:.3g} ms")
         who = (f"<b>Run {run.id}</b> · {html.escape(run.strategy)} · {run.replicas} "
                f"replica{'s' if run.replicas != 1 else ''} · {run.workers} "
                f"worker{'s' if run.workers != 1 else ''}")

@@ -4,6 +4,8 @@
 metric, a bounded ``Decimator`` (at most ``max_points`` bucket means, whatever the run
 length: the full-resolution data stays in the Run). It also keeps the per-step global lines,
 the recent per-replica times used to flag stragglers, the bus bandwidth and the step rate.
+``allreduce_ms`` is the gradient all-reduce; the step's other collectives (SyncBatchNormalization's
+batch statistics...) have their own global line, ``other_collective_ms``, once a row has some.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from .decimator import Decimator
 #: Per-key metrics. ``time`` is ``compute_ms`` for per-replica rows, ``step_ms`` for rows
 #: reduced over the replicas (Keras fit).
 KEY_METRICS = ("loss", "grad_norm", "allreduce_ms", "time")
-#: Per-step global lines.
-GLOBAL_METRICS = ("loss", "step_ms", "allreduce_ms")
+#: Per-step global lines (the two times: the slowest replica's).
+GLOBAL_METRICS = ("loss", "step_ms", "allreduce_ms", "other_collective_ms")
 
 Key = tuple[int, int]          # (worker, replica); replica -1: reduced over the worker's replicas
 
@@ -70,6 +72,8 @@ class RunSeries:
         self._pending: dict[int, list[float]] = {}     # step -> accumulators, see _accumulate
         self._expected = 0                             # rows per complete step
         self._allreduce = deque(maxlen=bandwidth_window)
+        self._other = deque(maxlen=bandwidth_window)
+        self.other_collectives = False                 # a row had other_collective_ms > 0
         self._rate = deque(maxlen=64)                  # (wall_time, step) samples
         self.rows = 0
         self.last_step = -1
@@ -127,7 +131,7 @@ class RunSeries:
     def _accumulate(self, data: np.ndarray) -> None:
         """Per-step global lines: the global loss (the mean x ``loss_scale``: for a complete
         step the sum over the replicas when they add up), mean host step time, slowest
-        allreduce."""
+        allreduce and slowest other collectives."""
         steps, inverse = np.unique(data[:, COL.step], return_inverse=True)
         inverse = inverse.reshape(-1)
         n = len(steps)
@@ -137,30 +141,32 @@ class RunSeries:
             ok = np.isfinite(vals)
             sums.append(np.bincount(inverse[ok], weights=vals[ok], minlength=n))
             sums.append(np.bincount(inverse[ok], minlength=n))
-        ar = np.full(n, -math.inf)
-        vals = data[:, COL.allreduce_ms]
-        ok = np.isfinite(vals)
-        np.maximum.at(ar, inverse[ok], vals[ok])
+        slowest = []
+        for col in (COL.allreduce_ms, COL.other_collective_ms):
+            top = np.full(n, -math.inf)
+            vals = data[:, col]
+            ok = np.isfinite(vals)
+            np.maximum.at(top, inverse[ok], vals[ok])
+            slowest.append(top)
+        self.other_collectives = self.other_collectives or bool((slowest[1] > 0).any())
         rows = np.bincount(inverse, minlength=n)
-        columns = zip(steps.astype(int).tolist(), *(c.tolist() for c in sums), ar.tolist(),
-                      rows.tolist(), strict=True)
-        for step, loss, n_loss, step_ms, n_step, slowest, count in columns:
+        columns = zip(steps.astype(int).tolist(), *(c.tolist() for c in sums),
+                      *(c.tolist() for c in slowest), rows.tolist(), strict=True)
+        for step, *values, count in columns:
             acc = self._pending.get(step)
             if acc is None:
-                self._pending[step] = [loss, n_loss, step_ms, n_step, slowest, count]
-            else:
-                acc[0] += loss
-                acc[1] += n_loss
-                acc[2] += step_ms
-                acc[3] += n_step
-                acc[4] = max(acc[4], slowest)
-                acc[5] += count
+                self._pending[step] = [*values, count]
+            else:   # loss, n_loss, step_ms, n_step: sums; allreduce, other: maxima; rows
+                for i in range(4):
+                    acc[i] += values[i]
+                acc[4], acc[5] = max(acc[4], values[4]), max(acc[5], values[5])
+                acc[6] += count
         self._flush(lag=16)
 
     def _flush(self, lag: int | None) -> None:
         """Finalise complete steps, and incomplete ones ``lag`` steps behind (all if None)."""
         done = [s for s, acc in self._pending.items()
-                if lag is None or acc[5] >= self._expected or s < self.last_step - lag]
+                if lag is None or acc[6] >= self._expected or s < self.last_step - lag]
         if not done:
             return
         done.sort()
@@ -172,9 +178,11 @@ class RunSeries:
 
         self.series[("loss", None)].extend(x, mean(0) * self.loss_scale)
         self.series[("step_ms", None)].extend(x, mean(2))
-        ar = np.array([a[4] if a[4] > -math.inf else math.nan for a in accs])
-        self.series[("allreduce_ms", None)].extend(x, ar)
-        self._allreduce.extend(ar[np.isfinite(ar)].tolist())
+        for name, i, recent in (("allreduce_ms", 4, self._allreduce),
+                                ("other_collective_ms", 5, self._other)):
+            slowest = np.array([a[i] if a[i] > -math.inf else math.nan for a in accs])
+            self.series[(name, None)].extend(x, slowest)
+            recent.extend(slowest[np.isfinite(slowest)].tolist())
 
     def finish(self) -> None:
         """Finalise every pending step (the run ended)."""
@@ -202,10 +210,16 @@ class RunSeries:
         return out
 
     def allreduce_seconds(self) -> float:
-        """Median over recent timed steps of the slowest replica's allreduce, in seconds."""
+        """Median over recent timed steps of the slowest replica's gradient all-reduce, in
+        seconds."""
         return float(np.median(self._allreduce)) / 1e3 if self._allreduce else math.nan
 
+    def other_collective_ms(self) -> float:
+        """Median over recent timed steps of the slowest replica's other collectives (ms)."""
+        return float(np.median(self._other)) if self._other else math.nan
+
     def bus_bandwidth(self, nbytes: int | None) -> float:
+        """Of the gradient all-reduce: ``nbytes`` per replica (``Run.allreduce_bytes``)."""
         return bus_bandwidth(nbytes or 0, self.replicas * self.workers, self.allreduce_seconds())
 
     def steps_per_second(self, window_s: float = 5.0) -> float:
