@@ -1,4 +1,5 @@
-"""Lazily built Keras optimizers and models in step mode.
+"""Keras 3 in step mode: lazily built optimizers and models, and BatchNormalization that is
+not synchronized.
 
 A Keras 3 optimizer creates its slot variables on its first ``apply_gradients``. Inside a
 ``tf.function`` under MirroredStrategy that first call fails deep in TensorFlow ("You must
@@ -9,12 +10,18 @@ that fails with errors that vary by run and leaves the model with empty variable
 aborts the trace, builds the object eagerly under the strategy's scope (an optimizer for its
 variables, a model from the shapes and dtypes it was called with, symbolically: no data runs
 through it) and lets the runner trace again. (``model.fit`` telemetry is ``fitrecord``.)
+
+Keras 3's ``BatchNormalization`` under a multi-replica strategy normalises each replica's
+batch with that replica's statistics and updates that replica's copy of its moving mean and
+variance: the copies drift apart, and what is read and saved is replica 0's.
+``unsynced_batchnorm`` finds the layers a traced step runs that way, for the Run's note.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -100,3 +107,35 @@ def call_building_optimizers(
                     build()
     fn = make_fn()
     return fn, fn(arg)
+
+
+def unsynced_batchnorm(found: list[str]) -> contextlib.AbstractContextManager[None]:
+    """While active, each Keras 3 ``BatchNormalization`` layer called in training mode without
+    ``synchronized=True`` adds its name to ``found`` (once)."""
+    if "keras" not in sys.modules:   # a step can only use Keras if it is imported already
+        return contextlib.nullcontext()
+    import keras
+
+    cls = keras.layers.BatchNormalization
+    original = cls.call
+
+    def call(layer: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        training = kwargs.get("training", args[0] if args else None)
+        # What BatchNormalization.call itself tests to use the batch's statistics.
+        if (training and layer.trainable and not getattr(layer, "synchronized", False)
+                and layer.name not in found):
+            found.append(layer.name)
+        return original(layer, inputs, *args, **kwargs)
+
+    return patched([(cls, "call", call)])
+
+
+def unsynced_batchnorm_note(names: list[str], replicas: int) -> str:
+    """The Run's note for ``unsynced_batchnorm``'s layers."""
+    shown = ", ".join(names[:5]) + ("..." if len(names) > 5 else "")
+    return (f"{len(names)} BatchNormalization layer(s) ({shown}) train on {replicas} replicas "
+            "without synchronized=True: each replica normalises with its own slice of the "
+            "batch and updates its own copy of moving_mean and moving_variance, so the copies "
+            "drift apart per replica, and what you read, save and use for inference is replica "
+            "0's. Create them with keras.layers.BatchNormalization(synchronized=True) to use the "
+            "global batch's statistics (one more collective per layer and step).")

@@ -12,6 +12,7 @@ parameter-server loop.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any, ClassVar
 
 from .fastcall import FastCall
 from .hooks.tensorflow import quiet_retracing_warning
-from .kerashooks import call_building_optimizers
+from .kerashooks import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
 from .steploop import StepLoop
 from .strategies import StrategyHandle
 from .telemetry.collectives import T_GRAD_START, split_timing
@@ -109,8 +110,13 @@ class StepRunner(StepLoop):
         if fn is not None:
             out = fn(batch)
         else:  # first call: traces, and may have to build a Keras optimizer first
-            fn, out = call_building_optimizers(
-                lambda: self._compile(timed), batch, self.handle.strategy)
+            replicas = self.handle.strategy.num_replicas_in_sync
+            unsynced: list[str] = []
+            with unsynced_batchnorm(unsynced) if replicas > 1 else contextlib.nullcontext():
+                fn, out = call_building_optimizers(
+                    lambda: self._compile(timed), batch, self.handle.strategy)
+            if unsynced:
+                self.run.note(unsynced_batchnorm_note(unsynced, replicas))
             tf_function = getattr(fn, "tf_function", fn)
             self._compiled[timed] = (FastCall(tf_function, batch, fallback=fn)
                                      if self.fast_calls else fn)

@@ -75,6 +75,28 @@ def test_syncbn_gradient_allreduce_is_allreduce_ms_and_the_rest_is_reported(trai
     assert "other_collective_ms" in sync.summary() and "other_collective_ms" not in bn.summary()
 
 
+def test_plain_batchnorm_under_several_replicas_gets_a_note_and_its_statistics_drift(trained):
+    (bn_runs, bn_copies), (sync_runs, sync_copies) = trained[False], trained[True]
+    bn, sync = bn_runs[-1], sync_runs[-1]
+    [note] = [n for n in bn.notes if "BatchNormalization" in n and "synchronized" in n]
+    assert "2 BatchNormalization layer(s) (bn1, bn2)" in note and "2 replicas" in note
+    assert "BatchNormalization(synchronized=True)" in note and "drift apart" in note
+    # What the note says: the replicas' copies of moving_mean differ, unless synchronized.
+    assert not np.array_equal(*bn_copies)
+    np.testing.assert_array_equal(*sync_copies)
+    assert not any("synchronized=True" in n for n in sync.notes)
+
+
+def test_no_batchnorm_note_on_one_replica(ip, trained):
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "one_device")
+    run_ok(ip, BUILD.format(synchronized=False))
+    run_ok(ip, STEP.format(data="bn_ds", flags="--steps 3"))
+    run = nbdist.runs[-1]
+    assert run.status == "done" and run.replicas == 1
+    assert not any("synchronized" in n for n in run.notes)
+
+
 # -- the host side of the attribution (numpy only) --------------------------------------------
 @pytest.mark.unit
 def test_split_timing_counts_overlapping_other_collectives_once_and_not_as_compute():
