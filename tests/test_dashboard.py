@@ -496,7 +496,7 @@ def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
     assert any("done, 40 step(s)" in o.get("data", {}).get("text/plain", "") for o in outputs)
     [fig] = [o.data[STATIC] for o in outputs if STATIC in o.get("data", {})]
     loss = {t["name"]: t for t in fig["data"] if t.get("xaxis") == "x"}
-    assert sorted(loss) == ["mean of replicas", "replica 0", "replica 1"]
+    assert sorted(loss) == ["global loss (sum of replicas)", "replica 0", "replica 1"]
     import base64
 
     for name in ("replica 0", "replica 1"):
