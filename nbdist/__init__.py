@@ -15,6 +15,7 @@ from . import widgets as widgets  # registers Run.plot (the Run store imports no
 from .errors import NbdistError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec
 from .telemetry.run import Run, runs
+from .tflogs import set_verbose
 from .version import __version__ as __version__
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "pull",
     "push",
     "runs",
+    "set_verbose",
     "show_graph",
     "strategy",
 ]
@@ -80,7 +82,9 @@ def load_ipython_extension(ipython: Any) -> None:
     from .lab.comm import LabChannel
     from .magics import DistributeMagics
     from .session import current_session
+    from .tflogs import quiet_cpp_logs
 
+    quiet_cpp_logs()    # before TensorFlow first logs; NBDIST_VERBOSE=1 keeps its C++ lines
     ipython.register_magics(DistributeMagics)
     session = current_session(ipython)
     if session.lab_channel is None:

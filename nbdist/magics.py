@@ -9,6 +9,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .errors import ConfigError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
+from .tflogs import quiet_tensorflow
 
 _ACTIONS = ("status", "stop", "restart", "push", "pull")
 
@@ -83,6 +84,7 @@ class DistributeMagics(Magics):
                    "(default: automatic, as often as keeps the timing's cost under 1%% of the "
                    "run, between every 5th and every 100th step).")
     @line_cell_magic
+    @quiet_tensorflow()     # TensorFlow's INFO logs hidden (nbdist.set_verbose() shows them)
     def distribute(self, line: str, cell: str | None = None) -> Any:
         """Run TensorFlow under a tf.distribute strategy.
 

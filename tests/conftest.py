@@ -53,6 +53,7 @@ FILE_TIERS = {
     "test_picker.py": "kernel",
     "test_rewrite.py": "unit",
     "test_spec.py": "unit",
+    "test_static_view.py": "unit",        # its notebook and quickstart tests: kernel
     "test_strategy_object.py": "kernel",
     "test_tiers.py": "unit",
     "test_timing.py": "kernel",           # its tests of the host-side arithmetic: unit

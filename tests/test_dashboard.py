@@ -7,6 +7,7 @@ Stop through the comm while the cell runs.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -27,6 +28,7 @@ from nbdist.widgets.series import RunSeries, bus_bandwidth
 from nbdist.widgets.stopper import StopSignal
 
 ROOT = Path(__file__).resolve().parents[1]
+STATIC = "application/vnd.plotly.v1+json"
 NAN = math.nan
 
 
@@ -37,6 +39,11 @@ class Recorder:
     def __init__(self) -> None:
         self.messages: list[tuple[str, str, dict, list]] = []   # (type, comm id, data, buffers)
         self.displayed: list[Any] = []
+        self.replaced: list[Any] = []       # what display handles were updated with
+
+    def display(self, *objs: Any, **kw: Any) -> Any:
+        self.displayed.extend(objs)
+        return SimpleNamespace(update=lambda obj, **_: self.replaced.append(obj))
 
     def state(self, comm_id: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -63,8 +70,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
             rec.messages.append((msg_type, self.comm_id, data, list(buffers or [])))
 
     monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RecordingComm(*a, **k))
-    monkeypatch.setattr(IPython.display, "display",
-                        lambda *objs, **kw: rec.displayed.extend(objs))
+    monkeypatch.setattr(IPython.display, "display", rec.display)
     return rec
 
 
@@ -117,7 +123,10 @@ def feed(run: Run, start: int, stop: int, *, every: int = 10, slow: int | None =
 
 
 def traces(dash: Dashboard, run_id: int = 1) -> list[Any]:
-    return list(dash.views[run_id].fig.data)
+    """What the live figure shows now (``LiveFigure.current``), as attribute objects."""
+    return [SimpleNamespace(**{k: SimpleNamespace(**v) if isinstance(v, dict) else v
+                               for k, v in t.items()})
+            for t in dash.views[run_id].fig.current["data"]]
 
 
 def by_panel(dash: Dashboard, axis: str, run_id: int = 1) -> dict[str, Any]:
@@ -182,8 +191,8 @@ def test_one_trace_per_replica_and_global_line(recorder: Recorder) -> None:
     assert np.allclose(grad["replica 1"].y, 3.0)
     assert set(by_panel(dash, "x4")) >= {"host step time", "replica 0"}
     assert isinstance(loss["replica 0"].y, np.ndarray) and loss["replica 0"].y.dtype == np.float64
-    menu = dash.views[1].fig.layout.updatemenus[0]                 # log-scale toggle for loss
-    assert {b.args[0]["yaxis.type"] for b in menu.buttons} == {"linear", "log"}
+    menu = dash.views[1].fig.current["layout"]["updatemenus"][0]   # log-scale toggle for loss
+    assert {b["args"][0]["yaxis.type"] for b in menu["buttons"]} == {"linear", "log"}
     assert recorder.displayed, "the dashboard was not displayed"
 
 
@@ -226,7 +235,7 @@ def test_keras_fit_run_draws_the_reduced_series(recorder: Recorder) -> None:
     loss = by_panel(dash, "x")["mean of replicas"]
     assert np.allclose(loss.y, [1.0 / (s + 1) for s in range(30)])
     assert len(by_panel(dash, "x3")["slowest replica"].x) == 0       # fit: no allreduce timing
-    assert "step time per worker" in dash.views[1].fig.layout.annotations[3].text
+    assert "step time per worker" in dash.views[1].fig.current["layout"]["annotations"][3]["text"]
     assert dash.views[1].progress.layout.visibility == "hidden"      # no total: no bar
 
 
@@ -289,18 +298,20 @@ def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock
     assert dash.redraws - before <= 2
     clock.advance(0.12)
     feed(run, 205, 206, on_step=dash.on_step)
-    updates = [(d, b) for d, b in recorder.updates(fig.comm.comm_id)
-               if (d["state"].get("_py2js_update") or {}).get("style_data")]
-    assert updates, "no plotly update was sent"
-    data, buffers = updates[-1]
-    paths = data["buffer_paths"]
-    assert buffers and any(p[:3] == ["_py2js_update", "style_data", "y"] for p in paths)
-    assert all(memoryview(b).format == "d" for b in buffers)   # float64, not JSON lists
-    # One message carries the update and its edit ids; fig.data mirrors what was sent.
-    message = data["state"]["_py2js_update"]
-    assert data["state"]["_last_trace_edit_id"] == message["trace_edit_id"]
-    assert message["trace_edit_id"] == fig._last_trace_edit_id
-    loss0 = next(t for t in fig.data if t.name == "replica 0" and t.xaxis == "x")
+    updates = [(d["content"], b) for kind, cid, d, b in recorder.messages
+               if cid == fig.comm.comm_id and kind == "comm_msg"
+               and (d or {}).get("method") == "custom" and d["content"]["type"] == "restyle"]
+    assert updates, "no restyle was sent"
+    message, buffers = updates[-1]
+    assert buffers and all(memoryview(b).format in ("d", "B") for b in buffers)
+    ys = message["props"]["y"]
+    assert all(set(v) == {"buffer"} for v in ys)          # float64 buffers, not JSON lists
+    assert len(buffers[ys[0]["buffer"]]) % 8 == 0
+    # The figure's state is as first drawn (5 steps): later points travel in messages only.
+    first = next(t for t in recorder.state(fig.comm.comm_id)["figure"]["data"]
+                 if t["name"] == "replica 0" and t["xaxis"] == "x")
+    assert len(first["y"]) == 5
+    loss0 = next(t for t in traces(dash) if t.name == "replica 0" and t.xaxis == "x")
     assert loss0.x[-1] == 205 and len(loss0.y) == 206
 
 
@@ -333,7 +344,9 @@ def test_drawing_failure_warns_once_and_training_continues(
     assert len(dashboard_warnings) == 1
     assert "plotly exploded" in str(dashboard_warnings[0].message)
     assert run.steps_done == 40
-    assert "Run 1" in capsys.readouterr().out            # the summary still reaches the user
+    summary = recorder.displayed[-1]                     # the summary still reaches the user
+    assert summary["text/plain"].startswith("Run 1")
+    assert recorder.replaced, "the failed dashboard's widgets were left in the output"
 
 
 def test_stop_button_requests_a_stop(recorder: Recorder) -> None:
@@ -394,9 +407,10 @@ def test_headless_run_ends_with_static_figure_and_summary(
     dash.on_step(run)
     run.finish("done")
     dash.close()
-    [bundle] = recorder.displayed
-    assert bundle["text/plain"].startswith("Run 1 (step, mirrored, 4 replica(s)): done")
-    assert "plotly" in bundle["text/html"] and "<pre>" in bundle["text/html"]
+    bundle, summary = recorder.displayed
+    assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replica(s)): done")
+    assert "<pre>" in summary["text/html"]
+    assert bundle["image/svg+xml"].startswith("<svg") and "Run 1" in bundle["text/plain"]
     names = [t["name"] for t in bundle["application/vnd.plotly.v1+json"]["data"]]
     assert names.count("replica 3") == 4                   # one per panel
     dash_none = Dashboard(None)
@@ -484,24 +498,23 @@ def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
     nbclient.NotebookClient(nb, kernel_name="python3", timeout=90, store_widget_state=True,
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = nb.cells[-1].outputs
-    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
+    # The live widgets gave way to the static final figure: no output needs a widget model.
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                   for o in outputs)
     assert any("done, 40 step(s)" in o.get("data", {}).get("text/plain", "") for o in outputs)
-    state = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
-    figures = [m for m in state.values() if "_widget_data" in m["state"]]
-    assert len(figures) == 1
-    fig = figures[0]
-    loss = {t["name"]: i for i, t in enumerate(fig["state"]["_widget_data"])
-            if t.get("xaxis") == "x"}
-    assert sorted(loss) == ["mean of replicas", "replica 0", "replica 1"]
-    # The final figure's points are in the saved state, as float64 binary buffers.
+    [fig] = [o.data[STATIC] for o in outputs if STATIC in o.get("data", {})]
+    loss = {t["name"]: t for t in fig["data"] if t.get("xaxis") == "x"}
+    assert sorted(loss) == ["global loss (sum of replicas)", "replica 0", "replica 1"]
     import base64
 
-    buffers = {tuple(b["path"]): b["data"] for b in fig.get("buffers", [])}
     for name in ("replica 0", "replica 1"):
-        y = np.frombuffer(base64.b64decode(buffers[("_widget_data", loss[name], "y", "buffer")]))
+        y = loss[name]["y"]
+        y = np.frombuffer(base64.b64decode(y["bdata"]), y["dtype"])
         assert len(y) == 40 and np.all(np.isfinite(y))
+    state = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
     models = {m["model_name"] for m in state.values()}
-    assert {"VBoxModel", "ButtonModel", "IntProgressModel"} <= models
+    assert {"VBoxModel", "ButtonModel", "IntProgressModel", "AnyModel"} <= models
+    assert len(json.dumps(state)) < 60_000        # data only: no plotly.js in the state
     # --tensorboard DIR wrote one series directory per replica, and said where.
     [run_dir] = logdir.iterdir()
     assert sorted(p.name for p in run_dir.iterdir()) == ["global", "replica_0", "replica_1"]

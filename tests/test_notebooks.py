@@ -71,11 +71,9 @@ def figures(c: nbformat.NotebookNode) -> list[dict]:
 
 
 def widget_figures(nb: nbformat.NotebookNode) -> list[list[dict]]:
-    """The traces of every plotly FigureWidget in the saved widget state."""
-    state = nb.metadata.get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    return [m["state"]["_widget_data"] for m in state.values()
-            if m.get("state", {}).get("_widget_data")]
+    """The traces of every dashboard's final figure (the static output its widgets leave)."""
+    return [out.data[PLOTLY]["data"] for c in nb.cells for out in c.get("outputs", [])
+            if PLOTLY in out.get("data", {}) and "image/svg+xml" in out.data]
 
 
 def replica_series(nb: nbformat.NotebookNode) -> list[set[str]]:

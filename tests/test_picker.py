@@ -62,5 +62,7 @@ def test_apply_sets_the_session_strategy_through_the_magic_code_path(session):
 
 def test_distribute_without_arguments_shows_the_picker(ip, capsys):
     ip.run_line_magic("distribute", "")
-    assert "VBox" in capsys.readouterr().out      # a terminal shell prints the widget's repr
+    out = capsys.readouterr().out                 # a terminal shell: the picker's text view
+    assert "VBox" not in out and "Box(" not in out
+    assert "mirrored" in out and "%distribute mirrored --devices 2" in out
     assert callable(nbdist.picker)

@@ -1,7 +1,8 @@
 /**
  * nbdist's JupyterLab extension: wiring only. The features live in their own modules:
  * `comm` (kernel state over the "nbdist" comm), `distribute` (the Distribute-cell command),
- * `statusitem` (the status bar item), `settings`, `magicline` and `state` (pure logic).
+ * `statusitem` (the status bar item), `settings`, `magicline` and `state` (pure logic),
+ * `plotlyloader` (plotly.js for the live dashboard's figure, once per page).
  */
 
 import {
@@ -17,6 +18,7 @@ import { Signal } from '@lumino/signaling';
 import { NbdistStateTracker } from './comm';
 import { COMMAND_ID, distributeActiveCell } from './distribute';
 import { distributeIcon } from './icons';
+import { installPlotlyLoader } from './plotlyloader';
 import { NbdistSettings } from './settings';
 import { NbdistStatusItem, showStatusDialog } from './statusitem';
 
@@ -90,4 +92,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+/** No requirements: it activates wherever notebooks render (JupyterLab 4, Notebook 7). */
+const plotlyPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'nbdist:plotly',
+  description: "plotly.js for nbdist's live dashboard figure, loaded once per page.",
+  autoStart: true,
+  activate: () =>
+    installPlotlyLoader(globalThis as any, () => import('plotly.js-dist-min'))
+};
+
+export default [plugin, plotlyPlugin];

@@ -7,8 +7,9 @@ only the traces that changed in one ``plotly_update`` message of float64 arrays 
 buffers), and keeps every trace to ``max_points`` points; the Run keeps the full data.
 
 With a widget frontend each Run gets a ``RunView`` (``run_view``: header, progress bar, Stop
-button and plotly ``FigureWidget``); the Dashboard decides when they redraw. Without
-one (terminal IPython, plain Python): a static figure and the text summary when the run ends.
+button and ``LiveFigure``); the Dashboard decides when they redraw, and when the run ends they
+give way to a static figure (plotly JSON + SVG, see ``static``) and the text summary. Without
+a widget frontend (terminal IPython): the static figure and the summary when the run ends.
 A failure while drawing never stops training: it is reported once and drawing stops.
 """
 
@@ -21,9 +22,9 @@ import warnings
 from typing import Any
 
 from ..telemetry.run import Run
-from .figure import static_figure
 from .progress import has_frontend
 from .run_view import RunView
+from .static import static_bundle
 
 __all__ = ["Dashboard", "observer_for"]
 
@@ -83,16 +84,18 @@ class Dashboard:
             return False
 
     def close(self) -> None:
-        """The cell ended: last redraw, final header, text summary (or the static figure)."""
+        """The cell ended: last redraw, final header, then the widgets give way to a static
+        figure (``static.static_bundle``) and the text summary."""
         for run in self.runs:
             view = self.views.get(run.id)
             if view is not None:
                 if view.stop is not None:
                     self._guard(view.stop.close)
                 self._guard(self._finish, view)
-            if self.live and not self.failed:
+            if self.live:
+                self._leave_static(run, view)
                 _display_summary(run)
-            elif self.live or self.shell is None:
+            elif self.shell is None:
                 print(run.summary())
             else:
                 try:
@@ -100,6 +103,18 @@ class Dashboard:
                 except Exception as err:
                     self._fail(err)
                     print(run.summary())
+
+    def _leave_static(self, run: Run, view: RunView | None) -> None:
+        """Replace the live widgets by the final figure, even after a drawing failure (a
+        widget left in a saved notebook shows "model not found" without its kernel)."""
+        if view is None or view.box is None:
+            return
+        try:
+            bundle = static_bundle(run)
+        except Exception as err:
+            self._fail(err)
+            bundle = {"text/plain": run.summary()}
+        view.leave_static(bundle)
 
     # -- drawing ---------------------------------------------------------------------------
     def _current(self) -> RunView | None:
@@ -183,37 +198,28 @@ def _display_summary(run: Run) -> None:
 
 
 def _display_static(run: Run) -> None:
-    """No widget frontend: a static plotly figure (HTML, plotly.js from its CDN) + summary."""
-    import json
-
+    """No widget frontend (terminal IPython): the static figure bundle, then the summary."""
     from IPython.display import display
 
-    text = run.summary()
-    bundle = {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}
-    if run.n_rows:
-        fig = static_figure(run)
-        bundle["text/html"] = (fig.to_html(include_plotlyjs="cdn", full_html=False)
-                               + bundle["text/html"])
-        bundle["application/vnd.plotly.v1+json"] = json.loads(fig.to_json())
-    display(bundle, raw=True)
+    display(static_bundle(run), raw=True)
+    _display_summary(run)
 
 
 _prewarmed = threading.Event()
 
 
 def _prewarm() -> None:
-    """Import plotly's widget machinery (~3 s cold) while the first step is being traced."""
+    """Import the widget machinery and plotly (~3 s cold) while the first step is traced."""
     if _prewarmed.is_set():
         return
     _prewarmed.set()
 
     def work() -> None:
         try:
+            import anywidget  # noqa: F401
             import ipywidgets  # noqa: F401
-            import plotly.graph_objects as go
+            import plotly.io  # noqa: F401
             from plotly.subplots import make_subplots  # noqa: F401
-
-            go.FigureWidget  # noqa: B018 - triggers the lazy import
         except Exception:  # noqa: S110 - the real import reports problems
             pass
 

@@ -197,14 +197,28 @@ def series_of(run: Run, **options: Any) -> RunSeries:
     return series
 
 
+def run_figure(run: Run, **options: Any) -> dict[str, Any]:
+    """``run`` drawn as a plotly figure dict (numpy arrays; options go to ``RunSeries``)."""
+    series = series_of(run, **options)
+    fig = figure_dict(FigureModel(series, run_title(run, series)))
+    bw = series.bus_bandwidth(run.allreduce_bytes)
+    if math.isfinite(bw):
+        fig["layout"]["annotations"][2]["text"] += f" · bus bw {bw / 1e9:.3g} GB/s"
+    return fig
+
+
 def static_figure(run: Run, **options: Any) -> Any:
     """A plotly ``Figure`` of ``run`` (each trace at most ``max_points`` points)."""
     import plotly.graph_objects as go
 
-    series = series_of(run, **options)
-    model = FigureModel(series, run_title(run, series))
-    fig = go.Figure(figure_dict(model))
-    bw = series.bus_bandwidth(run.allreduce_bytes)
-    if math.isfinite(bw):
-        fig.layout.annotations[2].text += f" · bus bw {bw / 1e9:.3g} GB/s"
-    return fig
+    return go.Figure(run_figure(run, **options))
+
+
+def plotly_json(obj: Any) -> Any:
+    """``obj`` (a figure dict, traces) as JSON data; numpy arrays become plotly's typed arrays
+    (``{"dtype": "f8", "bdata": ...}``), which plotly.js reads as they are."""
+    import json
+
+    import plotly.io as pio
+
+    return json.loads(pio.to_json(obj, validate=False))

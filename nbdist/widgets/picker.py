@@ -164,13 +164,33 @@ class Picker:
         return handler
 
 
+def table_text(hardware: Hardware) -> str:
+    """The picker as text: where no widget runs (a terminal, a saved notebook on GitHub)."""
+    missing = hardware.unavailable()
+    lines = ["nbdist strategies (the picker widget needs JupyterLab, Notebook 7 or VS Code):"]
+    for name in STRATEGY_NAMES:
+        here = f"no: {missing[name]}" if name in missing else "yes"
+        lines.append(f"  {name:<17} {STRATEGY_TABLE[name][2][:60]:<60}  here: {here}")
+    lines.append("Choose one with a line, e.g. `%distribute mirrored --devices 2`.")
+    return "\n".join(lines)
+
+
 def picker(session: Any = None, hardware: Hardware | None = None) -> Any:
-    """Show the strategy picker (also ``%distribute`` with no arguments)."""
+    """Show the strategy picker (also ``%distribute`` with no arguments); without a widget
+    front end (terminal IPython), print its text view and return None."""
+    from IPython import get_ipython
     from IPython.display import display
 
     from ..hardware import detect
     from ..session import current_session
+    from .progress import has_frontend
 
-    view = Picker(session or current_session(), hardware or detect())
-    display(view.widget)
+    hardware = hardware or detect()
+    if not has_frontend(get_ipython()):
+        print(table_text(hardware))
+        return None
+    view = Picker(session or current_session(), hardware)
+    bundle = view.widget._repr_mimebundle_()
+    bundle["text/plain"] = table_text(hardware)
+    display(bundle, raw=True)
     return view

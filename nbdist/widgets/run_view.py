@@ -2,8 +2,10 @@
 
 With a widget frontend the header shows strategy, replicas, workers, step/epoch, steps/s, ETA,
 bus bandwidth, other collectives (if any) and stragglers. ``RunView.draw`` sends only the
-traces that changed, in one ``Plotly.update`` message (``_send_restyle``); ``Dashboard``
-decides when to call it.
+traces that changed, in one restyle message of the ``LiveFigure`` (float64 binary buffers);
+``Dashboard`` decides when to call it. When the run ends, ``leave_static`` replaces the widgets
+in the cell's output with a static bundle (``static.static_bundle``) and closes them: the saved
+notebook then shows the final figure without a kernel or a widget model.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import math
 import time
 from typing import Any, Protocol
 
-from ..hooks.plotly import can_send_restyle, keep_in_saved_state, send_restyle
 from ..telemetry.run import Run
 from .figure import FigureModel, figure_dict, run_title
 from .series import RunSeries
@@ -51,6 +52,7 @@ class RunView:
         self.n_rows = 0
         self.fig: Any = None
         self.box: Any = None
+        self.handle: Any = None           # the cell output the widgets are displayed in
         self.stop: StopSignal | None = None
         self._header = ""
         self._header_due = 0.0
@@ -71,25 +73,31 @@ class RunView:
                 self.fig.add_traces(new)
             restyle, idx = self.model.changes()
             if idx:
-                _send_restyle(self.fig, restyle, idx)
+                self.fig.restyle(restyle, idx)
             marks = self.model.marks_change()
             if marks is not None:
-                _send_restyle(self.fig, *marks)
+                self.fig.restyle(*marks)
         now = time.monotonic()
         if final or now >= self._header_due:
             self._header_due = now + self.owner.header_interval
             self._update_header(final)
-        if final:
-            # Saved widget state (nbclient, "Save widget state") holds the final figure.
-            keep_in_saved_state(self.fig)
+
+    def leave_static(self, bundle: dict[str, Any]) -> None:
+        """Replace the widgets in the cell's output with ``bundle`` and close them."""
+        if self.handle is not None:
+            self.handle.update(bundle, raw=True)
+        if self.box is not None:
+            _close_tree(self.box)
+            self.box = None
 
     def _build(self) -> None:
         import ipywidgets as w
-        import plotly.graph_objects as go
         from IPython.display import display
 
+        from .livefigure import LiveFigure
+
         self.model.title = run_title(self.run, self.series, final=False)
-        self.fig = go.FigureWidget(figure_dict(self.model))
+        self.fig = LiveFigure(figure_dict(self.model))
         self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
         self.progress = w.IntProgress(min=0, max=max(1, self.run.total_steps or 1),
                                       bar_style="info", layout=w.Layout(width="14em"))
@@ -109,7 +117,12 @@ class RunView:
             self.button.disabled = True
             self.button.tooltip = ("This kernel cannot receive a click while the cell runs: "
                                    "use Kernel > Interrupt (the partial Run is kept).")
-        display(self.box)
+        bundle = self.box._repr_mimebundle_()
+        bundle["text/plain"] = (
+            f"nbdist live dashboard of Run {self.run.id} ({self.run.strategy}): it needs a "
+            "Jupyter widget front end (JupyterLab 4, Notebook 7, VS Code). When the run ends "
+            "the final figure replaces it here.")
+        self.handle = display(bundle, raw=True, display_id=True)
 
     def _update_header(self, final: bool) -> None:
         run, s = self.run, self.series
@@ -153,19 +166,17 @@ class RunView:
             self.button.disabled = True
 
 
-def _send_restyle(fig: Any, restyle: dict[str, list[Any]], indices: list[int]) -> None:
-    """Set trace properties and send them to the frontend in one ``Plotly.update``.
+def _close_tree(widget: Any) -> None:
+    """Close a widget, its children and their layout/style models (front end and kernel)."""
+    from ipywidgets import Widget
 
-    ``hooks.plotly.send_restyle`` sends what ``fig.plotly_update`` would, without its
-    per-trace validation and comparison (~0.25 ms per trace: with 32 replicas x 4 panels, 30
-    ms a redraw) and in 2 comm messages instead of 4. The values are float64 arrays and label
-    lists built here, so there is nothing to validate. Falls back to ``plotly_update`` if
-    plotly's internals differ.
-    """
-    if can_send_restyle(fig):
-        send_restyle(fig, restyle, indices)
-    else:
-        fig.plotly_update(restyle_data=restyle, trace_indexes=indices)
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    for name in ("layout", "style"):
+        part = getattr(widget, name, None)
+        if isinstance(part, Widget):
+            part.close()
+    widget.close()
 
 
 def _duration(seconds: float) -> str:

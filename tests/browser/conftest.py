@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from labhelpers import ARTIFACTS
@@ -23,6 +24,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _tested_extension(tmp_path_factory) -> str:
+    """A JUPYTER_PATH entry holding the lab extension built in the tree under test (the one
+    ``import nbdist`` finds: PYTHONPATH), so JupyterLab loads it rather than the installed
+    copy (the first ``labextensions/nbdist`` on the path wins)."""
+    import nbdist
+
+    built = Path(nbdist.__file__).parent / "labextension"
+    if not (built / "package.json").exists():
+        return ""                  # not built in this tree: the installed copy is used
+    root = tmp_path_factory.mktemp("jupyter-path")
+    (root / "labextensions").mkdir()
+    (root / "labextensions" / "nbdist").symlink_to(built, target_is_directory=True)
+    return str(root)
+
+
 @pytest.fixture(scope="session")
 def lab_server(tmp_path_factory):
     chromium = shutil.which("chromium")
@@ -31,7 +47,9 @@ def lab_server(tmp_path_factory):
                     "apt-get install chromium (.ci/run does it)")
     workdir = tmp_path_factory.mktemp("lab")
     port = _free_port()
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", JUPYTER_PLATFORM_DIRS="1")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", JUPYTER_PLATFORM_DIRS="1",
+               JUPYTER_PATH=os.pathsep.join(filter(None, [
+                   _tested_extension(tmp_path_factory), os.environ.get("JUPYTER_PATH")])))
     log = open(workdir / "lab.log", "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",

@@ -94,4 +94,10 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(lab_server, l
     text = page.evaluate("() => document.body.innerText")
     steps = int(text.split("RUN stopped", 1)[1].split()[0])
     assert 0 < steps < TOTAL_STEPS
-    assert "stopped" in page.locator(".nbdist-dashboard").first.inner_text()
+    # The run ended: its widgets gave way to the static final figure (no widget model needed
+    # to show it again) and the summary, which says "stopped".
+    training = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
+    assert "stopped" in training.locator(".jp-OutputArea").inner_text()
+    assert training.locator(".nbdist-dashboard").count() == 0
+    assert training.locator(".jp-RenderedPlotly, .jp-RenderedSVG").count() == 1
+    shot(page, "dashboard-final")

@@ -20,6 +20,7 @@ from ...fitrecord import FitRecording, is_number, recorder_class
 from ...patching import patched
 from ...telemetry import fitreduce
 from ...telemetry.run import Run
+from ...tflogs import quiet_tensorflow
 from .. import protocol
 from ..failures import KerasUnsupported, describe_exception
 from ..protocol import StopGate
@@ -108,6 +109,7 @@ def _local_run(st: WorkerState, mode: str) -> Run:
 
 
 # -- step mode --------------------------------------------------------------------------------
+@quiet_tensorflow()     # as in the kernel's %%distribute cells (nbdist.tflogs)
 def run_step(cell: str, header: str, filename: str, key: str,
              spec: dict[str, Any]) -> dict[str, Any]:
     """Run a step cell with ``StepRunner`` on this worker; metrics go to the kernel's Run.
@@ -140,6 +142,7 @@ def run_step(cell: str, header: str, filename: str, key: str,
 
 
 # -- scope mode -------------------------------------------------------------------------------
+@quiet_tensorflow()
 def run_scope(cell: str, header: str, filename: str, cell_id: str,
               checkpoint: str | None = None) -> dict[str, Any]:
     """Run a cell under the strategy's scope, recording every ``model.fit`` into a Run.

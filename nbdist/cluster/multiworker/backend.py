@@ -22,6 +22,7 @@ from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList
+from ...tflogs import worker_environment
 from .. import tfconfig
 from ..compat import check_engines
 from ..engines import make as make_engines
@@ -89,7 +90,7 @@ class MultiWorkerCluster(ClusterLifecycle):
     def start(self) -> None:
         key = new_key()
         env = {"TF_USE_LEGACY_KERAS": "1" if self.keras == "legacy" else "0",
-               "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+               **worker_environment()}
         # --cluster without --workers: n is 0 until the profile's engines are counted
         self.engines = engines = make_engines(self.spec.cluster, self.n or None, env)
         self._starting()

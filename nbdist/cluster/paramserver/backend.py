@@ -15,7 +15,6 @@ Defaults: ``--workers 2`` and ``--ps 1``.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -26,6 +25,7 @@ from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.run import Run, RunList
+from ...tflogs import worker_environment
 from ..engines import make as make_engines
 from ..engines.base import START_TIMEOUT_S, ClusterStartError, EngineSet
 from ..failures import ClusterError, WorkerError, build_error
@@ -92,7 +92,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         return [("worker", i) for i in range(self.n)] + [("ps", i) for i in range(self.n_ps)]
 
     def start(self) -> None:
-        env = {"TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        env = worker_environment()
         n = len(self.tasks)   # with --cluster: worker i on engine i, then the ps tasks
         self.engines = engines = make_engines(
             self.spec.cluster, n, env, asked=f"--workers {self.n} --ps {self.n_ps} ({n} engines)")

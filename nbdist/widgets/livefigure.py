@@ -1,0 +1,67 @@
+"""The live dashboard's figure: a small anywidget that draws with plotly.js loaded once per page.
+
+plotly's ``FigureWidget`` is an anywidget whose ~5 MB ES module (plotly.js included) is stored
+in the notebook's widget state once per figure. ``LiveFigure``'s module (``livefigure.js``)
+is ~3 KB: it takes plotly.js from nbdist's JupyterLab extension (JupyterLab 4, Notebook 7;
+loaded once per page) or from plotly's CDN (other widget front ends). Its state is the figure
+as first drawn; later data goes in custom messages (float64 arrays as binary buffers), which
+a saved notebook does not keep: the final figure is left as a static output when the run ends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import numpy as np
+import traitlets
+
+from .figure import plotly_json
+
+__all__ = ["LiveFigure"]
+
+
+def _cdn() -> str:
+    from plotly.offline import get_plotlyjs_version
+
+    return f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+
+
+class LiveFigure(anywidget.AnyWidget):
+    """A plotly figure updated by ``add_traces`` and ``restyle`` messages."""
+
+    _esm = Path(__file__).with_name("livefigure.js")
+    figure = traitlets.Dict().tag(sync=True)   # {"data", "layout"}: traces added later, no data
+    cdn = traitlets.Unicode().tag(sync=True)   # plotly.js when nbdist's extension is absent
+
+    def __init__(self, figure: dict[str, Any]):
+        super().__init__(figure=plotly_json(figure), cdn=_cdn())
+        # What the front end shows now (numpy arrays as sent): for reading, e.g. in tests.
+        self.current: dict[str, Any] = {"data": [dict(t) for t in figure["data"]],
+                                        "layout": figure["layout"]}
+
+    def add_traces(self, traces: list[dict[str, Any]]) -> None:
+        """Append traces (their data comes with later restyles)."""
+        shells = plotly_json([{k: v for k, v in t.items() if k not in ("x", "y", "text")}
+                              for t in traces])
+        self.figure = {**self.figure, "data": [*self.figure["data"], *shells]}
+        self.current["data"] += [dict(t) for t in traces]
+        self.send({"type": "add_traces", "traces": plotly_json(traces)})
+
+    def restyle(self, restyle: dict[str, list[Any]], indices: list[int]) -> None:
+        """Set ``restyle[prop][i]`` on trace ``indices[i]`` in one message: numpy arrays go
+        as float64 binary buffers, other values as JSON."""
+        buffers: list[bytes] = []
+        props: dict[str, list[Any]] = {}
+        for prop, values in restyle.items():
+            encoded = []
+            for i, value in zip(indices, values, strict=True):
+                self.current["data"][i][prop] = value
+                if isinstance(value, np.ndarray):
+                    encoded.append({"buffer": len(buffers)})
+                    buffers.append(np.ascontiguousarray(value, dtype=np.float64).tobytes())
+                else:
+                    encoded.append(value)
+            props[prop] = encoded
+        self.send({"type": "restyle", "traces": list(indices), "props": props}, buffers)

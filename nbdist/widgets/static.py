@@ -1,0 +1,53 @@
+"""The finished dashboard as a static output: readable without a kernel or widget JavaScript.
+
+``static_bundle(run)`` is one display bundle: plotly's JSON mimetype (interactive where
+plotly's renderer is installed: JupyterLab, Notebook 7, VS Code), the same figure as plain
+SVG (GitHub, nbviewer, nbconvert: no script runs there) and a text line. The figure keeps at
+most ``max_points`` points per trace (``max_total_points`` over all traces, float32): ten
+dashboards in a notebook stay well under 2 MB. ``nbdist.runs[i].plot()`` redraws a Run at
+full resolution.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..telemetry.run import Run
+from .figure import run_figure, run_title, series_of
+from .svgplot import figure_svg
+
+__all__ = ["static_bundle"]
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def static_bundle(run: Run, max_points: int = 250, max_total_points: int = 4000
+                  ) -> dict[str, Any]:
+    """``{plotly JSON, image/svg+xml, text/plain}`` for the finished ``run``."""
+    if not run.n_rows:
+        return {"text/plain": run_title(run, series_of(run))}
+    traces = 4 * run.replicas * run.workers + 4
+    per_trace = min(max_points, max(50, max_total_points // traces))
+    fig = run_figure(run, max_points=per_trace)
+    for trace in fig["data"]:
+        for axis in ("x", "y"):
+            if isinstance(trace.get(axis), np.ndarray):
+                trace[axis] = trace[axis].astype(np.float32)
+    title = fig["layout"]["title"]["text"]
+    return {
+        PLOTLY_MIME: _typed_json(fig),
+        "image/svg+xml": figure_svg(fig),
+        "text/plain": f"{title} (the dashboard's final figure; the Run in nbdist.runs "
+                      "keeps every number, its .plot() redraws it)",
+    }
+
+
+def _typed_json(fig: dict[str, Any]) -> dict[str, Any]:
+    """The figure as JSON data, its arrays as plotly's base64 typed arrays (``bdata``)."""
+    import json
+
+    import plotly.graph_objects as go
+
+    return json.loads(go.Figure(fig).to_json())
