@@ -45,6 +45,7 @@ FILE_TIERS = {
     "test_graphview.py": "kernel",
     "test_import.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
+    "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
     "test_notebooks.py": "notebooks",
     "test_paramserver.py": "cluster",
