@@ -53,6 +53,7 @@ FILE_TIERS = {
     "test_private_apis.py": "unit",
     "test_picker.py": "kernel",
     "test_rewrite.py": "unit",
+    "test_setup_commands.py": "unit",    # its JupyterLab launch: notebooks
     "test_spec.py": "unit",
     "test_strategy_object.py": "kernel",
     "test_tiers.py": "unit",
