@@ -14,12 +14,6 @@ from .errors import NbdistError, StepCodeError
 from .rewrite import StepSource
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
-_OTHER_STRATEGY = "Mixing different tf.distribute.Strategy objects"
-OTHER_STRATEGY_ADVICE = (
-    "the step uses a model, optimizer or variable created under another strategy (the "
-    "kernel's strategy changed since): variables belong to the strategy they were made under. "
-    "Create them again in a `%%distribute` cell, then run this cell again."
-)
 
 
 def cell_line_of(message: str, source: StepSource) -> int | None:
@@ -60,9 +54,6 @@ def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
         seen = seen.__cause__ or seen.__context__
     message = str(err)
     line = cell_line_of(message, source)
-    if _OTHER_STRATEGY in message:
-        text = _cell_text(source, line) if line is not None else ""
-        return StepCodeError(OTHER_STRATEGY_ADVICE, cell_line=line, line_text=text)
     if line is None:
         return None
     text = _cell_text(source, line)
