@@ -2,180 +2,159 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import (
+    MagicHelpFormatter,
+    argument,
+    kwds,
+    magic_arguments,
+    parse_argstring,
+)
 
 from .errors import ConfigError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
 from .tflogs import quiet_tensorflow
 
 _ACTIONS = ("status", "stop", "restart", "push", "pull")
+_WIDTH = 96   # the help is rendered once, at this width, whatever the terminal
+
+
+def _formatter(prog: str) -> MagicHelpFormatter:
+    return MagicHelpFormatter(prog, width=_WIDTH, max_help_position=26)
+
+
+def placement_args(f: Callable) -> Callable:
+    """The flags that place a strategy, shared by the line and the cell magic (as
+    ipyparallel's ``exec_args`` shares its flags between ``%px`` and ``%%px``)."""
+    for a in reversed([
+        argument("--devices", type=int, metavar="N",
+                 help="N GPUs, else the CPU split into N devices (default: all GPUs, else 1)"),
+        argument("--workers", type=int, metavar="N",
+                 help="worker processes (default: 2; with --cluster, every engine)"),
+        argument("--ps", type=int, metavar="N",
+                 help="parameter servers, parameter_server only (default: 1)"),
+        argument("--cluster", metavar="PROFILE",
+                 help="workers on an ipyparallel cluster's engines (default: local ones)"),
+        argument("--tpu", metavar="ADDRESS",
+                 help="TPU name or grpc:// address (default: this TPU VM's)"),
+    ]):
+        f = a(f)
+    return f
+
+
+@magic_arguments(name="distribute")
+@kwds(formatter_class=_formatter, description=None)
+@argument("what", nargs="?", metavar="STRATEGY|ACTION",
+          help=f"{', '.join(STRATEGY_NAMES)}; or status, stop, restart, push, "
+               "pull (default: the picker)")
+@argument("names", nargs="*", metavar="NAME", help="push/pull: variable names")
+@placement_args
+@argument("--worker", type=int, metavar="I", help="pull: the worker (default: 0)")
+@argument("--keras", choices=("auto", "legacy", "keras3"), metavar="KERAS",
+          help="multiworker: auto, legacy (tf_keras) or keras3 (default: auto)")
+def _line_args(line: str) -> None:
+    """The ``%distribute`` line's parser (its ``.parser``)."""
+
+
+@magic_arguments(name="%distribute")
+@kwds(formatter_class=_formatter, description=None)
+@argument("strategy", nargs="?", metavar="STRATEGY",
+          help="must match the kernel's strategy (default: the kernel's)")
+@placement_args
+@argument("--step", action="store_true",
+          help="the cell is the per-replica step (default: scope mode)")
+@argument("--data", metavar="NAME", help="step mode: the tf.data.Dataset (required)")
+@argument("--epochs", type=int, default=1, metavar="N", help="step mode (default: 1)")
+@argument("--steps", type=int, metavar="N",
+          help="step mode: steps per epoch at most (default: all)")
+@argument("--loss", default="loss", metavar="NAME", help="step mode: the loss (default: loss)")
+@argument("--grads", metavar="NAME",
+          help="step mode: the gradients (default: grads, if assigned)")
+@argument("--show-code", action="store_true", help="print the generated step (default: off)")
+@argument("--timing-every", type=int, metavar="K",
+          help="time the allreduce every K steps, 0: never (default: auto, <1%% cost)")
+@argument("--graph", action="store_true",
+          help="draw the compiled step's dataflow graph after the run (default: off)")
+@argument("--checkpoint", metavar="DIR",
+          help="save every epoch, resume when run again (default: none)")
+@argument("--tensorboard", metavar="DIR",
+          help="also write the run's scalars for TensorBoard (default: none)")
+def _cell_args(line: str) -> None:
+    """The ``%%distribute`` cell's parser (its ``.parser``)."""
+
+
+for _f in (_line_args, _cell_args):
+    _f.parser.allow_abbrev = False   # on a cell, --worker must not pass for --workers
+
+_EXAMPLES = """\
+Examples::
+
+  %distribute mirrored --devices 4       # 4 GPUs, or the CPU split into 4 logical devices
+  %distribute multiworker --workers 2    # 2 local worker processes (ipyparallel engines)
+  %distribute parameter_server --ps 1    # the kernel coordinates; variables on the ps
+  %distribute status                     # strategy, devices, workers, equivalent TensorFlow
+  %distribute pull history --worker 1    # a worker's variable into the kernel
+
+  %%distribute                           # scope mode: every model.fit is recorded
+  model.fit(train_ds, epochs=3)
+
+  %%distribute --step --data train_ds --epochs 3 --checkpoint ckpt/run1
+  x, y = batch                           # step mode: the cell is the per-replica step
+  with tf.GradientTape() as tape:
+      loss = tf.nn.compute_average_loss(loss_fn(y, model(x)), global_batch_size=64)
+  grads = tape.gradient(loss, model.trainable_variables)
+  optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+Runs: nbdist.runs[-1].metrics (one row per step and replica). The README explains each
+strategy, the dashboard, workers, checkpoints and what to do when something fails.
+"""
+
+
+def _help() -> str:
+    """``%distribute?``: both usages with one line per flag, then examples."""
+    line, cell = (f.parser.format_help().rstrip() for f in (_line_args, _cell_args))
+    return ("Run TensorFlow under a tf.distribute strategy: choose it (line magic), then run\n"
+            "cells under it (cell magic). Line flags and cell flags are distinct.\n\n"
+            f"{line}\n\n{cell}\n\n{_EXAMPLES}")
+
+
+def _parse(parsed_by: Callable, other: Callable, line: str, here: str, there: str) -> Any:
+    """Parse ``line`` with ``parsed_by``; a flag that belongs to ``other`` gets a ConfigError
+    saying where it goes (argparse alone would only call it unrecognized)."""
+    try:
+        return parse_argstring(parsed_by, line)
+    except UsageError as err:
+        theirs = {o for a in other.parser._actions for o in a.option_strings}
+        mine = {o for a in parsed_by.parser._actions for o in a.option_strings}
+        for word in line.split():
+            flag = word.split("=")[0]
+            if flag in theirs - mine:
+                raise ConfigError(f"{flag} belongs on {there}, not on {here}.") from None
+        raise err
 
 
 @magics_class
 class DistributeMagics(Magics):
     """Distributed TensorFlow from a notebook."""
 
-    @magic_arguments()
-    @argument(
-        "what", nargs="?", default=None,
-        help=f"A strategy ({', '.join(STRATEGY_NAMES)}) or an action: `status` (show the "
-             "strategy, replicas, devices and the equivalent TensorFlow), `stop` (forget it "
-             "and stop worker processes), `restart` (fresh worker processes), `push NAME...` "
-             "(copy kernel variables to every worker), `pull NAME` (a worker's variable into "
-             "the kernel).",
-    )
-    @argument("names", nargs="*", default=[],
-              help="push/pull: the variable names (default: none).")
-    @argument("--worker", type=int, default=None,
-              help="pull: the worker to pull from (default: 0).")
-    @argument("--keras", default=None, choices=("auto", "legacy", "keras3"),
-              help="multiworker: the Keras the workers run as tf.keras: `legacy` (tf_keras, "
-                   "whose model.fit works under MultiWorkerMirroredStrategy), `keras3`, or "
-                   "`auto` (legacy when tf_keras is installed; the default).")
-    @argument("--devices", type=int, default=None,
-              help="Local devices: N GPUs if present, else the CPU split into N logical "
-                   "devices (default: all GPUs, else 1 CPU).")
-    @argument("--workers", type=int, default=None,
-              help="Worker processes for multiworker/parameter_server (default: 2 local "
-                   "processes; with --cluster, every engine of the cluster).")
-    @argument("--ps", type=int, default=None,
-              help="Parameter servers for parameter_server (default: none).")
-    @argument("--cluster", default=None, metavar="PROFILE",
-              help="multiworker: run the workers on the engines of an existing ipyparallel "
-                   "cluster: a profile name or directory, NAME@CLUSTER_ID to pick one of "
-                   "several; `stop` restarts its engines, never kills the cluster (default: "
-                   "none, local worker processes).")
-    @argument("--tpu", default=None,
-              help="TPU name or grpc:// address for `tpu` (default: the local TPU VM).")
-    @argument("--step", action="store_true",
-              help="Step mode: the cell is the per-replica training step (default: scope "
-                   "mode, the cell runs under strategy.scope()).")
-    @argument("--data", default=None,
-              help="Step mode: the tf.data.Dataset to train on; `batch` is this replica's "
-                   "slice of each element (required with --step).")
-    @argument("--epochs", type=int, default=1, help="Step mode: epochs (default: 1).")
-    @argument("--steps", type=int, default=None,
-              help="Step mode: at most N steps per epoch (default: the whole dataset).")
-    @argument("--loss", default="loss",
-              help="Step mode: the variable holding the step's loss (default: loss).")
-    @argument("--grads", default=None,
-              help="Step mode: the variable holding the gradient list, for gradient norms "
-                   "(default: `grads` if the cell assigns it).")
-    @argument("--show-code", action="store_true",
-              help="Step mode: print the generated step function before running it.")
-    @argument("--tensorboard", default=None, metavar="DIR",
-              help="Also write the run's scalars for TensorBoard under DIR/run<id>-<time>/, "
-                   "one subdirectory per replica/worker (default: not written).")
-    @argument("--graph", action="store_true",
-              help="Step mode: after the run, draw the compiled step's dataflow graph with "
-                   "its devices and collective ops, as nbdist.show_graph does (default: off).")
-    @argument("--checkpoint", default=None, metavar="DIR",
-              help="Save the training state into DIR after every epoch; re-running the cell "
-                   "after a crash, an interrupt or `%%distribute restart` resumes from the "
-                   "last completed epoch. Step mode saves the objects the cell names (model, "
-                   "optimizer...) in DIR/step; scope mode adds Keras BackupAndRestore to each "
-                   "model.fit (DIR/fit1, DIR/fit2...). Deleted once the training finishes "
-                   "(default: no checkpoint).")
-    @argument("--timing-every", type=int, default=None,
-              help="Step mode: time the allreduce on every K-th step; 0 turns it off "
-                   "(default: automatic, as often as keeps the timing's cost under 1%% of the "
-                   "run, between every 5th and every 100th step).")
     @line_cell_magic
     @quiet_tensorflow()     # TensorFlow's INFO logs hidden (nbdist.set_verbose() shows them)
     def distribute(self, line: str, cell: str | None = None) -> Any:
-        """Run TensorFlow under a tf.distribute strategy.
-
-        Choose the kernel's strategy (line magic)::
-
-            %distribute mirrored --devices 4    # 4 GPUs, or the CPU split into 4 devices
-            %distribute one_device
-            %distribute central_storage --devices 2
-            %distribute tpu --tpu grpc://10.0.0.2:8470
-            %distribute status                  # strategy, replicas, equivalent TensorFlow
-            %distribute stop                    # forget the strategy, stop worker processes
-            %distribute                         # the strategy picker widget
-
-        Multi-worker (N worker processes on this machine, through ipyparallel; every
-        ``%%distribute`` cell then runs on all of them, like ``%%px``)::
-
-            %distribute multiworker --workers 2 # MultiWorkerMirroredStrategy, tf_keras fit
-            %distribute push lr data_path       # kernel variables -> every worker
-            %distribute pull history --worker 1 # a worker's variable -> the kernel
-            %distribute restart                 # fresh workers (after one died)
-
-        Parameter servers (asynchronous training; the kernel is the coordinator, the
-        workers and parameter servers are tf.distribute.Server processes on this machine;
-        defaults --workers 2 --ps 1)::
-
-            %distribute parameter_server --workers 2 --ps 1
-
-        Under ``parameter_server`` a ``%%distribute`` cell runs in the kernel under the
-        strategy's scope (variables go to the parameter servers) and a step cell is
-        scheduled with ``ClusterCoordinator.schedule`` on whichever worker is free; each
-        row records the ``worker`` that ran the step and ``update_ms`` (push, apply and
-        acknowledgement of the parameter update) instead of ``allreduce_ms``. Keras 3
-        ``model.fit`` does not work under it (TensorFlow 2.21): use step mode. A killed
-        worker's steps are re-run on the others; a killed parameter server ends the run.
-
-        An existing ipyparallel cluster (``ipcluster start --profile NAME``: local, SSH, MPI,
-        Slurm...) instead of local processes: its engines are the workers (``--workers N``:
-        the first N). TF_CONFIG uses each engine's reachable address and a port free on its
-        host. TensorFlow allows one MultiWorkerMirroredStrategy per process, so ``stop`` and
-        ``restart`` restart the cluster's engines through ipyparallel (fresh processes and
-        namespaces) and leave its controller running::
-
-            %distribute multiworker --cluster NAME              # or a profile directory
-            %distribute multiworker --cluster NAME --workers 2
-
-        Before the workers start, each is checked: TensorFlow importable, the same
-        TensorFlow and nbdist versions as this kernel; a failure names the worker and the fix.
-
-        Scope mode: the cell runs under ``strategy.scope()``; ``model.fit`` calls are
-        recorded into ``nbdist.runs``::
-
-            %%distribute
-            model = make_model()
-            model.compile(optimizer="adam", loss="mse")
-            model.fit(train_ds, epochs=3)
-
-        Step mode: the cell is the per-replica step; ``batch`` is this replica's part of
-        each dataset element and the cell must assign ``loss`` (and may assign ``grads``)::
-
-            %%distribute --step --data train_ds --epochs 3
-            x, y = batch
-            with tf.GradientTape() as tape:
-                loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)),
-                                                  global_batch_size=GLOBAL_BATCH)
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-
-        Fault tolerance: ``--checkpoint DIR`` saves the training state after every epoch
-        (step mode: the model, optimizer and other objects the cell names; scope mode: Keras
-        ``BackupAndRestore`` in each ``model.fit``). If the run dies (a worker killed, the
-        kernel interrupted), run ``%distribute restart`` if workers died, re-create the model
-        and re-run the same cell: it resumes from the last completed epoch and says so::
-
-            %%distribute --step --data train_ds --epochs 5 --checkpoint ckpt/run1
-            ...
-
-        A strategy may also be given on the cell line (``%%distribute mirrored --devices 2
-        --step --data ds``); it must match the kernel's strategy if one is set. Each run is
-        kept in ``nbdist.runs``; ``nbdist.runs[-1].metrics`` is a DataFrame with one row per
-        step and replica.
-        """
         from .session import current_session
 
-        args = parse_argstring(self.distribute, line)
         session = current_session(self.shell)
-        strategy = _strategy_spec(args)
         if cell is None:
-            return self._line(args, strategy, session)
-        if args.names or args.worker is not None or args.keras is not None:
-            raise ConfigError("Names, --worker and --keras belong on a `%distribute` line "
-                              "(one %): push/pull, or starting multiworker.")
+            args = _parse(_line_args, _cell_args, line, _LINE, _CELL)
+            return self._line(args, _strategy_spec(args.what, args), session)
+        args = _parse(_cell_args, _line_args, line, _CELL, _LINE)
+        if args.strategy in _ACTIONS:
+            raise ConfigError(f"`{args.strategy}` is a line command: `%distribute "
+                              f"{args.strategy}` (one %), on a line of its own.")
+        strategy = _strategy_spec(args.strategy, args)
         run_spec = RunSpec(
             step=args.step, data=args.data, epochs=args.epochs, steps=args.steps,
             loss=args.loss, grads=args.grads, show_code=args.show_code,
@@ -201,18 +180,11 @@ class DistributeMagics(Magics):
                 write_runs(progress.runs, args.tensorboard)
 
     def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
-        cell_only = [f for f in ("step", "data", "steps", "grads", "show_code",
-                                     "tensorboard", "graph", "checkpoint") if getattr(args, f)]
         if args.worker is not None and args.what != "pull":
             raise ConfigError("--worker applies to `%distribute pull NAME --worker i`.")
         if args.names and args.what not in ("push", "pull"):
             raise ConfigError(f"Unexpected {' '.join(args.names)!r}: only `push` and `pull` "
                               "take names.")
-        if cell_only:
-            raise ConfigError(
-                f"--{cell_only[0].replace('_', '-')} belongs on a `%%distribute` cell (two %), "
-                "not on the `%distribute` line."
-            )
         if args.what == "status":
             print(session.status_text())
         elif args.what == "stop":
@@ -261,19 +233,24 @@ def _graph_observer(args: Any) -> list[Any]:
     return [StepGraph()]
 
 
-def _strategy_spec(args: Any) -> StrategySpec | None:
+def _strategy_spec(what: str | None, args: Any) -> StrategySpec | None:
     """The StrategySpec named on the line, or None when it names none (or an action)."""
     placement = {f: getattr(args, f) for f in ("devices", "workers", "ps", "cluster", "tpu")}
-    if args.what in _ACTIONS:
+    if what in _ACTIONS:
         if any(v is not None for v in placement.values()):
-            raise ConfigError(f"`%distribute {args.what}` takes no placement flags.")
+            raise ConfigError(f"`%distribute {what}` takes no placement flags.")
         return None
-    if args.what is None:
+    if what is None:
         if any(v is not None for v in placement.values()):
             raise ConfigError(
                 "Placement flags need a strategy name, e.g. `mirrored --devices 2`."
             )
         return None
-    if args.what not in STRATEGY_NAMES:
-        raise ConfigError(suggest_strategy(args.what))
-    return StrategySpec(args.what, **placement)
+    if what not in STRATEGY_NAMES:
+        raise ConfigError(suggest_strategy(what))
+    return StrategySpec(what, **placement)
+
+
+_LINE = "the `%distribute` line (one %)"
+_CELL = "a `%%distribute` cell (two %)"
+DistributeMagics.distribute.__doc__ = _help()

@@ -39,7 +39,7 @@ MULTIWORKER_CPU_DEVICES = (
     "--devices N` for N logical devices in the kernel."
 )
 
-_TOO_LATE = (
+TOO_LATE = (
     "TensorFlow has already initialised its devices in this kernel with {have} CPU device(s), "
     "so it cannot split the CPU into {want} logical devices any more (TensorFlow allows that "
     "only before the first tensor, model or device query). Restart the kernel and run "
@@ -222,7 +222,7 @@ def ensure_local_devices(count: int | None, name: str = "mirrored") -> tuple[tup
                 )
             except RuntimeError as err:
                 have = len(tf.config.list_logical_devices("CPU"))
-                raise DeviceError(_TOO_LATE.format(have=have, want=want, name=name)) from err
+                raise DeviceError(TOO_LATE.format(have=have, want=want, name=name)) from err
         devices, kind = tuple(f"/device:CPU:{i}" for i in range(want)), "CPU"
     # After parameter_server the kernel's own devices are named /job:chief/.../device:CPU:i.
     existing = {"/device:" + d.name.split("/device:")[-1]

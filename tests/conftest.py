@@ -45,6 +45,7 @@ FILE_TIERS = {
     "test_graphview.py": "kernel",
     "test_import.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
+    "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
     "test_notebooks.py": "notebooks",
     "test_paramserver.py": "cluster",
@@ -52,6 +53,7 @@ FILE_TIERS = {
     "test_private_apis.py": "unit",
     "test_picker.py": "kernel",
     "test_rewrite.py": "unit",
+    "test_setup_commands.py": "unit",    # its JupyterLab launch: notebooks
     "test_spec.py": "unit",
     "test_static_view.py": "unit",        # its notebook and quickstart tests: kernel
     "test_strategy_object.py": "kernel",
@@ -110,8 +112,7 @@ def tf_keras():
     """tf_keras (extra `legacy-keras`), for tests of what needs it: skipped with the reason when
     it is missing, failed instead under NBDIST_REQUIRE_ALL=1 (the README's test command)."""
     if importlib.util.find_spec("tf_keras") is None:
-        message = ("tf_keras is not installed: pip install --no-deps tf-keras==2.21.0 "
-                   "(with tensorflow-cpu), or 'nbdist[legacy-keras]'")
+        message = "tf_keras is not installed: python3 -m nbdist.tfkeras"
         if os.environ.get("NBDIST_REQUIRE_ALL") == "1":
             pytest.fail(f"{message}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
         pytest.skip(message)

@@ -39,7 +39,7 @@ def test_which_keras_the_workers_run(monkeypatch, choice, have, mode, words):
 
 def test_legacy_keras_without_tf_keras_or_a_bad_choice_fail_clearly(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(ConfigError, match="--no-deps"):
+    with pytest.raises(ConfigError, match=r"Run `python3 -m nbdist\.tfkeras` in a terminal"):
         multiworker.resolve_keras("legacy")
     with pytest.raises(ConfigError, match="choose one of auto, legacy, keras3"):
         multiworker.resolve_keras("keras2")

@@ -31,10 +31,24 @@ def test_ci_runs_exactly_the_readme_test_command_which_runs_everything():
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci == test_command
     steps = test_command.split(" && ")
-    quickstart = setup.split(" && ")[-1]              # the first command, past its install
-    assert quickstart == "python3 -m nbdist.quickstart" and quickstart in steps
+    assert "python3 -m nbdist.quickstart" in steps     # the headless check the README documents
+    assert "python3 -m nbdist.quickstart" in (ROOT / "README.md").read_text().split("```")[4]
     assert "ruff check" in steps
     assert steps[-1] == "NBDIST_REQUIRE_ALL=1 python3 -m pytest -q"   # no -m: every tier
+    # The user's install sets up and opens the tutorials; CI installs what it installs and
+    # nothing by hand: the same installer steps, and pip only for this package, whose `test`
+    # extra is the user's extras plus test tools.
+    user = setup.split(" && ")
+    assert user[-1] == "python3 -m nbdist.tutorials"
+    assert [s for s in user if "pip install" in s] == ["python3 -m pip install -e '.[cpu,lab]'"]
+    assert [s for s in steps if "pip install" in s] == ["python3 -m pip install -q -e '.[test]'"]
+    assert [s for s in user if "nbdist.tfkeras" in s] == ["python3 -m nbdist.tfkeras"]
+    assert [s for s in steps if "nbdist.tfkeras" in s] == ["python3 -m nbdist.tfkeras"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert "nbdist[cpu,lab]" in extras["test"]
+    assert not any(r.lower().startswith(("tf-keras", "tf_keras", "tensorflow"))
+                   for r in extras["test"])
 
 
 def test_the_readme_runs_each_tier_registered_in_pyproject():

@@ -8,6 +8,9 @@ coordinator, when it cannot detach from a cluster whose worker died) marks it he
 from __future__ import annotations
 
 from ..errors import ConfigError
+from ..hooks.tensorflow import eager_context_initialized
+from ..spec import StrategySpec
+from ..strategies import TOO_LATE, physical_gpus
 
 #: Why this kernel's TensorFlow context cannot host another strategy (None: it can).
 _TAINTED: str | None = None
@@ -28,3 +31,22 @@ def check_kernel_usable() -> None:
 def taint(why: str) -> None:
     global _TAINTED
     _TAINTED = why
+
+
+def why_cannot_host(spec: StrategySpec) -> str | None:
+    """Why this kernel cannot switch to ``spec`` without a restart (what building it would
+    raise), or None. Changes nothing: a refused cell line uses it to give advice that works."""
+    if _TAINTED is not None:
+        return RESTART_KERNEL.format(why=_TAINTED)
+    want = spec.devices or 1
+    if spec.name not in ("mirrored", "central_storage", "one_device") or want < 2:
+        return None
+    import tensorflow as tf
+
+    if gpus := physical_gpus():
+        return None if want <= len(gpus) else f"--devices {want}: there are {len(gpus)} GPUs."
+    split = tf.config.get_logical_device_configuration(tf.config.list_physical_devices("CPU")[0])
+    if (split and len(split) >= want) or not eager_context_initialized():
+        return None
+    return TOO_LATE.format(have=len(tf.config.list_logical_devices("CPU")), want=want,
+                           name=spec.name)

@@ -20,6 +20,7 @@ from ...fitrecord import FitRecording, is_number, recorder_class
 from ...patching import patched
 from ...telemetry import fitreduce
 from ...telemetry.run import Run
+from ...tfkeras import INSTALL_HINT
 from ...tflogs import quiet_tensorflow
 from .. import protocol
 from ..failures import KerasUnsupported, describe_exception
@@ -32,8 +33,8 @@ _MAX_REPR = 10000
 KERAS3_MWMS = (
     "Keras 3 `model.fit` does not work under MultiWorkerMirroredStrategy in TensorFlow 2.21 "
     "(keras-team/keras#20585). Run the workers with tf_keras, the default when it is "
-    "installed (`pip install tf-keras --no-deps`, then `%distribute restart`, or start with "
-    "`%distribute multiworker --workers N --keras legacy`), and build the model with "
+    f"installed (`{INSTALL_HINT}` in a terminal, then `%distribute restart`: fresh workers "
+    "choose again), and build the model with "
     "`tf.keras` rather than `import keras`; or train in step mode (`%%distribute --step`)."
 )
 

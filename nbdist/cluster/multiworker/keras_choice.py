@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from ...errors import ConfigError
+from ...tfkeras import INSTALL_HINT
 
 KERAS_CHOICES = ("auto", "legacy", "keras3")
 KERAS_ISSUE = ("Keras 3 model.fit fails under MultiWorkerMirroredStrategy "
@@ -15,18 +16,18 @@ def resolve_keras(choice: str) -> tuple[str, str]:
     """The Keras workers run as tf.keras (``"legacy"``: tf_keras, or ``"keras3"``), and why."""
     if choice not in KERAS_CHOICES:
         raise ConfigError(f"--keras {choice!r}: choose one of {', '.join(KERAS_CHOICES)}.")
+    importlib.invalidate_caches()   # tf_keras may have been installed since the kernel started
     have_tf_keras = importlib.util.find_spec("tf_keras") is not None
     if choice == "legacy" and not have_tf_keras:
         raise ConfigError(
             "--keras legacy runs tf_keras on the workers, but tf_keras is not installed. "
-            "Install the version matching TensorFlow without its dependencies (it would pull "
-            "the full `tensorflow` wheel): `pip install tf-keras==<tensorflow version> "
-            "--no-deps`."
+            f"Run `{INSTALL_HINT}` in a terminal (the tf-keras of your TensorFlow's version), "
+            "then this line again."
         )
     if choice == "keras3":
         return "keras3", f"asked with --keras keras3; {KERAS_ISSUE}: train in step mode"
     if have_tf_keras:
         why = "asked with --keras legacy" if choice == "legacy" else KERAS_ISSUE
         return "legacy", f"TF_USE_LEGACY_KERAS=1, because {why}"
-    return "keras3", (f"tf_keras is not installed and {KERAS_ISSUE}: `pip install tf-keras "
-                      "--no-deps` for fit, or train in step mode")
+    return "keras3", (f"tf_keras is not installed and {KERAS_ISSUE}: `{INSTALL_HINT}` "
+                      "for fit, or train in step mode")

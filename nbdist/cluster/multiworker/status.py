@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 
 from ...backends.base import BackendStatus
-from ..compat import installed_version
+from ...installed import installed_version
 from .monitor import HUNG_AFTER_S
 
 

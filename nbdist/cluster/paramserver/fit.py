@@ -29,6 +29,7 @@ from ...fitrecord import FitRecording, is_number, recorder_class
 from ...hooks.tf_keras import accept_tensor_logs
 from ...patching import patched
 from ...telemetry.run import Run
+from ...tfkeras import INSTALL_HINT
 from ..failures import KerasUnsupported
 from .health import ProcessWatch, TaskDied, dead_message_after, drain, ready
 
@@ -45,8 +46,8 @@ KERAS3_PS = (
 )
 NO_TF_KERAS = (
     "model.fit under parameter_server needs tf_keras in this kernel, and it is not "
-    "installed: `pip install 'nbdist[legacy-keras]'` (or `pip install tf-keras` matching "
-    "your TensorFlow version), restart the kernel and build the model with `import tf_keras "
+    f"installed: run `{INSTALL_HINT}` in a terminal (the tf-keras of your TensorFlow's "
+    "version), restart the kernel and build the model with `import tf_keras "
     "as keras`. Or train in step mode (`%%distribute --step --data DATASET`)."
 )
 NO_TENSOR_LOGS = (

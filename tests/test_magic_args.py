@@ -1,0 +1,76 @@
+"""`%distribute?` and the two parsers: the line magic's flags and the cell magic's are
+distinct, so a flag in the wrong magic is refused; a cell whose strategy differs from the
+kernel's gives advice that works when followed (through a real IPython shell)."""
+
+import re
+
+import pytest
+from helpers import run_err, run_ok
+from IPython.core.error import UsageError
+from test_magics import BODY, BUILD, SETUP
+
+import nbdist
+from nbdist.errors import ConfigError, StepCodeError
+from nbdist.session import current_session
+
+
+def test_help_is_the_docstring_with_examples(ip):
+    """`%distribute?` shows the docstring: both usages, one line per flag with its default,
+    examples; as long as IPython's own magics' help (the narrative is in the README)."""
+    from nbdist.magics import _cell_args, _line_args
+
+    doc = ip.find_line_magic("distribute").__doc__
+    lines = doc.splitlines()
+    assert 40 <= len(lines) <= 80 and max(map(len, lines)) <= 100, len(lines)
+    assert "  %distribute [--devices N]" in doc and "  %%distribute [--devices N]" in doc
+    assert "Examples::" in doc and "%%distribute --step --data train_ds" in doc
+    for magic in (_line_args, _cell_args):
+        flags = [a for a in magic.parser._actions if a.option_strings]
+        for action in flags:
+            flag = action.option_strings[0]
+            line = next(ln for ln in lines if ln.startswith(f"  {flag} "))
+            assert "(default" in line or "(required)" in line, line   # one line, with it
+
+
+@pytest.mark.parametrize("cell, line, words", [
+    (False, "mirrored --devices 4 --step", "--step belongs on a `%%distribute` cell"),
+    (False, "--data ds", "--data belongs on a `%%distribute` cell"),
+    (True, "--worker 1 --step --data ds", "--worker belongs on the `%distribute` line"),
+    (True, "--keras legacy", "--keras belongs on the `%distribute` line"),
+    (True, "status", "`status` is a line command"),
+])
+def test_a_flag_in_the_wrong_magic_is_refused_saying_where_it_goes(ip, cell, line, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        if cell:
+            ip.run_cell_magic("distribute", line, "x = 1\n")
+        else:
+            ip.run_line_magic("distribute", line)
+    with pytest.raises(UsageError, match="unrecognized"):   # no abbreviation of --workers
+        ip.run_cell_magic("distribute", "--work 2 --step --data ds", "loss = 1.0\n")
+    assert current_session().backend.spec.magic_line() == "%distribute mirrored --devices 4"
+
+
+@pytest.fixture
+def shell(ip):
+    run_ok(ip, SETUP)
+    run_ok(ip, BUILD)
+    return ip
+
+
+def test_inline_strategy_must_agree_and_the_advice_works_when_followed(shell):
+    cell = "%%distribute mirrored --devices 2 --step --data ds --steps 1\n" + BODY
+    err = run_err(shell, cell)
+    assert isinstance(err, ConfigError) and "kernel's strategy" in str(err)
+    advice = re.search(r"switch first with `(%distribute [^`]+)`", str(err))
+    assert advice and "stop" not in advice.group(1), str(err)
+    try:
+        run_ok(shell, advice.group(1))                # exactly what the error says, in order
+        err = run_err(shell, cell)                    # the model still belongs to the old one
+        assert isinstance(err, StepCodeError) and "again in a `%%distribute` cell" in str(err)
+        assert "create the model and optimizer again" in str(advice.string)
+        run_ok(shell, BUILD)
+        run_ok(shell, cell)
+        assert nbdist.runs[-1].status == "done" and nbdist.runs[-1].replicas == 2
+    finally:
+        run_ok(shell, "%distribute mirrored --devices 4")
+        run_ok(shell, BUILD)

@@ -1,0 +1,87 @@
+"""The README's setup commands: ``python -m nbdist.tfkeras`` (tf-keras beside the installed
+TensorFlow) and ``python -m nbdist.tutorials`` (JupyterLab on the quickstart, the URL printed
+where no browser opens)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from helpers import ROOT
+
+from nbdist import tfkeras
+from nbdist.errors import ConfigError
+
+
+@pytest.mark.parametrize("dist, version, req, no_deps", [
+    ("tensorflow_cpu", "2.21.0", "tf-keras==2.21.*", True),    # pip would pull `tensorflow`
+    ("tensorflow", "2.19.1", "tf-keras==2.19.*", False),       # its dependency is there
+    ("tensorflow-intel", "2.18.0", "tf-keras==2.18.*", True),
+])
+def test_the_tf_keras_of_the_installed_tensorflow(monkeypatch, dist, version, req, no_deps):
+    monkeypatch.setattr(tfkeras, "tensorflow_distribution", lambda: (dist, version))
+    assert tfkeras.requirement() == (req, no_deps)
+
+
+def test_without_tensorflow_it_says_what_to_install_first(monkeypatch):
+    monkeypatch.setattr(tfkeras, "tensorflow_distribution", lambda: None)
+    with pytest.raises(ConfigError, match=r"nbdist\[cpu\]"):
+        tfkeras.requirement()
+
+
+def test_check_and_require_name_the_command(monkeypatch, capsys):
+    monkeypatch.setattr(tfkeras.importlib.util, "find_spec", lambda name: None)
+    assert tfkeras.main(["--check"]) == 1
+    assert "run `python3 -m nbdist.tfkeras`" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"Tutorial 04 needs tf_keras.*python3 -m nbdist\."
+                                          r"tfkeras.*restart the kernel"):
+        tfkeras.require("Tutorial 04")
+
+
+def test_installed_here_it_matches_and_installs_nothing():
+    """This environment was set up by the README's command, which runs nbdist.tfkeras."""
+    done = subprocess.run([sys.executable, "-m", "nbdist.tfkeras"], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert done.returncode == 0 and "is installed (beside tensorflow" in done.stdout, done
+
+
+@pytest.mark.notebooks
+def test_tutorials_opens_jupyterlab_on_the_quickstart_and_prints_its_url(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.update(PYTHONPATH=ROOT, JUPYTER_RUNTIME_DIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbdist.tutorials", "--ServerApp.port=0",
+         "--ServerApp.ip=127.0.0.1"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    try:
+        lines, url = [], None
+        deadline = time.monotonic() + 90
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            found = re.search(r"http://127\.0\.0\.1:\d+/lab/tree/notebooks/00-quickstart\.ipynb"
+                              r"\?token=\w+", line)
+            url = found.group(0) if found else None
+        assert url, "".join(lines)
+        assert "no browser opens here" in lines[0]
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # loopback
+        for _ in range(60):       # the server may print its URL just before it listens
+            try:
+                with opener.open(url, timeout=30) as page:   # the URL works as printed
+                    assert page.status == 200 and "JupyterLab" in page.read().decode()
+                    break
+            except urllib.error.URLError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError(f"{url} never answered")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
