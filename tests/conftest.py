@@ -44,6 +44,7 @@ FILE_TIERS = {
     "test_fitreduce.py": "unit",
     "test_graphview.py": "kernel",
     "test_import.py": "unit",
+    "test_input.py": "kernel",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
     "test_magics.py": "kernel",
     "test_notebooks.py": "notebooks",

@@ -108,30 +108,57 @@ def _local_run(st: WorkerState, mode: str) -> Run:
 
 
 # -- step mode --------------------------------------------------------------------------------
-def run_step(cell: str, header: str, filename: str, key: str,
-             spec: dict[str, Any]) -> dict[str, Any]:
-    """Run a step cell with ``StepRunner`` on this worker; metrics go to the kernel's Run.
+#: The step cell ``prepare_step`` made ready on this worker, for the ``run_step`` after it.
+_PREPARED: dict[str, tuple[Any, Any]] = {}
+
+
+def prepare_step(cell: str, header: str, filename: str, key: str,
+                 spec: dict[str, Any]) -> dict[str, Any]:
+    """A step cell's first call on every worker: rewrite it and read its ``--data`` (checked
+    and distributed: no collective, nothing created), kept for ``run_step``. The kernel calls
+    ``run_step`` (and creates the Run) only once every worker got here: a ``--data`` refused
+    on any worker leaves no Run and no ``--checkpoint`` directory behind.
 
     ``spec``: the cell's ``RunSpec.to_dict()``, its ``--checkpoint`` already absolute.
     """
-    from ...backends.cells import step_cell, step_inputs
-    from ...runner import StepRunner
+    from ...backends.cells import step_cell, step_data
     from ...spec import RunSpec
 
+    _PREPARED.clear()
     try:
         st = state()
         step = step_cell(cell, RunSpec.from_dict(spec), header, 0, filename=filename)
+        data = step_data(step, st.handle.strategy, user_namespace(), len(st.handle.devices),
+                         say=_chief_says(st))
+        _PREPARED[key] = (step, data)
+        return {"ok": True, "value": {"per_epoch": data.per_epoch}}
+    except BaseException as err:
+        return {"ok": False, "error": describe_exception(err, filename=filename)}
+
+
+def run_step(key: str, filename: str) -> dict[str, Any]:
+    """Run the step cell ``prepare_step`` made ready with ``StepRunner`` on this worker;
+    metrics go to the kernel's Run. ``--checkpoint DIR`` is created here."""
+    from ...backends.cells import step_checkpoint
+    from ...runner import StepRunner
+
+    try:
+        st = state()
+        if key not in _PREPARED:
+            raise RuntimeError(f"nbdist: step cell {key} was not prepared on this worker")
+        step, data = _PREPARED.pop(key)
         ns = user_namespace()
-        inputs = step_inputs(step, st.handle.strategy, ns, len(st.handle.devices),
-                             say=_chief_says(st))
+        checkpoint = step_checkpoint(step, st.handle.strategy, ns, say=_chief_says(st))
         run = _local_run(st, "step")
+        if data.note:
+            run.note(data.note)
         forward = _Forwarder(st, key)
         observers = [forward, _GateObserver(st.gate)]
-        per_epoch = inputs.per_epoch
+        per_epoch = data.per_epoch
         with _in_run(st, key, "step", run, forward,
                      per_epoch * step.spec.epochs if per_epoch else None):
             StepRunner(step.source, ns, step.spec, run, observers=observers,
-                       checkpoint=inputs.checkpoint, dataset=inputs.dataset,
+                       checkpoint=checkpoint, dataset=data.dataset,
                        handle=st.handle).execute()
         return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
                                       "notes": run.notes, "bytes": run.allreduce_bytes}}
