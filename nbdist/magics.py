@@ -53,8 +53,10 @@ class DistributeMagics(Magics):
               help="Step mode: the cell is the per-replica training step (default: scope "
                    "mode, the cell runs under strategy.scope()).")
     @argument("--data", default=None,
-              help="Step mode: the tf.data.Dataset to train on; `batch` is this replica's "
-                   "slice of each element (required with --step).")
+              help="Step mode: what to train on (required with --step): a tf.data.Dataset "
+                   "of global batches, a dataset function fn(input_context) as "
+                   "distribute_datasets_from_function takes, or a DistributedDataset of the "
+                   "session's strategy; `batch` is this replica's batch of each step.")
     @argument("--epochs", type=int, default=1, help="Step mode: epochs (default: 1).")
     @argument("--steps", type=int, default=None,
               help="Step mode: at most N steps per epoch (default: the whole dataset).")
