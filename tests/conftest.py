@@ -34,6 +34,7 @@ FILE_TIERS = {
     "test_checkpoint.py": "kernel",       # its multiworker tests: cluster
     "test_cluster.py": "cluster",
     "test_cluster_compat.py": "cluster",
+    "test_cluster_input.py": "cluster",
     "test_cluster_profile.py": "cluster",
     "test_cluster_shutdown.py": "cluster",
     "test_cluster_unit.py": "unit",       # its magic-line tests: kernel
