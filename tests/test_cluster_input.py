@@ -6,10 +6,9 @@ a refused `--data` or `--keras` line must change nothing (no Run, no directory, 
 keep their state).
 """
 
-import os
 
 import pytest
-from helpers import run_err, run_ok
+from helpers import MEAN_OF_BATCH, assert_changed_nothing, run_err, run_ok, tutorial_step
 
 import nbdist
 from nbdist.cluster.multiworker import keras_choice
@@ -37,25 +36,14 @@ def dataset_fn(global_batch_size, input_context):
     dataset = dataset.batch(batch_size)
     return dataset
 
-shard_fn = lambda input_context: dataset_fn(global_batch_size, input_context)
-strategy = tf.distribute.get_strategy()
-multi_worker_dataset = strategy.distribute_datasets_from_function(shard_fn)
+strategy = tf.distribute.get_strategy()   # the cell runs under strategy.scope()
 multi_worker_model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+shard_fn = lambda input_context: dataset_fn(global_batch_size, input_context)
+multi_worker_dataset = strategy.distribute_datasets_from_function(shard_fn)
 optimizer = tf.keras.optimizers.SGD(0.0001)
 """
 
-WHAT_EACH_WORKER_GOT = """x, y = batch
-loss = tf.reduce_mean(x)
-"""
-
-TRAIN = """x, y = batch
-with tf.GradientTape() as tape:
-    predictions = multi_worker_model(x, training=True)
-    per_batch_loss = tf.square(y - predictions)[:, 0]
-    loss = tf.nn.compute_average_loss(per_batch_loss, global_batch_size=global_batch_size)
-grads = tape.gradient(loss, multi_worker_model.trainable_variables)
-optimizer.apply_gradients(zip(grads, multi_worker_model.trainable_variables))
-"""
+TRAIN = tutorial_step("multi_worker_model", "global_batch_size")
 
 # TensorFlow's own loop over the same distributed dataset, on every worker (the tutorial's).
 TF_LOOP = """%%distribute
@@ -90,7 +78,7 @@ def by_worker(run):
 
 @pytest.mark.parametrize("data", ["shard_fn", "multi_worker_dataset"])
 def test_each_worker_reads_its_own_shard_as_tensorflow_does(mw, data):
-    run_ok(mw, f"%%distribute --step --data {data}\n" + WHAT_EACH_WORKER_GOT)
+    run_ok(mw, f"%%distribute --step --data {data}\n" + MEAN_OF_BATCH)
     run = nbdist.runs[-1]
     assert run.status == "done" and run.total_steps == 4 and run.steps_done == 4
     rows = by_worker(run)
@@ -120,11 +108,7 @@ def test_a_cell_refused_for_its_data_on_the_workers_changes_nothing(mw, tmp_path
                "else make_dataset().batch(16))")
     err = run_err(mw, f"%%distribute --step --data half_batched --checkpoint {ckpt}\n" + TRAIN)
     assert "worker 1" in str(err) and "is not batched" in str(err), str(err)
-    assert len(nbdist.runs) == before
-    assert not os.path.exists(tmp_path / "not-yet")
-    capsys.readouterr()
-    mw.run_line_magic("distribute", "status")
-    assert "running" not in capsys.readouterr().out
+    assert_changed_nothing(mw, before, tmp_path / "not-yet", capsys)
     run_ok(mw, f"%%distribute --step --data shard_fn --checkpoint {ckpt}\n" + TRAIN)
     assert nbdist.runs[-1].status == "done" and len(nbdist.runs) == before + 1
 
@@ -141,5 +125,5 @@ def test_a_refused_keras_choice_leaves_the_running_workers_alone(mw, monkeypatch
     monkeypatch.undo()
     assert current_session().backend is backend and not backend.broken
     assert current_session().pull("kept", 1) == 42
-    run_ok(mw, "%%distribute --step --data shard_fn\n" + WHAT_EACH_WORKER_GOT)
+    run_ok(mw, "%%distribute --step --data shard_fn\n" + MEAN_OF_BATCH)
     assert nbdist.runs[-1].status == "done"

@@ -9,7 +9,7 @@ The multiworker and parameter_server cases are in test_cluster.py and test_param
 import os
 
 import pytest
-from helpers import run_err, run_ok
+from helpers import MEAN_OF_BATCH, assert_changed_nothing, run_err, run_ok, tutorial_step
 
 import nbdist
 from nbdist.errors import ConfigError, DataError
@@ -40,20 +40,7 @@ model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
 optimizer = tf.keras.optimizers.SGD(0.001)
 """
 
-# Each replica's loss is the mean of the examples it was given: the rows show the sharding.
-WHAT_EACH_REPLICA_GOT = """x, y = batch
-loss = tf.reduce_mean(x)
-"""
-
-# The custom-training tutorial's step.
-TRAIN = """x, y = batch
-with tf.GradientTape() as tape:
-    predictions = model(x, training=True)
-    per_example_loss = tf.square(y - predictions)[:, 0]
-    loss = tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH_SIZE)
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
+TRAIN = tutorial_step("model", "GLOBAL_BATCH_SIZE")
 
 # TensorFlow's own loop over the same input (the tutorial's way), for comparison.
 TF_LOOP = """%%distribute
@@ -79,7 +66,7 @@ def per_replica(run):
 
 
 def test_a_dataset_function_is_read_as_distribute_datasets_from_function_reads_it(shell):
-    run_ok(shell, "%%distribute --step --data dataset_fn\n" + WHAT_EACH_REPLICA_GOT)
+    run_ok(shell, "%%distribute --step --data dataset_fn\n" + MEAN_OF_BATCH)
     run = nbdist.runs[-1]
     assert run.status == "done" and run.total_steps == 4 and run.steps_done == 4
     # one input pipeline; each step the 4 replicas take its next 4 per-replica batches of 4
@@ -94,13 +81,13 @@ def test_a_dataset_function_is_read_as_distribute_datasets_from_function_reads_i
     ("dist_fn_dataset", "strategy.distribute_datasets_from_function(dataset_fn)"),
 ])
 def test_a_distributed_dataset_is_used_as_it_is(shell, name, source):
-    run_ok(shell, f"%%distribute --step --data {name} --epochs 2\n" + WHAT_EACH_REPLICA_GOT)
+    run_ok(shell, f"%%distribute --step --data {name} --epochs 2\n" + MEAN_OF_BATCH)
     run = nbdist.runs[-1]
     assert run.status == "done" and run.total_steps == 8 and run.steps_done == 8
     run_ok(shell, TF_LOOP.format(data=source))
     assert per_replica(run) == shell.user_ns["tf_rows"] * 2
     # the plain dataset, distributed by nbdist, gives each replica the same examples
-    run_ok(shell, "%%distribute --step --data dataset\n" + WHAT_EACH_REPLICA_GOT)
+    run_ok(shell, "%%distribute --step --data dataset\n" + MEAN_OF_BATCH)
     if name == "dist_dataset":
         assert per_replica(nbdist.runs[-1]) == shell.user_ns["tf_rows"]
 
@@ -117,7 +104,7 @@ def test_a_dataset_distributed_by_another_strategy_is_refused(shell):
     run_ok(shell, "other = tf.distribute.OneDeviceStrategy('/cpu:0')\n"
                   "foreign = other.experimental_distribute_dataset(dataset)")
     before = len(nbdist.runs)
-    err = run_err(shell, "%%distribute --step --data foreign\n" + WHAT_EACH_REPLICA_GOT)
+    err = run_err(shell, "%%distribute --step --data foreign\n" + MEAN_OF_BATCH)
     assert isinstance(err, DataError), repr(err)
     text = str(err)
     assert "another strategy (a OneDeviceStrategy) than this session's MirroredStrategy" in text
@@ -143,7 +130,7 @@ def test_what_is_not_data_says_what_to_do(shell, setup, words):
 
     run_ok(shell, setup)
     before = len(nbdist.runs)
-    err = run_err(shell, "%%distribute --step --data bad\n" + WHAT_EACH_REPLICA_GOT)
+    err = run_err(shell, "%%distribute --step --data bad\n" + MEAN_OF_BATCH)
     assert isinstance(err, (DataError, ConfigError)), repr(err)
     assert re.search(words, str(err)), str(err)
     assert len(nbdist.runs) == before
@@ -164,11 +151,7 @@ def test_a_cell_refused_for_its_data_changes_nothing(shell, tmp_path, setup, cap
     before = len(nbdist.runs)
     err = run_err(shell, f"%%distribute --step --data bad --checkpoint {ckpt}\n" + TRAIN)
     assert isinstance(err, (DataError, ConfigError)), repr(err)
-    assert len(nbdist.runs) == before
-    assert not os.path.exists(tmp_path / "not-yet")
-    capsys.readouterr()
-    shell.run_line_magic("distribute", "status")
-    assert "running" not in capsys.readouterr().out
+    assert_changed_nothing(shell, before, tmp_path / "not-yet", capsys)
     run_ok(shell, f"%%distribute --step --data dataset --checkpoint {ckpt}\n" + TRAIN)
     assert nbdist.runs[-1].status == "done" and len(nbdist.runs) == before + 1
     assert os.path.isdir(ckpt)
