@@ -38,6 +38,8 @@ def per_worker_dataset_fn():
 
 per_worker_dataset = coordinator.create_per_worker_dataset(per_worker_dataset_fn)
 dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
+short_fn = lambda: strategy.distribute_datasets_from_function(   # 3 batches, not repeated
+    lambda input_context: tf.data.Dataset.from_tensors(([[1.0]], [[2.0]])).repeat(3))
 model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
 optimizer = tf.keras.optimizers.RMSprop(learning_rate=0.01)
 """
@@ -80,6 +82,11 @@ def input_scenario(ip: Any, out: dict[str, Any], cell: Any, status: Any) -> None
     _, out["train_error"] = cell(ip, "%%distribute --step --data dataset_fn --steps 20 "
                                      "--epochs 2\n" + tutorial_step("model", "8"))
     out["train"] = summary(nbdist.runs[-1])
+    _, out["ran_out_error"] = cell(
+        ip, "%%distribute --step --data short_fn --steps 40\n" + MEAN_OF_BATCH)
+    out["ran_out"] = summary(nbdist.runs[-1])
+    _, out["after_ran_out_error"] = cell(
+        ip, "%%distribute --step --data dataset_fn --steps 10\n" + MEAN_OF_BATCH)
     before = len(nbdist.runs)
     ckpt = os.path.join(tempfile.mkdtemp(prefix="nbdist-ps-input-"), "not-yet")
     _, out["no_steps_error"] = cell(ip, f"%%distribute --step --data dataset_fn --checkpoint "

@@ -41,3 +41,11 @@ def test_an_input_of_unknown_length_needs_steps_and_changes_nothing(inputs):
         "Give --steps N (steps per epoch)" in error
     assert inputs["runs_added"] == 0 and not inputs["ckpt_created"]
     assert "running" not in inputs["status_after_refusal"]
+
+
+def test_a_worker_dataset_that_runs_out_says_to_repeat_it(inputs):
+    assert inputs["ran_out_error"].startswith("DataError: --data short_fn: a worker's dataset "
+                                              "ran out after step ")
+    assert "repeat it (`.repeat()`" in inputs["ran_out_error"]
+    assert inputs["ran_out"]["status"] == "failed"
+    assert inputs["after_ran_out_error"] is None        # the cluster is still usable
