@@ -67,7 +67,9 @@ def _line_args(line: str) -> None:
 @placement_args
 @argument("--step", action="store_true",
           help="the cell is the per-replica step (default: scope mode)")
-@argument("--data", metavar="NAME", help="step mode: the tf.data.Dataset (required)")
+@argument("--data", metavar="NAME",
+          help="step mode: a tf.data.Dataset, a dataset function fn(input_context) or a "
+               "DistributedDataset of the session's strategy (required)")
 @argument("--epochs", type=int, default=1, metavar="N", help="step mode (default: 1)")
 @argument("--steps", type=int, metavar="N",
           help="step mode: steps per epoch at most (default: all)")

@@ -4,7 +4,9 @@
 ``tf.function``: an untimed variant run on most steps and a timed one run only as often as
 keeps its extra cost under 1% (``TimingPacer``), so measuring the allreduce costs almost
 nothing. After their first call both are called through ``fastcall.FastCall``, which skips
-``tf.function``'s per-call argument binding. It iterates the distributed dataset, runs
+``tf.function``'s per-call argument binding. It iterates the distributed dataset
+(``data.distributed_input``: the ``--data`` dataset distributed with the strategy, a dataset
+function given to ``distribute_datasets_from_function``, or the user's own), runs
 ``strategy.run`` and appends every step's per-replica numbers to a ``Run``. What ends a run
 (stop, interrupt, error, checkpoint resume) is ``steploop.StepLoop``'s, shared with the
 parameter-server loop.
@@ -76,7 +78,7 @@ class StepRunner(StepLoop):
         return call_timed
 
     def _loop(self, first_epoch: int, first_step: int) -> None:
-        dist_ds = self.handle.strategy.experimental_distribute_dataset(self.dataset)
+        dist_ds = self.dataset   # distributed already (data.distributed_input)
         step = first_step
         pacer = TimingPacer(self.spec.timing_every)
         for epoch in range(first_epoch, self.spec.epochs):

@@ -43,7 +43,8 @@ class StepLoop:
     run: Run
     observers: list[Any] = field(default_factory=list)
     checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
-    dataset: Any = None      # the --data dataset, checked (backends.cells.step_inputs)
+    dataset: Any = None      # the --data input, checked and distributed (cells.step_data):
+                             # per-worker under parameter_server
     _factory: Any = None     # the generated ``make_step(probe)``
     _epoch: int = 0          # the epoch under way (for messages)
 

@@ -34,6 +34,7 @@ FILE_TIERS = {
     "test_checkpoint.py": "kernel",       # its multiworker tests: cluster
     "test_cluster.py": "cluster",
     "test_cluster_compat.py": "cluster",
+    "test_cluster_input.py": "cluster",
     "test_cluster_profile.py": "cluster",
     "test_cluster_shutdown.py": "cluster",
     "test_cluster_unit.py": "unit",       # its magic-line tests: kernel
@@ -44,11 +45,13 @@ FILE_TIERS = {
     "test_fitreduce.py": "unit",
     "test_graphview.py": "kernel",
     "test_import.py": "unit",
+    "test_input.py": "kernel",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
     "test_notebooks.py": "notebooks",
     "test_paramserver.py": "cluster",
+    "test_paramserver_input.py": "cluster",
     "test_patching.py": "unit",
     "test_private_apis.py": "unit",
     "test_picker.py": "kernel",

@@ -135,3 +135,32 @@ def session_cluster():
 
     backend = current_session().backend
     return backend if backend is not None and backend.exclusive else None
+
+
+#: A step cell body whose loss on each replica is the mean of the examples it was given, so a
+#: run's rows show which data each replica (and worker) read.
+MEAN_OF_BATCH = "x, y = batch\nloss = tf.reduce_mean(x)\n"
+
+
+def tutorial_step(model: str = "model", global_batch: str = "GLOBAL_BATCH_SIZE") -> str:
+    """The training step of TensorFlow's custom-training tutorials, as a step cell body."""
+    return (f"x, y = batch\n"
+            f"with tf.GradientTape() as tape:\n"
+            f"    predictions = {model}(x, training=True)\n"
+            f"    per_example_loss = tf.square(y - predictions)[:, 0]\n"
+            f"    loss = tf.nn.compute_average_loss(per_example_loss, "
+            f"global_batch_size={global_batch})\n"
+            f"grads = tape.gradient(loss, {model}.trainable_variables)\n"
+            f"optimizer.apply_gradients(zip(grads, {model}.trainable_variables))\n")
+
+
+def assert_changed_nothing(shell, runs_before: int, path, capsys) -> None:
+    """After a refused cell: no new Run, none shown "running" by `%distribute status`, and
+    ``path`` (a --checkpoint directory) not created."""
+    import nbdist
+
+    assert len(nbdist.runs) == runs_before
+    assert not os.path.exists(path)
+    capsys.readouterr()
+    shell.run_line_magic("distribute", "status")
+    assert "running" not in capsys.readouterr().out

@@ -20,6 +20,8 @@ import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from ps_input_scenario import input_scenario  # noqa: E402 - after the environment is set
+
 SETUP = """%%distribute
 import numpy as np
 import tensorflow as tf
@@ -394,7 +396,8 @@ def ps_restart_scenario(ip):
 
 
 SCENARIOS = {"main": main_scenario, "faults": fault_scenario, "profile": profile_scenario,
-             "ps_restart": ps_restart_scenario}
+             "ps_restart": ps_restart_scenario,
+             "input": lambda ip: input_scenario(ip, out, cell, status)}
 
 if __name__ == "__main__":
     ip = shell()

@@ -191,7 +191,7 @@ def test_monitor_routes_rows_health_and_run_end():
 def test_worker_rows_reach_the_kernel_run_by_column_name():
     """A worker Run's rows, forwarded over the signed channel encoding, land in the kernel's
     Run as that worker's rows with every column and extra where it belongs."""
-    from nbdist.cluster.inengine.cells import _Forwarder
+    from nbdist.cluster.inengine.runs import Forwarder
     from nbdist.cluster.inengine.worker import WorkerState
     from nbdist.telemetry.channel import decode, encode, new_key, read_frame
 
@@ -206,7 +206,7 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
 
     st = WorkerState(index=1, workers=2, tf_config={}, keras="legacy", channel=Channel())
     local = Run(id=0, mode="step", strategy="multiworker", replicas=2, workers=2)
-    forward = _Forwarder(st, "cell3")
+    forward = Forwarder(st, "cell3")
     local.record_step(7, 1, loss=[0.5, 0.7], step_ms=9.0, grad_norm=[1.0, 2.0],
                       allreduce_ms=[3.0, 3.5], wait_ms=[0.0, 0.5], compute_ms=[4.0, 4.5],
                       other_collective_ms=[1.0, 1.25], data_ms=0.25, wall_time=100.0)

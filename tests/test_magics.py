@@ -181,7 +181,7 @@ def test_step_without_data(shell):
 
 @pytest.mark.parametrize("setup, words", [
     ("", "no variable `nothing_here`"),
-    ("nothing_here = [1, 2, 3]", "builtins.list, not a tf.data.Dataset"),
+    ("nothing_here = [1, 2, 3]", "builtins.list, which nbdist cannot read"),
     ("nothing_here = tf.data.Dataset.range(10)", "single examples"),
     ("nothing_here = ds.unbatch().batch(2)", "fewer than the 4"),
     ("nothing_here = ds.repeat()", "repeats forever"),

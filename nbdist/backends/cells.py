@@ -1,10 +1,12 @@
 """A ``%%distribute`` cell made ready once, before any backend runs it.
 
 ``prepare_step_cell`` and ``prepare_scope_cell`` check what can be checked without the
-strategy (the ``--checkpoint`` directory, the step's rewrite: errors in the cell show once,
-from the kernel) and never create a Run. Where the step runs (the kernel, or each worker)
-``step_inputs`` finds its dataset and checkpoint, again before any Run exists, and
-``run_cell_code`` runs cell text the way IPython runs a cell.
+strategy (that the ``--checkpoint`` directory can be written, the step's rewrite: errors in
+the cell show once, from the kernel) and never create a Run. Where the step runs (the kernel,
+or each worker) ``step_data`` finds its ``--data`` and reads it the way TensorFlow does under
+the strategy (``nbdist.data``), then ``step_checkpoint`` creates the ``--checkpoint``
+directory: both before any Run exists, so a refused ``--data`` changes nothing
+(``step_inputs`` does both). ``run_cell_code`` runs cell text the way IPython runs a cell.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import ast
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..rewrite import StepSource, register_source, rewrite_step
 from ..spec import RunSpec
+
+if TYPE_CHECKING:
+    from ..data import ReadData
 
 
 @dataclass(frozen=True)
@@ -50,18 +55,20 @@ class ScopeCell:
 
 @dataclass
 class StepInputs:
-    """What a step cell trains on where it runs: dataset, steps per epoch, checkpoint."""
+    """What a step cell trains on where it runs: its input, steps per epoch, checkpoint."""
 
-    dataset: Any
+    dataset: Any             # the distributed dataset (per-worker under parameter_server)
     per_epoch: int | None
     checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint for --checkpoint DIR
+    note: str | None = None  # how TensorFlow reads --data here, for the Run
 
 
 def prepare_step_cell(cell: str, spec: RunSpec, header: str, number: int,
                       filename: str | None = None) -> StepCell:
     """Rewrite a step cell (raising ``StepCodeError`` on the user's line); print it with
-    ``--show-code``."""
-    step = step_cell(cell, with_checkpoint_dir(spec), header, number, filename)
+    ``--show-code``. ``--checkpoint DIR`` is checked, not created (``step_checkpoint`` does
+    that once ``--data`` passed its checks)."""
+    step = step_cell(cell, with_checkpoint_dir(spec, create=False), header, number, filename)
     if spec.show_code:
         print(step.source.source)
     return step
@@ -79,34 +86,58 @@ def prepare_scope_cell(cell: str, spec: RunSpec, header: str, number: int) -> Sc
     return ScopeCell(cell, header, with_checkpoint_dir(spec), number)
 
 
-def with_checkpoint_dir(spec: RunSpec) -> RunSpec:
-    """``--checkpoint DIR`` made absolute and checked writable, before anything runs."""
+def with_checkpoint_dir(spec: RunSpec, create: bool = True) -> RunSpec:
+    """``--checkpoint DIR`` made absolute and checked writable (and created, with ``create``),
+    before anything runs."""
     if not spec.checkpoint:
         return spec
-    from ..checkpoint import prepare_dir
+    from ..checkpoint import check_dir, prepare_dir
 
-    return dataclasses.replace(spec, checkpoint=prepare_dir(spec.checkpoint))
+    full = prepare_dir(spec.checkpoint) if create else check_dir(spec.checkpoint)
+    return dataclasses.replace(spec, checkpoint=full)
 
 
-def step_inputs(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas: int,
-                say: Callable[[str], None] | None = print) -> StepInputs:
-    """The ``--data`` dataset (checked against ``replicas``) and the ``--checkpoint``; the
-    objects the cell trains checked (``stepobjects``): all before any Run exists."""
-    from ..data import check_dataset, lookup_dataset, steps_per_epoch
+def step_data(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas: int,
+              say: Callable[[str], None] | None = print,
+              coordinator: Any = None) -> ReadData:
+    """The ``--data`` input, checked and read as TensorFlow reads it under ``strategy``
+    (``nbdist.data``), with its steps per epoch; then the objects the cell trains checked
+    (``stepobjects``). ``replicas``: the replicas this process feeds; ``coordinator``:
+    parameter_server's ClusterCoordinator (per-worker datasets). Changes nothing."""
+    from ..data import classify, distributed_input, lookup_dataset, per_worker_input
     from ..stepobjects import check_step_objects
 
     spec = cell.spec
     assert spec.data is not None
-    dataset = lookup_dataset(user_ns, spec.data)
-    check_dataset(dataset, spec.data, replicas, spec.steps)
+    data = classify(lookup_dataset(user_ns, spec.data), spec.data,
+                    per_worker=coordinator is not None)
+    if coordinator is not None:
+        read = per_worker_input(data, strategy, coordinator, spec.steps)
+    else:
+        read = distributed_input(data, strategy, replicas, spec.steps, say)
     check_step_objects(cell.text, user_ns, strategy)   # created under it, buildable
-    checkpoint = None
-    if spec.checkpoint:
-        from ..checkpoint import StepCheckpoint
+    return read
 
-        checkpoint = StepCheckpoint.for_cell(spec.checkpoint, strategy, cell.text, user_ns,
-                                             say=say)
-    return StepInputs(dataset, steps_per_epoch(dataset, spec.steps), checkpoint)
+
+def step_checkpoint(cell: StepCell, strategy: Any, user_ns: dict[str, Any],
+                    say: Callable[[str], None] | None = print) -> Any:
+    """``--checkpoint DIR``: the directory created, the objects the cell names found
+    (``StepCheckpoint``); None without the flag."""
+    if not cell.spec.checkpoint:
+        return None
+    from ..checkpoint import StepCheckpoint, prepare_dir
+
+    directory = prepare_dir(cell.spec.checkpoint)
+    return StepCheckpoint.for_cell(directory, strategy, cell.text, user_ns, say=say)
+
+
+def step_inputs(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas: int,
+                say: Callable[[str], None] | None = print,
+                coordinator: Any = None) -> StepInputs:
+    """``step_data`` then ``step_checkpoint``: everything a step loop needs, before its Run."""
+    data = step_data(cell, strategy, user_ns, replicas, say, coordinator)
+    return StepInputs(data.dataset, data.per_epoch, step_checkpoint(cell, strategy, user_ns, say),
+                      data.note)
 
 
 def describe_loss(run: Any, cell: StepCell, in_sync: int) -> None:

@@ -104,6 +104,8 @@ class LocalBackend:
             total_steps=per_epoch * cell.spec.epochs if per_epoch else None,
         )
         describe_loss(run, cell, h.replicas)
+        if inputs.note:
+            run.note(inputs.note)
         runner = StepRunner(cell.source, user_ns, cell.spec, run, observers=observers,
                             checkpoint=inputs.checkpoint, dataset=inputs.dataset, handle=h)
         return runner.execute()

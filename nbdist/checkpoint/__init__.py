@@ -48,8 +48,22 @@ from .fit import FitCheckpoint
 from .messages import NOTHING_TRAINED, resume_line
 from .step import StepCheckpoint, named_trackables
 
-__all__ = ["NOTHING_TRAINED", "FitCheckpoint", "StepCheckpoint", "named_trackables",
-           "prepare_dir", "resume_line"]
+__all__ = ["NOTHING_TRAINED", "FitCheckpoint", "StepCheckpoint", "check_dir",
+           "named_trackables", "prepare_dir", "resume_line"]
+
+
+def check_dir(path: str) -> str:
+    """``path`` made absolute (workers may run elsewhere); raise if it could not be created
+    or written. Creates nothing: ``prepare_dir`` does, once the rest of the cell is checked."""
+    full = os.path.abspath(os.path.expanduser(path))
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        _unwritable(path, f"{existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        _unwritable(path, f"{existing} is not writable")
+    return full
 
 
 def prepare_dir(path: str) -> str:
@@ -60,9 +74,13 @@ def prepare_dir(path: str) -> str:
         with tempfile.NamedTemporaryFile(dir=full, prefix=".nbdist-write-test-"):
             pass
     except OSError as err:
-        raise CheckpointError(
-            f"--checkpoint {path}: nbdist cannot write there ({err.strerror or err}). The "
-            "training state is saved into that directory after every epoch: give a directory "
-            "you can write to (it is created if missing), e.g. `--checkpoint ckpt/my-run`."
-        ) from None
+        _unwritable(path, str(err.strerror or err))
     return full
+
+
+def _unwritable(path: str, why: str) -> None:
+    raise CheckpointError(
+        f"--checkpoint {path}: nbdist cannot write there ({why}). The training state is saved "
+        "into that directory after every epoch: give a directory you can write to (it is "
+        "created if missing), e.g. `--checkpoint ckpt/my-run`."
+    ) from None

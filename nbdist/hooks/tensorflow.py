@@ -135,6 +135,32 @@ def trackable_class() -> type:
     return found
 
 
+# -- distributed input ----------------------------------------------------------------------
+def distributed_dataset_strategy(dataset: Any) -> Any:
+    """The strategy a ``tf.distribute.DistributedDataset`` was made with
+    (``DistributedDataset._strategy``, also on ``DistributedDatasetsFromFunction``), or None.
+
+    Feature: step mode refuses ``--data`` distributed by another strategy than the session's.
+    Checked with TensorFlow 2.21. Without it (None) such a dataset is not refused by nbdist and
+    TensorFlow fails at the first step with its own error.
+    """
+    return getattr(dataset, "_strategy", None)
+
+
+def distributed_from_function(dataset: Any) -> bool:
+    """Whether a distributed dataset came from ``distribute_datasets_from_function`` (its
+    elements are per-replica batches) rather than ``experimental_distribute_dataset`` (global
+    batches): ``tensorflow.python.distribute.input_lib.DistributedDatasetsFromFunction``.
+
+    Feature: step mode's steps per epoch (progress, ETA) for such a ``--data``. Checked with
+    TensorFlow 2.21. Without it (False) the progress bar may count the per-replica batches
+    as steps; the epoch itself still ends when the data does.
+    """
+    module = sys.modules.get("tensorflow.python.distribute.input_lib")
+    cls = getattr(module, "DistributedDatasetsFromFunction", None)
+    return isinstance(cls, type) and isinstance(dataset, cls)
+
+
 # -- probes ---------------------------------------------------------------------------------
 def _probe_call_flat() -> str | None:
     import tensorflow as tf
@@ -184,6 +210,15 @@ def _probe_trackable() -> str | None:
     return None
 
 
+def _probe_distributed_dataset() -> str | None:
+    from tensorflow.python.distribute import input_lib
+
+    return first_problem(
+        lambda: lacks(input_lib, "DistributedDataset", "DistributedDatasetsFromFunction"),
+        lambda: used_in(input_lib.DistributedDataset.__init__, "_strategy"),
+        lambda: used_in(input_lib.DistributedDatasetsFromFunction.__init__, "_strategy"))
+
+
 _PS = "parameter_server"
 DECLARED = [
     PrivateAPI("tensorflow", "ConcreteFunction._call_flat", "tensorflow.call_flat",
@@ -213,6 +248,14 @@ DECLARED = [
                CHECKED, "status shows the coordinator address as unknown and after stop the "
                "kernel must be restarted before another strategy", _probe_server_def,
                ("get_server_def", "update_server_def", "tensorflow_server_pb2")),
+    PrivateAPI("tensorflow", "input_lib.DistributedDataset._strategy / "
+               "DistributedDatasetsFromFunction", "tensorflow.distributed_dataset_strategy, "
+               "distributed_from_function",
+               "step mode with a tf.distribute.DistributedDataset as --data", CHECKED,
+               "a dataset distributed by another strategy is not refused up front (TensorFlow "
+               "fails at the first step), and the progress bar may miscount the steps of one "
+               "from distribute_datasets_from_function", _probe_distributed_dataset,
+               ("_strategy",)),
     PrivateAPI("tensorflow", "tf.__internal__.tracking.Trackable", "tensorflow.trackable_class",
                "--checkpoint in step mode (finding the objects a cell trains)", CHECKED,
                "--checkpoint on a step cell fails with a message naming this API",

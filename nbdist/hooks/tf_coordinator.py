@@ -10,6 +10,7 @@ probes only.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
@@ -78,6 +79,23 @@ def remote_value_ready(remote: Any) -> bool:
     return getattr(status, "name", None) != "NOT_READY"
 
 
+def per_worker_dataset_coordinator(value: Any) -> Any:
+    """The ``ClusterCoordinator`` of a per-worker dataset (what
+    ``coordinator.create_per_worker_dataset`` returns:
+    ``coordinator.values.PerWorkerDatasetFromDatasetFunction``, its ``_coordinator``), or None
+    when ``value`` is not one.
+
+    Feature: a per-worker dataset as step mode's ``--data`` under parameter_server (and a clear
+    refusal elsewhere). Checked with TensorFlow 2.21. Without it such a value is refused as not
+    a dataset; a ``tf.data.Dataset`` or a dataset function still work.
+    """
+    module = sys.modules.get("tensorflow.python.distribute.coordinator.values")
+    cls = getattr(module, "PerWorkerDatasetFromDatasetFunction", None)
+    if not isinstance(cls, type) or not isinstance(value, cls):
+        return None
+    return getattr(value, "_coordinator", None)
+
+
 # -- probes ---------------------------------------------------------------------------------
 def _cc() -> Any:
     from tensorflow.python.distribute.coordinator import cluster_coordinator
@@ -116,6 +134,14 @@ def _probe_log_file() -> str | None:
     return None if path.endswith(COORDINATOR_LOG_FILE) else f"the coordinator is now {path}"
 
 
+def _probe_per_worker_dataset() -> str | None:
+    from tensorflow.python.distribute.coordinator import values
+
+    return first_problem(lambda: lacks(values, "PerWorkerDatasetFromDatasetFunction"),
+                         lambda: used_in(values.PerWorkerDatasetFromDatasetFunction.__init__,
+                                         "_coordinator"))
+
+
 _PS = "parameter_server"
 DECLARED = [
     PrivateAPI("tensorflow", "ClusterCoordinator._cluster (.failure_handler, .workers, "
@@ -139,4 +165,9 @@ DECLARED = [
                f"{_PS}: the coordinator's per-closure failure logs are replaced by one note",
                CHECKED, "those logs (dozens of lines with gRPC dumps) reach the cell output",
                _probe_log_file, ("cluster_coordinator.py",)),
+    PrivateAPI("tensorflow", "coordinator.values.PerWorkerDatasetFromDatasetFunction"
+               "._coordinator", "tf_coordinator.per_worker_dataset_coordinator",
+               f"{_PS}: a per-worker dataset (coordinator.create_per_worker_dataset) as --data",
+               CHECKED, "such a --data is refused as not a dataset (a tf.data.Dataset or a "
+               "dataset function still work)", _probe_per_worker_dataset, ("_coordinator",)),
 ]

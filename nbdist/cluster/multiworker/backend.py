@@ -218,16 +218,22 @@ class MultiWorkerCluster(ClusterLifecycle):
         return self._new_run("fit")
 
     def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
-        """Step mode on every worker: each runs StepRunner; rows stream into one Run."""
+        """Step mode on every worker: each runs StepRunner; rows stream into one Run.
+
+        Two calls: every worker first reads and checks its ``--data`` (``prepare_step``); the
+        Run is created, and the workers train, only if all of them could."""
         self._usable()
         key = f"step{cell.number}"
+        spec = dataclasses.replace(cell.spec, show_code=False, strategy=None).to_dict()
+        outcomes, interrupted = self._call(
+            cells.prepare_step, [(cell.text, cell.header, cell.filename, key, spec)] * self.n,
+            observers)
+        finish_runs(outcomes, interrupted, [], self.n)   # a refusal: raised, no Run made
         run = self._new_run("step")
         describe_loss(run, cell, self.replicas)
         self.monitor.expect_run(key, run)
-        spec = dataclasses.replace(cell.spec, show_code=False, strategy=None).to_dict()
-        outcomes, interrupted = self._call(
-            cells.run_step, [(cell.text, cell.header, cell.filename, key, spec)] * self.n,
-            observers)
+        outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
+                                           observers)
         finish_runs(outcomes, interrupted, [run], self.n)
         first = outcomes[0].get("value") or {}
         for note in first.get("notes", []):

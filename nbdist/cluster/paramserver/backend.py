@@ -231,7 +231,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         self._usable()
         user_ns = self._user_ns()
         # the checkpoint is saved from here, the coordinator: it reads the PS variables
-        inputs = step_inputs(cell, self.strategy, user_ns, 1)
+        inputs = step_inputs(cell, self.strategy, user_ns, 1, coordinator=self.coordinator)
         require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
         run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
                             workers=self.n, devices=self.devices)
@@ -239,6 +239,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
                           checkpoint=inputs.checkpoint, dataset=inputs.dataset,
                           strategy=self.strategy, coordinator=self.coordinator,
                           workers=self.n, watch=self, per_epoch=inputs.per_epoch,
+                          epoch_note=inputs.note,
                           on_worker_death=self.dead_workers.add)
         try:
             return loop.execute()

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import StepCodeError
+from ...errors import DataError, StepCodeError
 from ...kerashooks import call_building_optimizers
 from ...runner import TimingPacer
 from ...steploop import StepLoop
@@ -85,6 +85,7 @@ class PSStepLoop(StepLoop):
     workers: int = field(kw_only=True)
     watch: ProcessWatch = field(kw_only=True)
     per_epoch: int | None = field(default=None, kw_only=True)
+    epoch_note: str | None = field(default=EPOCH_NOTE, kw_only=True)   # how --data is read
     on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
     _compiled: dict[bool, Any] = field(default_factory=dict)
     _dead_seen: set[int] = field(default_factory=set)
@@ -98,7 +99,8 @@ class PSStepLoop(StepLoop):
         per_epoch = require_known_length(self.spec.data, self.per_epoch)
         self.run.total_steps = per_epoch * self.spec.epochs
         self.run.note(UPDATE_NOTE)
-        self.run.note(EPOCH_NOTE)
+        if self.epoch_note:
+            self.run.note(self.epoch_note)
         return super().execute()
 
     # -- StepLoop's hooks ------------------------------------------------------------------
@@ -115,14 +117,20 @@ class PSStepLoop(StepLoop):
         if isinstance(err, TaskDied):
             return err
         died = self._dead_message_after(err)
-        return TaskDied(died) if died else None
+        if died:
+            return TaskDied(died)
+        if type(err).__name__ == "OutOfRangeError":
+            return DataError(
+                f"--data {self.spec.data}: a worker's dataset ran out after step "
+                f"{self.run.steps_done}. Under parameter_server each worker reads its own "
+                "dataset for as many steps as are scheduled: repeat it (`.repeat()`, as "
+                "TensorFlow's parameter-server tutorial does) or give fewer --steps.")
+        return None
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first: int) -> None:
         per_epoch = require_known_length(self.spec.data, self.per_epoch)
-        with self.strategy.scope():
-            per_worker = self.coordinator.create_per_worker_dataset(self.dataset.repeat())
-        iterator = iter(per_worker)
+        iterator = iter(self.dataset)   # per-worker already (data.per_worker_input)
         total = per_epoch * self.spec.epochs
         window = WINDOW_PER_WORKER * self.workers
         self._pacer = TimingPacer(self.spec.timing_every)

@@ -1,0 +1,51 @@
+"""Step mode's `--data` under `%distribute parameter_server`, as TensorFlow's parameter-server
+tutorial builds its input; run in a fresh interpreter (tests/ps_input_scenario.py, through
+ps_scenario.py) like the other parameter-server scenarios."""
+
+import pytest
+from test_paramserver import scenario
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return scenario("input")
+
+
+def test_the_tutorials_own_loop_runs_in_the_session(inputs):
+    assert inputs["setup_error"] is None and inputs["tf_loop_error"] is None
+    # TensorFlow gives every worker the same input context: pipeline 0 of 1
+    assert inputs["tf_losses"] == [10.0]
+
+
+@pytest.mark.parametrize("name", ["dataset_fn", "per_worker_dataset", "dist_dataset",
+                                  "per_worker_dataset_fn"])
+def test_each_kind_of_input_is_read_as_the_tutorial_reads_it(inputs, name):
+    assert inputs[f"{name}_error"] is None
+    run = inputs[name]
+    assert run["status"] == "done" and run["steps"] == run["total"] == 40
+    assert run["losses"] == inputs["tf_losses"] and run["workers"] == [0, 1]
+
+
+def test_a_dataset_function_is_noted_and_trains(inputs):
+    note = "num_input_pipelines=1, input_pipeline_id=0 here"
+    assert any(note in n for n in inputs["dataset_fn"]["notes"]), inputs["dataset_fn"]["notes"]
+    assert inputs["train_error"] is None
+    train = inputs["train"]
+    assert train["status"] == "done" and train["steps"] == train["total"] == 40
+    assert train["first_last"][1] < train["first_last"][0]
+
+
+def test_an_input_of_unknown_length_needs_steps_and_changes_nothing(inputs):
+    error = inputs["no_steps_error"]
+    assert error.startswith("DataError: --data dataset_fn is a function") and \
+        "Give --steps N (steps per epoch)" in error
+    assert inputs["runs_added"] == 0 and not inputs["ckpt_created"]
+    assert "running" not in inputs["status_after_refusal"]
+
+
+def test_a_worker_dataset_that_runs_out_says_to_repeat_it(inputs):
+    assert inputs["ran_out_error"].startswith("DataError: --data short_fn: a worker's dataset "
+                                              "ran out after step ")
+    assert "repeat it (`.repeat()`" in inputs["ran_out_error"]
+    assert inputs["ran_out"]["status"] == "failed"
+    assert inputs["after_ran_out_error"] is None        # the cluster is still usable
