@@ -26,8 +26,7 @@ _MAX_REPR = 10000
 _PREPARED: dict[str, tuple[Any, Any]] = {}
 
 
-@quiet_tensorflow()     # as in the kernel's %%distribute cells (nbdist.tflogs)
-def prepare_step(cell: str, header: str, filename: str, key: str,
+def _prepare_step(cell: str, header: str, filename: str, key: str,
                  spec: dict[str, Any]) -> dict[str, Any]:
     """A step cell's first call on every worker: rewrite it and read its ``--data`` (checked
     and distributed: no collective, nothing created), kept for ``run_step``. The kernel calls
@@ -51,8 +50,7 @@ def prepare_step(cell: str, header: str, filename: str, key: str,
         return {"ok": False, "error": describe_exception(err, filename=filename)}
 
 
-@quiet_tensorflow()
-def run_step(key: str, filename: str) -> dict[str, Any]:
+def _run_step(key: str, filename: str) -> dict[str, Any]:
     """Run the step cell ``prepare_step`` made ready with ``StepRunner`` on this worker;
     metrics go to the kernel's Run. ``--checkpoint DIR`` is created here."""
     from ...backends.cells import step_checkpoint
@@ -83,8 +81,7 @@ def run_step(key: str, filename: str) -> dict[str, Any]:
 
 
 # -- scope mode -------------------------------------------------------------------------------
-@quiet_tensorflow()
-def run_scope(cell: str, header: str, filename: str, cell_id: str,
+def _run_scope(cell: str, header: str, filename: str, cell_id: str,
               checkpoint: str | None = None) -> dict[str, Any]:
     """Run a cell under the strategy's scope, recording every ``model.fit`` into a Run.
 
@@ -107,3 +104,25 @@ def run_scope(cell: str, header: str, filename: str, cell_id: str,
         return {"ok": False, "error": describe_exception(err, filename=filename)}
 
 
+# ipyparallel sends these by value (code and closure), so they are plain functions that enter
+# ``quiet_tensorflow`` themselves: a context-manager decorator's closure holds a generator,
+# which cannot be pickled.
+def prepare_step(cell: str, header: str, filename: str, key: str,
+                 spec: dict[str, Any]) -> dict[str, Any]:
+    """A step cell's first call on every worker (see ``_prepare_step``), TensorFlow's logs
+    quiet as in the kernel's ``%%distribute`` cells (``nbdist.tflogs``)."""
+    with quiet_tensorflow():
+        return _prepare_step(cell, header, filename, key, spec)
+
+
+def run_step(key: str, filename: str) -> dict[str, Any]:
+    """Run the prepared step cell on this worker (see ``_run_step``), logs quiet."""
+    with quiet_tensorflow():
+        return _run_step(key, filename)
+
+
+def run_scope(cell: str, header: str, filename: str, cell_id: str,
+              checkpoint: str | None = None) -> dict[str, Any]:
+    """Run a scope cell on this worker (see ``_run_scope``), logs quiet."""
+    with quiet_tensorflow():
+        return _run_scope(cell, header, filename, cell_id, checkpoint)

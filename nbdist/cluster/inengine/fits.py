@@ -23,7 +23,8 @@ KERAS3_MWMS = (
     "Keras 3 `model.fit` does not work under MultiWorkerMirroredStrategy in TensorFlow 2.21 "
     "(keras-team/keras#20585). Run the workers with tf_keras, the default when it is "
     f"installed (`{INSTALL_HINT}` in a terminal, then `%distribute restart`: fresh workers "
-    "choose again), and build the model with "
+    "choose again; `%distribute multiworker --workers N --keras legacy` insists on it), and "
+    "build the model with "
     "`tf.keras` rather than `import keras`; or train in step mode (`%%distribute --step`)."
 )
 
