@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -68,8 +69,8 @@ def _line_args(line: str) -> None:
 @argument("--step", action="store_true",
           help="the cell is the per-replica step (default: scope mode)")
 @argument("--data", metavar="NAME",
-          help="step mode: a tf.data.Dataset, a dataset function fn(input_context) or a "
-               "DistributedDataset of the session's strategy (required)")
+          help="step mode (required): a tf.data.Dataset, a dataset function "
+               "fn(input_context) or a DistributedDataset of the session's strategy")
 @argument("--epochs", type=int, default=1, metavar="N", help="step mode (default: 1)")
 @argument("--steps", type=int, metavar="N",
           help="step mode: steps per epoch at most (default: all)")
@@ -124,14 +125,18 @@ def _help() -> str:
             f"{line}\n\n{cell}\n\n{_EXAMPLES}")
 
 
+def _flags(magic: Callable) -> set[str]:
+    """The --flags a magic's parser takes (read from its public usage text)."""
+    return set(re.findall(r"--[a-z][a-z-]*", magic.parser.format_usage()))
+
+
 def _parse(parsed_by: Callable, other: Callable, line: str, here: str, there: str) -> Any:
     """Parse ``line`` with ``parsed_by``; a flag that belongs to ``other`` gets a ConfigError
     saying where it goes (argparse alone would only call it unrecognized)."""
     try:
         return parse_argstring(parsed_by, line)
     except UsageError as err:
-        theirs = {o for a in other.parser._actions for o in a.option_strings}
-        mine = {o for a in parsed_by.parser._actions for o in a.option_strings}
+        theirs, mine = _flags(other), _flags(parsed_by)
         for word in line.split():
             flag = word.split("=")[0]
             if flag in theirs - mine:

@@ -61,7 +61,8 @@ def check_strategy(cell: str, objects: dict[str, Any], strategy: Any) -> None:
 def unbuilt_models(objects: dict[str, Any]) -> dict[str, Any]:
     """The objects that are Keras layers/models with no variables yet (built lazily)."""
     return {name: value for name, value in objects.items()
-            if getattr(value, "built", True) is False and hasattr(value, "call")}
+            if getattr(value, "built", True) is False and hasattr(value, "call")
+            and not getattr(value, "weights", None)}   # add_weight in __init__ is built enough
 
 
 def refuse_unbuilt(cell: str, unbuilt: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ def made(ip, monkeypatch):
 def train(shell, flags="", *, fast=True):
     runner.StepRunner.fast_calls = fast
     try:
-        run_ok(shell, BUILD)
+        run_ok(shell, BUILD.format(model_args=""))
         run_ok(shell, STEP.format(flags=flags))
     finally:
         runner.StepRunner.fast_calls = True

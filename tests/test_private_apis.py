@@ -32,7 +32,10 @@ PRIVATE_MODULES = ("tensorflow.python", "tensorflow.core", "keras.src", "tf_kera
 #: Underscore names nbdist may use on objects outside nbdist/hooks/ that it does not define
 #: with ``self.``: documented stdlib functions (``os._exit``, the public API of
 #: ``collections.namedtuple``/``typing.NamedTuple``) and markers nbdist puts on its own wrappers.
-ALLOWED = {"_exit", "_nbdist", "_fields", "_asdict", "_replace", "_make", "_field_defaults"}
+#: IPython's documented display protocol (``_repr_*_``, ``_ipython_display_``) is public too.
+ALLOWED = {"_exit", "_nbdist", "_fields", "_asdict", "_replace", "_make", "_field_defaults",
+           "_repr_mimebundle_", "_repr_html_", "_repr_pretty_", "_ipython_display_",
+           "_render_traceback_"}
 
 
 def _require_installed(api: hooks.PrivateAPI) -> None:
