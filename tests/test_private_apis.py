@@ -22,7 +22,6 @@ from nbdist import hooks
 from nbdist.hooks import ipykernel as ipykernel_hooks
 from nbdist.hooks import ipyparallel as ipyparallel_hooks
 from nbdist.hooks import keras as keras_hooks
-from nbdist.hooks import plotly as plotly_hooks
 from nbdist.hooks import tensorflow as tf_hooks
 from nbdist.hooks import tf_coordinator, tf_keras
 
@@ -84,7 +83,7 @@ def test_importing_the_hooks_imports_no_library() -> None:
     done = run_python("""
         import sys
         import nbdist.hooks
-        from nbdist.hooks import (ipykernel, ipyparallel, keras, plotly, tensorflow,
+        from nbdist.hooks import (ipykernel, ipyparallel, keras, tensorflow,
                                   tf_coordinator, tf_keras)
         heavy = [m for m in ("tensorflow", "plotly", "keras", "tf_keras", "ipyparallel")
                  if m in sys.modules]
@@ -253,8 +252,6 @@ def test_library_hooks_degrade_on_objects_without_the_api() -> None:
     assert keras_hooks.clear_initial_epoch(object()) is False
     assert keras_hooks.wrapped_variable(object()) is None
     assert tf_keras.accept_tensor_logs(object()) is False
-    assert not plotly_hooks.can_send_restyle(object())
-    assert plotly_hooks.keep_in_saved_state(object()) is False
     assert not ipykernel_hooks.can_watch_comm(None)
     assert not ipykernel_hooks.can_watch_comm(object())
     assert ipyparallel_hooks.client_config(object()) == {}
@@ -290,15 +287,3 @@ def test_cluster_running_without_the_private_method_reads_public_state() -> None
     assert ipyparallel_hooks.cluster_running(cluster(None, ["running"]))
     with_method = type("C", (), {"_is_running": lambda self: False})()
     assert not ipyparallel_hooks.cluster_running(with_method)
-
-
-def test_send_restyle_updates_the_figure_like_plotly_update() -> None:
-    pytest.importorskip("anywidget")
-    import plotly.graph_objects as go
-
-    fig = go.FigureWidget(data=[go.Scatter(x=[0, 1], y=[1, 2], name="a")])
-    assert plotly_hooks.can_send_restyle(fig)
-    plotly_hooks.send_restyle(fig, {"y": [[5.0, 6.0]]}, [0])
-    assert list(fig.data[0].y) == [5.0, 6.0] and fig._py2js_update is None
-    assert plotly_hooks.keep_in_saved_state(fig)
-    assert list(fig._widget_data[0]["y"]) == [5.0, 6.0]

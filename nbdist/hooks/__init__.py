@@ -1,6 +1,6 @@
 """Every use of a private third-party API, in one place, each declared with its versions.
 
-nbdist reaches into TensorFlow, Keras, tf_keras, plotly, ipykernel and ipyparallel where no
+nbdist reaches into TensorFlow, Keras, tf_keras, ipykernel and ipyparallel where no
 public API does what a feature needs (a faster call of a traced step, a Stop button while a
 cell runs...). Each such use is a small function in this package, one module per library
 (``tensorflow`` and ``tf_coordinator`` for TensorFlow), whose docstring says which feature
@@ -15,14 +15,14 @@ but ``errors``: it is the bottom layer.
 
 from __future__ import annotations
 
-from . import ipykernel, ipyparallel, keras, plotly, tensorflow, tf_coordinator, tf_keras
+from . import ipykernel, ipyparallel, keras, tensorflow, tf_coordinator, tf_keras
 from .api import PrivateAPI, PrivateAPIMissing
 
 __all__ = ["REGISTRY", "PrivateAPI", "PrivateAPIMissing", "check"]
 
 REGISTRY: list[PrivateAPI] = [
     *tensorflow.DECLARED, *tf_coordinator.DECLARED, *keras.DECLARED, *tf_keras.DECLARED,
-    *plotly.DECLARED, *ipykernel.DECLARED, *ipyparallel.DECLARED,
+    *ipykernel.DECLARED, *ipyparallel.DECLARED,
 ]
 
 

@@ -32,7 +32,7 @@ class PrivateAPIMissing(NbdistError):
 class PrivateAPI:
     """One private third-party API nbdist uses (see the module docstring)."""
 
-    library: str       # import name: tensorflow, keras, tf_keras, plotly, ipykernel, ipyparallel
+    library: str       # import name: tensorflow, keras, tf_keras, ipykernel, ipyparallel
     api: str           # what is used, as the library spells it
     hook: str          # the nbdist.hooks function(s) using it, e.g. "tensorflow.call_flat"
     feature: str       # the nbdist feature that needs it
