@@ -12,16 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .backends.base import Backend, lab_state, status_text
+from .backends.base import NO_WORKERS, NO_WORKERS_TO_RESTART, Backend, lab_state, status_text
 from .backends.cells import prepare_scope_cell, prepare_step_cell
 from .backends.kernelstate import why_cannot_host
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .spec import RunSpec, StrategySpec
 from .telemetry.run import Run, runs
-
-_NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
-               "first with `%distribute multiworker --workers N`.")
 
 
 def _mismatch(inline: StrategySpec, current: StrategySpec) -> str:
@@ -114,8 +111,7 @@ class Session:
     def restart(self) -> Backend:
         """Replace the worker processes with fresh ones (after a fault, or to reset them)."""
         if self.backend is None:
-            raise ConfigError("There are no worker processes to restart. Start them with "
-                              "`%distribute multiworker --workers N`.")
+            raise ConfigError(NO_WORKERS_TO_RESTART)
         self.backend = self.backend.restarted()
         self._changed()
         return self.backend
@@ -134,7 +130,7 @@ class Session:
 
     def _require_backend(self, what: str) -> Backend:
         if self.backend is None:
-            raise ConfigError(_NO_WORKERS.format(what=what))
+            raise ConfigError(NO_WORKERS.format(what=what))
         return self.backend
 
     def require(self, inline: StrategySpec | None) -> Backend:

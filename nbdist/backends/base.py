@@ -69,6 +69,13 @@ class Backend(Protocol):
         """A fresh backend with the same settings (this one is stopped first)."""
 
 
+#: Refusals of operations that need worker processes, for backends (and a Session) without any.
+NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
+              "first with `%distribute multiworker --workers N`.")
+NO_WORKERS_TO_RESTART = ("There are no worker processes to restart. Start them with "
+                         "`%distribute multiworker --workers N`.")
+
+
 def refuse_keras_choice(keras: str | None) -> None:
     """``--keras`` given to a family whose Keras is the kernel's own."""
     if keras is not None:

@@ -15,12 +15,9 @@ from ..errors import ConfigError
 from ..spec import StrategySpec
 from ..strategies import StrategyHandle
 from ..telemetry.run import Run, RunList
-from .base import BackendStatus, refuse_keras_choice
+from .base import NO_WORKERS, NO_WORKERS_TO_RESTART, BackendStatus, refuse_keras_choice
 from .cells import ScopeCell, StepCell, describe_loss, run_cell_code, step_inputs
 from .kernelstate import check_kernel_usable
-
-_NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
-               "first with `%distribute multiworker --workers N`.")
 
 
 class LocalBackend:
@@ -57,8 +54,7 @@ class LocalBackend:
         return []   # nothing to stop: logical devices stay until the kernel restarts
 
     def restarted(self) -> LocalBackend:
-        raise ConfigError("There are no worker processes to restart. Start them with "
-                          "`%distribute multiworker --workers N`.")
+        raise ConfigError(NO_WORKERS_TO_RESTART)
 
     # -- what it runs on -------------------------------------------------------------------
     @property
@@ -165,7 +161,7 @@ class LocalBackend:
 
     # -- data ------------------------------------------------------------------------------
     def push(self, values: dict[str, Any]) -> None:
-        raise ConfigError(_NO_WORKERS.format(what="push"))
+        raise ConfigError(NO_WORKERS.format(what="push"))
 
     def pull(self, name: str, worker: int) -> Any:
-        raise ConfigError(_NO_WORKERS.format(what="pull"))
+        raise ConfigError(NO_WORKERS.format(what="pull"))
