@@ -31,6 +31,7 @@ TIERS = ("unit", "kernel", "cluster", "browser", "notebooks")
 FILE_TIERS = {
     "test_binder.py": "notebooks",
     "test_channel.py": "unit",
+    "test_run_store.py": "unit",
     "test_checkpoint.py": "kernel",       # its multiworker tests: cluster
     "test_cluster.py": "cluster",
     "test_cluster_compat.py": "cluster",

@@ -2,7 +2,9 @@
 
 import math
 import socket
+from math import nan
 
+import numpy as np
 import pytest
 from helpers import session_cluster
 
@@ -11,6 +13,7 @@ from nbdist.cluster.multiworker import backend as multiworker
 from nbdist.cluster.multiworker.monitor import ClusterMonitor, StopCoordinator
 from nbdist.errors import ConfigError, StepCodeError
 from nbdist.spec import StrategySpec
+from nbdist.telemetry.rows import pack
 from nbdist.telemetry.run import Run, RunList
 
 
@@ -160,28 +163,39 @@ def test_monitor_routes_rows_health_and_run_end():
                                                       replicas=1, workers=2))
     step_run = runs.new(mode="step", strategy="multiworker", replicas=1, workers=2)
     mon.expect_run("step1", step_run)
-    row = dict(step=3, epoch=0, replica=0, worker=0, loss=0.5, grad_norm=None, allreduce_ms=1.0,
+    row = dict(step=3, epoch=0, replica=0, worker=0, loss=0.5, grad_norm=nan, allreduce_ms=1.0,
                wait_ms=0.0, compute_ms=2.0, other_collective_ms=0.0, step_ms=9.0, data_ms=1.0,
                wall_time=123.0)
+
+    def rows(**columns):
+        values = {**row, **columns}
+        return {"type": "rows", "run": "step1", **pack(list(values), np.array([
+            list(values.values())], dtype=float))}
+
     for w in (0, 1):
         mon.handle(w, {"type": "run_start", "run": "step1", "mode": "step", "total_steps": 10})
-        mon.handle(w, {"type": "rows", "run": "step1", "rows": [row]})
+        mon.handle(w, rows())
     assert mon.running_workers() == {0, 1} and step_run.total_steps == 10
     frame = step_run.metrics
     assert list(frame["worker"]) == [0, 1] and math.isnan(frame["grad_norm"][0])
     assert mon.health[1].step == 4 and mon.runs_with_news() == [step_run]
-    mon.handle(0, {"type": "rows", "run": "nope", "rows": [row]})
-    mon.handle(0, {"type": "rows", "run": "step1", "rows": [["x"]]})
-    assert mon.bad_rows == 2
+    mon.handle(0, {**rows(), "run": "nope"})
+    mon.handle(0, {**rows(), "n": 2})                            # bytes for one row
+    mon.handle(0, {**rows(), "data": "not base64!"})
+    mon.handle(0, {**rows(), "columns": list(row)[1:] + ["x"]})  # no step column
+    mon.handle(0, rows(epoch=nan))
+    mon.handle(0, {"type": "rows", "run": "step1", "rows": [row]})     # the old format
+    assert mon.bad_rows == 6 and step_run.n_rows == 2     # all refused, nothing appended
     mon.handle(0, {"type": "run_end", "run": "step1", "status": "done"})
     assert step_run.status == "running"
     mon.handle(1, {"type": "run_end", "run": "step1", "status": "stopped"})
     assert step_run.status == "stopped" and mon.running_workers() == set()
     mon.handle(0, {"type": "run_start", "run": "cell2-fit1", "mode": "fit"})
-    mon.handle(0, {"type": "rows", "run": "cell2-fit1", "rows": [dict(
-        step=0, epoch=0, replica=-1, worker=0, loss=1.0, grad_norm=None, allreduce_ms=None,
-        wait_ms=None, compute_ms=None, other_collective_ms=None, step_ms=5.0, data_ms=None,
-        wall_time=1.0, accuracy=0.5)]})
+    fit_row = dict(step=0, epoch=0, replica=-1, worker=0, loss=1.0, grad_norm=nan,
+                   allreduce_ms=nan, wait_ms=nan, compute_ms=nan, other_collective_ms=nan,
+                   step_ms=5.0, data_ms=nan, wall_time=1.0, accuracy=0.5)
+    mon.handle(0, {"type": "rows", "run": "cell2-fit1", **pack(
+        list(fit_row), np.array([list(fit_row.values())]))})
     fit = runs[-1]
     assert fit.mode == "fit" and fit.metrics["replica"].tolist() == [-1]
     assert fit.metrics["accuracy"].tolist() == [0.5]

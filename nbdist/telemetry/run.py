@@ -2,9 +2,10 @@
 
 Runners append rows (one per step and replica or worker); dashboards, the lab extension and
 users read them. A row is a ``Row`` (``telemetry.rows``, where its columns are declared
-once): every reader and writer uses their names. Appending is one ``list.extend`` under a
-lock, so a reader on another thread, or a KeyboardInterrupt between two appends, never sees
-half a step.
+once): every reader and writer uses their names. The rows live in numpy chunks
+(``telemetry.table``: ~8 bytes per number, millions of rows per run); appending is under a
+lock and publishes the new row count last, so a reader on another thread, or a
+KeyboardInterrupt during an append, never sees half a step.
 
 The store imports none of its views: ``Run.plot`` and ``Run.to_tensorboard`` call the
 functions that ``nbdist.widgets`` and ``nbdist.telemetry.tensorboard`` register with
@@ -21,7 +22,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .rows import COLUMNS, MEASURED, Row
+import numpy as np
+
+from .rows import COLUMNS, INTEGERS, MEASURED, POSITION, Row, as_row
+from .table import ColumnTable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,8 +61,7 @@ class Run:
     #: the global (headline) loss of a step = the mean of its rows' losses x loss_scale: the
     #: replicas in sync when their losses add up (divided by the global batch), else 1
     loss_scale: int = 1
-    _rows: list[Row] = field(default_factory=list, repr=False)
-    _extras: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
+    _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- writing -------------------------------------------------------------------------
@@ -84,32 +87,32 @@ class Run:
 
         ``replica=-1`` labels a single value already reduced over all replicas (Keras fit).
         """
-        wall = time.time() if wall_time is None else wall_time
         n = len(loss)
+        columns = Row(step, epoch, np.arange(n) if replica is None else replica, worker, loss,
+                      grad_norm, allreduce_ms, wait_ms, compute_ms, other_collective_ms,
+                      step_ms, data_ms, time.time() if wall_time is None else wall_time)
+        block = np.empty((n, len(COLUMNS)))
+        for i, values in enumerate(columns):
+            block[:, i] = _NAN if values is None else values
+        self.append_block(block, {k: np.full(n, float(v)) for k, v in (extra or {}).items()})
 
-        def col(values: Sequence[float] | None) -> Sequence[float]:
-            return [_NAN] * n if values is None else values
-
-        norms, ar, wait, comp = col(grad_norm), col(allreduce_ms), col(wait_ms), col(compute_ms)
-        other = col(other_collective_ms)
-        rows = [
-            Row(step=step, epoch=epoch, replica=r if replica is None else replica,
-                worker=worker, loss=float(loss[r]), grad_norm=float(norms[r]),
-                allreduce_ms=float(ar[r]), wait_ms=float(wait[r]), compute_ms=float(comp[r]),
-                other_collective_ms=float(other[r]), step_ms=float(step_ms),
-                data_ms=float(data_ms), wall_time=wall)
-            for r in range(n)
-        ]
-        self.append_rows(rows, [extra] * n if extra else None)
+    def append_block(self, block: np.ndarray,
+                     extras: Mapping[str, np.ndarray] | None = None) -> None:
+        """Append whole steps at once: ``block`` has one row per step and replica or worker
+        and the columns of ``COLUMNS`` (``rows.block_from_columns`` builds one), ``extras``
+        maps a metric's name to one value per row."""
+        with self._lock:
+            self._table.append(block, extras)
 
     def append_rows(self, rows: Sequence[Row],
                     extras: Sequence[Mapping[str, float] | None] | None = None) -> None:
-        """Append whole steps at once; ``extras[i]`` (if given) are ``rows[i]``'s extras."""
-        with self._lock:
-            if extras is not None:
-                start = len(self._rows)
-                self._extras.update((start + i, dict(e)) for i, e in enumerate(extras) if e)
-            self._rows.extend(rows)
+        """Append whole steps given as ``Row`` tuples; ``extras[i]`` are ``rows[i]``'s."""
+        block = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(COLUMNS))
+        columns: dict[str, np.ndarray] = {}
+        for i, row_extras in enumerate(extras or ()):
+            for name, value in (row_extras or {}).items():
+                columns.setdefault(name, np.full(len(rows), _NAN))[i] = value
+        self.append_block(block, columns or None)
 
     def note(self, text: str) -> None:
         """Attach a caveat about this run's numbers (shown in the summary)."""
@@ -133,39 +136,54 @@ class Run:
     # -- reading -------------------------------------------------------------------------
     @property
     def n_rows(self) -> int:
-        return len(self._rows)
+        return self._table.n
+
+    def block_since(self, start: int) -> np.ndarray:
+        """Rows appended since row index ``start`` as one float64 array, a row per line and
+        the columns of ``COLUMNS`` (``rows.POSITION`` gives each column's index)."""
+        with self._lock:
+            return self._table.block(start)
 
     def rows_since(self, start: int) -> list[Row]:
-        """Rows appended since row index ``start``."""
-        with self._lock:
-            return self._rows[start:]
+        """Rows appended since row index ``start``, as ``Row`` tuples."""
+        return [as_row(values) for values in self.block_since(start).tolist()]
 
-    def records_since(self, start: int) -> list[dict[str, Any]]:
-        """Rows appended since row index ``start`` as dicts keyed by column name, each with
-        its extras (what a worker sends the kernel; ``row_from_record`` reads one back)."""
+    def table_since(self, start: int) -> tuple[list[str], np.ndarray]:
+        """Rows appended since row index ``start``: the column names (``COLUMNS``, then the
+        extras) and their values, one row per line (what a worker sends the kernel; see
+        ``rows.pack``)."""
         with self._lock:
-            rows, extras = self._rows[start:], self._extras
-            return [{**row._asdict(), **extras.get(start + i, {})}
-                    for i, row in enumerate(rows)]
+            names = self._table.extra_names()
+            parts = [self._table.block(start), *(self._table.extra(name, start)[:, None]
+                                                 for name in names)]
+        return [*COLUMNS, *names], np.hstack(parts) if names else parts[0]
 
     @property
     def steps_done(self) -> int:
         """Number of distinct steps recorded."""
-        rows = self._rows
-        return rows[-1].step + 1 if rows else 0
+        last = self._table.last()
+        return 0 if last is None else int(last[POSITION.step]) + 1
+
+    def _last_step_rows(self, span: int) -> np.ndarray:
+        """The rows of the most recent step, among the last ``span`` rows."""
+        with self._lock:
+            recent = self._table.block(self._table.n - span)
+        if not len(recent):
+            return recent
+        steps = recent[:, POSITION.step]
+        return recent[steps == steps[-1]]
 
     @property
     def last(self) -> dict[str, Any]:
         """The most recent step as a dict of per-replica means, and its ``global_loss`` (see
         ``loss_scale``; empty before the first step)."""
-        rows = self._rows
-        if not rows:
+        mine = self._last_step_rows(self.replicas * self.workers * 2)
+        if not len(mine):
             return {}
-        step = rows[-1].step
-        mine = [r for r in rows[-self.replicas * self.workers * 2:] if r.step == step]
-        out: dict[str, Any] = {"step": step, "epoch": mine[-1].epoch}
+        out: dict[str, Any] = {"step": int(mine[-1, POSITION.step]),
+                               "epoch": int(mine[-1, POSITION.epoch])}
         for name in MEASURED:
-            out[name] = _nanmean(getattr(r, name) for r in mine)
+            out[name] = _nanmean(mine[:, getattr(POSITION, name)].tolist())
         out["global_loss"] = out["loss"] * self.loss_scale
         return out
 
@@ -174,11 +192,13 @@ class Run:
         import pandas as pd
 
         with self._lock:
-            rows, extras = list(self._rows), dict(self._extras)
-        frame = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
-        if extras:
-            extra_frame = pd.DataFrame.from_dict(extras, orient="index")
-            frame = frame.join(extra_frame)
+            block = self._table.block()
+            extras = {name: self._table.extra(name) for name in self._table.extra_names()}
+        frame = pd.DataFrame(block, columns=list(COLUMNS))
+        for name in INTEGERS:
+            frame[name] = frame[name].astype(np.int64)
+        for name, values in extras.items():
+            frame[name] = values
         return frame
 
     @property
@@ -226,11 +246,7 @@ class Run:
         return _view("tensorboard")(self, logdir, name)
 
     def _last_losses(self) -> list[float]:
-        rows = self._rows
-        if not rows:
-            return []
-        step = rows[-1].step
-        return [r.loss for r in rows[-self.replicas * self.workers:] if r.step == step]
+        return self._last_step_rows(self.replicas * self.workers)[:, POSITION.loss].tolist()
 
     def __repr__(self) -> str:
         return self.summary()

@@ -192,7 +192,7 @@ def run_title(run: Run, series: RunSeries, final: bool = True) -> str:
 def series_of(run: Run, **options: Any) -> RunSeries:
     options.setdefault("loss_scale", run.loss_scale)
     series = RunSeries(replicas=run.replicas, workers=run.workers, **options)
-    series.ingest(run.rows_since(0))
+    series.ingest(run.block_since(0))
     series.finish()
     return series
 

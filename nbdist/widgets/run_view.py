@@ -58,7 +58,7 @@ class RunView:
         self._header_due = 0.0
 
     def ingest(self) -> None:
-        rows = self.run.rows_since(self.n_rows)
+        rows = self.run.block_since(self.n_rows)
         self.n_rows += len(rows)
         self.series.ingest(rows)
 

@@ -81,10 +81,10 @@ class RunSeries:
         self.per_replica = True                        # False for replica -1 rows (Keras fit)
 
     # -- ingest ----------------------------------------------------------------------------
-    def ingest(self, rows: Sequence[Row]) -> None:
-        """Add rows (as ``Run.rows_since`` returns them): one array of them, columns read by
-        name through ``COL``."""
-        if not rows:
+    def ingest(self, rows: np.ndarray | Sequence[Row]) -> None:
+        """Add rows (``Run.block_since``'s array, or ``Row`` tuples): columns read by name
+        through ``COL``."""
+        if len(rows) == 0:
             return
         data = np.array(rows, dtype=np.float64)
         self.rows += len(rows)

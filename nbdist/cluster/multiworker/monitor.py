@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...telemetry.rows import row_from_record
+from ...telemetry.rows import POSITION, unpack
 from ...telemetry.run import Run
 from .. import protocol
 
@@ -192,18 +192,16 @@ class ClusterMonitor:
             self.stopper.on_paused(worker, message["step"])
 
     def _record(self, worker: int, message: dict[str, Any]) -> None:
-        """A worker's rows (dicts keyed by column name, ``Run.records_since``) as its rows
-        in the kernel's Run: all or none of them."""
+        """A worker's rows (``rows.pack``) as its rows in the kernel's Run: all or none."""
         entry = self._entry(str(message.get("run")), create=False)
-        records = message.get("rows")
-        if entry is None or not isinstance(records, list):
+        if entry is None:
             self.bad_rows += 1
             return
         try:
-            parsed = [row_from_record(r, worker=worker) for r in records]
-        except (TypeError, ValueError, KeyError):
+            block, extras = unpack(message, worker=worker)
+        except (TypeError, ValueError):
             self.bad_rows += 1
             return
-        entry.run.append_rows([row for row, _ in parsed], [extras for _, extras in parsed])
-        if parsed:
-            self.health[worker].step = parsed[-1][0].step + 1
+        if len(block):
+            entry.run.append_block(block, extras)
+            self.health[worker].step = int(block[-1, POSITION.step]) + 1

@@ -1,0 +1,80 @@
+"""The Run store's columnar table: rows across chunk boundaries, extras appearing late,
+interrupted appends, and the Run API read back from it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from nbdist.telemetry import table
+from nbdist.telemetry.rows import COLUMNS, POSITION, Row, pack, unpack
+from nbdist.telemetry.run import Run
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(table, "CHUNK", 4)
+
+
+def test_rows_cross_chunk_boundaries_and_read_back_exactly(small_chunks):
+    t = table.ColumnTable(2)
+    t.append(np.arange(6.0).reshape(3, 2))
+    t.append(np.arange(6.0, 20.0).reshape(7, 2), {"acc": np.arange(7.0)})
+    assert t.n == 10 and len(t._chunks) == 3
+    assert t.block().tolist() == np.arange(20.0).reshape(10, 2).tolist()
+    assert t.block(3, 9)[:, 0].tolist() == [6.0, 8.0, 10.0, 12.0, 14.0, 16.0]
+    extra = t.extra("acc")
+    assert np.isnan(extra[:3]).all() and extra[3:].tolist() == list(np.arange(7.0))
+    assert t.last().tolist() == [18.0, 19.0] and t.block(10).shape == (0, 2)
+
+
+def test_an_interrupted_append_leaves_no_partial_rows(small_chunks, monkeypatch):
+    t = table.ColumnTable(1)
+    t.append(np.ones((3, 1)))
+
+    class Boom(np.ndarray):
+        def __getitem__(self, item):     # fails on the second copy, as a KeyboardInterrupt
+            if isinstance(item, slice) and item.start:
+                raise KeyboardInterrupt
+            return super().__getitem__(item)
+
+    with pytest.raises(KeyboardInterrupt):
+        t.append(np.full((6, 1), 2.0).view(Boom))
+    assert t.n == 3 and t.block().tolist() == [[1.0]] * 3
+    t.append(np.full((2, 1), 3.0))
+    assert t.block()[:, 0].tolist() == [1.0, 1.0, 1.0, 3.0, 3.0]
+
+
+def test_run_reads_back_what_was_recorded(small_chunks):
+    run = Run(id=1, mode="step", strategy="mirrored", replicas=2)
+    for step in range(5):
+        run.record_step(step, step // 3, loss=[1.0 + step, 2.0 + step], step_ms=5.0,
+                        grad_norm=[0.5, 0.25], extra={"accuracy": 0.5} if step == 4 else None)
+    assert run.n_rows == 10 and run.steps_done == 5
+    rows = run.rows_since(8)
+    assert [r.replica for r in rows] == [0, 1] and [r.loss for r in rows] == [5.0, 6.0]
+    assert all(isinstance(r, Row) and isinstance(r.step, int) and r.step == 4 for r in rows)
+    assert rows[0].epoch == 1 and rows[0].grad_norm == 0.5 and math.isnan(rows[0].wait_ms)
+    frame = run.metrics
+    assert list(frame.columns[:len(COLUMNS)]) == list(COLUMNS)
+    assert frame["step"].dtype == np.int64 and frame["accuracy"].isna().sum() == 8
+    assert run.last["loss"] == 5.5 and run.last["epoch"] == 1
+    assert run._last_losses() == [5.0, 6.0]
+
+
+def test_rows_cross_the_wire_packed_and_back():
+    run = Run(id=1, mode="step", strategy="multiworker", replicas=2)
+    run.record_step(0, 0, loss=[0.5, float("nan")], step_ms=3.0)
+    run.record_step(1, 0, loss=[0.25, 0.5], step_ms=3.0, extra={"update_ms": 1.5})
+    names, values = run.table_since(1)
+    assert names == [*COLUMNS, "update_ms"] and values.shape == (3, len(COLUMNS) + 1)
+    block, extras = unpack(json.loads(json.dumps(pack(names, values))), worker=3)
+    assert block[:, POSITION.worker].tolist() == [3.0] * 3
+    assert math.isnan(block[0, POSITION.loss]) and block[2, POSITION.loss] == 0.5
+    assert math.isnan(extras["update_ms"][0]) and extras["update_ms"][1:].tolist() == [1.5] * 2
+    values[0, POSITION.replica] = float("nan")
+    with pytest.raises(ValueError, match="missing step, epoch, replica"):
+        unpack(pack(names, values))
