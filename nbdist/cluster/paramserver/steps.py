@@ -47,8 +47,9 @@ from .health import (
 )
 from .instrument import UpdateTimer, quiet_recovery_logs
 
-#: Steps scheduled ahead of the oldest unfinished one, per worker.
-WINDOW_PER_WORKER = 4
+#: Steps scheduled ahead of the oldest unfinished one, per worker (TensorFlow's tutorial
+#: schedules them all: a shallow window leaves workers idle while the kernel records rows).
+WINDOW_PER_WORKER = 16
 #: How often the loop checks that the worker and parameter-server processes are alive.
 HEALTH_EVERY_S = 0.25
 
@@ -88,6 +89,7 @@ class PSStepLoop(StepLoop):
     epoch_note: str | None = field(default=EPOCH_NOTE, kw_only=True)   # how --data is read
     on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
     _compiled: dict[bool, Any] = field(default_factory=dict)
+    _columns: dict[bool, list[str]] = field(default_factory=dict)   # of each packed result
     _dead_seen: set[int] = field(default_factory=set)
     _next_check: float = 0.0
     _pending: deque[tuple[int, int, bool, Any]] = field(default_factory=deque)
@@ -147,7 +149,9 @@ class PSStepLoop(StepLoop):
             self._pending.append((step, step // per_epoch, timed,
                                   self._schedule(iterator, timed)))
             self._scheduled = step
-            while len(self._pending) >= window:
+            # rows of finished steps now, without waiting; wait only when the window is full
+            while self._pending and (len(self._pending) >= window
+                                     or ready(self._pending[0][3])):
                 self._record(*self._pending[0])
                 self._pending.popleft()
         self._drain()
@@ -179,7 +183,7 @@ class PSStepLoop(StepLoop):
             self._check_health()
             time.sleep(0.002)
         try:
-            values = remote.fetch()
+            values = dict(zip(self._columns[timed], remote.fetch().tolist(), strict=True))
         except Exception as err:
             if not self._lost_with_dead_worker(err):
                 raise
@@ -258,6 +262,7 @@ class PSStepLoop(StepLoop):
         replica_fn = self._factory(probe)
         strategy = self.strategy
         timer = UpdateTimer() if timed else None
+        columns = self._columns
 
         def train_step(iterator: Any) -> dict[str, Any]:
             t_start = tf.timestamp()
@@ -273,7 +278,9 @@ class PSStepLoop(StepLoop):
                 out["t_end"] = tf.timestamp()
             out.update(t_start=t_start, t_begin=t_begin,
                        worker=tf.distribute.coordinator.experimental_get_current_worker_index())
-            return out
+            # One tensor: the coordinator copies each returned tensor back with its own call
+            columns[timed] = names = sorted(out)
+            return tf.stack([tf.reshape(tf.cast(out[k], tf.float64), []) for k in names])
 
         return tf.function(train_step)
 
