@@ -136,9 +136,9 @@ def session(sizes: list[int], rounds: int, profile: bool) -> dict:
 
                 with cProfile.Profile() as prof:
                     shell.run_cell(code, store_history=False).raise_error()
-                stats = pstats.Stats(prof, stream=sys.__stderr__).sort_stats("cumtime")
-                stats.print_stats(30)
-                stats.print_callers("remove_function|__del__|_remove_function|gc.collect")
+                stats = pstats.Stats(prof, stream=sys.__stderr__)
+                stats.sort_stats("cumtime").print_stats(25)   # the cell's phases
+                stats.sort_stats("tottime").print_stats(15)   # where the kernel's CPU goes
             else:
                 shell.run_cell(code, store_history=False).raise_error()
             wall, cpu = time.perf_counter() - w0, cpu_seconds(seen) - c0
