@@ -130,7 +130,7 @@ def session(sizes: list[int], rounds: int, profile: bool) -> dict:
         def timed(code: str) -> tuple[float, float]:
             c0, w0 = cpu_seconds(seen), time.perf_counter()
             before = dict(seen)
-            if profile and code.startswith("%%distribute --step"):
+            if profile:
                 import cProfile
                 import pstats
 
