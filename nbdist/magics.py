@@ -209,7 +209,10 @@ class DistributeMagics(Magics):
 
             picker(session)
         else:
+            from .widgets.warm import warm_in_background
+
             backend = session.configure(strategy, keras=args.keras)
+            warm_in_background()   # while the first cells wait for the workers
             print(f"nbdist: {backend.spec.name} with {backend.replicas} replica(s) on "
                   f"{', '.join(backend.devices)}")
 

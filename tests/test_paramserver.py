@@ -18,6 +18,7 @@ import pytest
 from nbdist.backends import kernelstate
 from nbdist.cluster.paramserver import context as ps_context
 from nbdist.cluster.paramserver.backend import live_ps_clusters
+from nbdist.cluster.paramserver.steps import WINDOW_PER_WORKER
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
 from nbdist.spec import StrategySpec
@@ -160,7 +161,8 @@ def test_steps_flag(main):
 
 def test_stop_request_ends_the_run_after_the_steps_in_flight(main):
     run = main["stopped_run"]
-    assert run["status"] == "stopped" and 30 <= run["rows"] <= 30 + 4 * 2 + 1
+    in_flight = WINDOW_PER_WORKER * 2   # 2 workers
+    assert run["status"] == "stopped" and 30 <= run["rows"] <= 30 + in_flight + 1
 
 
 def test_kernel_interrupt_stops_scheduling_keeps_the_partial_run(main):

@@ -20,6 +20,7 @@ import pytest
 
 from nbdist import tflogs
 from nbdist.telemetry.run import Run
+from nbdist.widgets import warm
 from nbdist.widgets.static import PLOTLY_MIME, static_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +34,19 @@ def _run(steps: int, replicas: int = 2) -> Run:
                         compute_ms=[1.0] * replicas)
     run.finish("done")
     return run
+
+
+def test_the_warm_up_draws_a_whole_dashboard_once_per_kernel(monkeypatch) -> None:
+    """`%distribute` draws a throwaway figure while workers start (plotly's first figure is
+    slow); it must be the real drawing code, run once."""
+    bundle = warm.sample_bundle()
+    assert {PLOTLY_MIME, "image/svg+xml", "text/plain"} <= set(bundle)
+    assert len(bundle[PLOTLY_MIME]["data"]) >= 2        # one loss line per worker at least
+    monkeypatch.setattr(warm, "_started", type(warm._started)())
+    thread = warm.warm_in_background()
+    assert thread is not None and warm.warm_in_background() is None
+    thread.join(60)
+    assert not thread.is_alive()
 
 
 def test_static_bundle_is_svg_plotly_json_and_text_and_stays_small() -> None:

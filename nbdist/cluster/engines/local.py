@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 
 from .. import tfconfig
+from ..inengine import preload
 from .base import START_TIMEOUT_S, ClusterStartError, nbdist_pythonpath
 
 log = logging.getLogger("nbdist.cluster")
@@ -82,9 +83,12 @@ class LocalEngines:
         config = Config()
         config.LocalProcessLauncher.stop_seconds_until_kill = KILL_AFTER_S
         config.LocalEngineSetLauncher.delay = 0.0
+        # Engines start as the controller does, and import TensorFlow meanwhile (preload)
+        config.LocalEngineSetLauncher.engine_cmd = [sys.executable, "-m", preload.__name__]
         self.cluster = ipp.Cluster(
             config=config, profile_dir=self.profile_dir, controller_ip="127.0.0.1",
             delay=0, log=log, load_profile=False, engine_timeout=int(self.timeout),
+            send_engines_connection_env=False,   # engines read the controller's file instead
             controller_args=[
                 "--usethreads",                    # schedulers as threads: 1 process, not 9
                 # The hub admits an engine at a heartbeat: 3 s by default, most of the start
@@ -93,9 +97,13 @@ class LocalEngines:
             ],
         )
         try:
-            self.cluster.start_controller_sync()
-            self.cluster.start_engines_sync(self.n, environment=dict(self.environment),
-                                            engine_args=self.engine_args)
+            self.cluster.start_controller_sync()   # returns once launched, not ready
+            name = "-".join(filter(None, ["ipcontroller", self.cluster.cluster_id, "engine"]))
+            url_file = os.path.join(self.profile_dir, "security", name + ".json")
+            self.cluster.start_engines_sync(
+                self.n, environment={**self.environment, preload.URL_FILE_ENV: url_file},
+                engine_args=[*self.engine_args,
+                             f"--IPEngine.wait_for_url_file={self.timeout:.0f}"])
             self.client = self.cluster.connect_client_sync()
             self._wait_for_engines()
         except BaseException:

@@ -1,4 +1,5 @@
-"""Instrumentation for parameter-server steps: the update timer and quieter TensorFlow logs.
+"""Instrumentation for parameter-server steps: the update timer, quieter TensorFlow logs and
+the notes a step Run carries (what its columns and epochs mean).
 
 ``UpdateTimer`` times the parameter update inside a traced step (see its docstring);
 ``quiet_recovery_logs`` hides the coordinator's per-closure failure logs during a run and
@@ -16,6 +17,18 @@ from typing import Any
 from ...hooks.tf_coordinator import COORDINATOR_LOG_FILE
 from ...patching import patched
 from ...telemetry.run import Run
+
+UPDATE_NOTE = (
+    "parameter_server: update_ms is the parameter update measured on the worker (push the "
+    "gradients to the parameter servers, apply them there, acknowledgement), on timed steps "
+    "only; reading the parameters is part of compute_ms; there is no allreduce, so "
+    "allreduce_ms is empty. Steps are numbered in the order the coordinator scheduled them; "
+    "`worker` is the worker that ran the step (asynchronous: no two rows share a step)"
+)
+EPOCH_NOTE = (
+    "parameter_server: each worker reads its own copy of the dataset, repeated; an epoch is "
+    "as many steps as the dataset has batches, spread over the workers"
+)
 
 
 class UpdateTimer:

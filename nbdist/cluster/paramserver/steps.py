@@ -2,13 +2,14 @@
 
 ``PSStepLoop`` compiles the rewritten step cell into a ``tf.function`` that takes the next
 batch from a per-worker iterator (``ClusterCoordinator.create_per_worker_dataset``), runs the
-step with ``strategy.run`` and returns the loss, the gradient norm, the index of the worker
-that ran it (``tf.distribute.coordinator.experimental_get_current_worker_index``, TensorFlow's
-public API for it) and in-graph timestamps. ``ClusterCoordinator.schedule`` hands each step to
-whichever worker is free: there is no barrier between workers, each applies its own
-gradients to the variables on the parameter servers as soon as it has them (asynchronous
-training). At most ``window`` steps are in flight; the loop records each step into the Run in
-schedule order as its result arrives, so the dashboard follows every worker live.
+step with ``strategy.run`` and returns one float64 vector (the coordinator copies each returned
+tensor back with a call of its own): the loss, the gradient norm, the worker that ran it
+(``tf.distribute.coordinator.experimental_get_current_worker_index``) and in-graph timestamps.
+``ClusterCoordinator.schedule`` hands each step to whichever worker is free: no barrier
+between workers, each applies its gradients to the variables on the parameter servers as soon
+as it has them (asynchronous training). At most ``window`` steps are in flight; the loop
+records each finished step into the Run in schedule order, waiting only when the window is
+full, so the dashboard follows every worker live.
 
 Timing: ``step_ms`` is the worker's time for the whole step, ``data_ms`` getting the batch,
 ``compute_ms`` from the batch to the gradients (reading the parameters from the parameter
@@ -45,25 +46,13 @@ from .health import (
     drain,
     ready,
 )
-from .instrument import UpdateTimer, quiet_recovery_logs
+from .instrument import EPOCH_NOTE, UPDATE_NOTE, UpdateTimer, quiet_recovery_logs
 
-#: Steps scheduled ahead of the oldest unfinished one, per worker.
-WINDOW_PER_WORKER = 4
+#: Steps scheduled ahead of the oldest unfinished one, per worker (TensorFlow's tutorial
+#: schedules them all: a shallow window leaves workers idle while the kernel records rows).
+WINDOW_PER_WORKER = 16
 #: How often the loop checks that the worker and parameter-server processes are alive.
 HEALTH_EVERY_S = 0.25
-
-UPDATE_NOTE = (
-    "parameter_server: update_ms is the parameter update measured on the worker (push the "
-    "gradients to the parameter servers, apply them there, acknowledgement), on timed steps "
-    "only; reading the parameters is part of compute_ms; there is no allreduce, so "
-    "allreduce_ms is empty. Steps are numbered in the order the coordinator scheduled them; "
-    "`worker` is the worker that ran the step (asynchronous: no two rows share a step)"
-)
-EPOCH_NOTE = (
-    "parameter_server: each worker reads its own copy of the dataset, repeated; an epoch is "
-    "as many steps as the dataset has batches, spread over the workers"
-)
-
 
 def require_known_length(data: str | None, per_epoch: int | None) -> int:
     """Steps per epoch, or a StepCodeError if the coordinator cannot know how many."""
@@ -88,6 +77,7 @@ class PSStepLoop(StepLoop):
     epoch_note: str | None = field(default=EPOCH_NOTE, kw_only=True)   # how --data is read
     on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
     _compiled: dict[bool, Any] = field(default_factory=dict)
+    _columns: dict[bool, list[str]] = field(default_factory=dict)   # of each packed result
     _dead_seen: set[int] = field(default_factory=set)
     _next_check: float = 0.0
     _pending: deque[tuple[int, int, bool, Any]] = field(default_factory=deque)
@@ -147,7 +137,9 @@ class PSStepLoop(StepLoop):
             self._pending.append((step, step // per_epoch, timed,
                                   self._schedule(iterator, timed)))
             self._scheduled = step
-            while len(self._pending) >= window:
+            # rows of finished steps now, without waiting; wait only when the window is full
+            while self._pending and (len(self._pending) >= window
+                                     or ready(self._pending[0][3])):
                 self._record(*self._pending[0])
                 self._pending.popleft()
         self._drain()
@@ -179,7 +171,7 @@ class PSStepLoop(StepLoop):
             self._check_health()
             time.sleep(0.002)
         try:
-            values = remote.fetch()
+            values = dict(zip(self._columns[timed], remote.fetch().tolist(), strict=True))
         except Exception as err:
             if not self._lost_with_dead_worker(err):
                 raise
@@ -258,8 +250,9 @@ class PSStepLoop(StepLoop):
         replica_fn = self._factory(probe)
         strategy = self.strategy
         timer = UpdateTimer() if timed else None
+        columns = self._columns
 
-        def train_step(iterator: Any) -> dict[str, Any]:
+        def train_step(iterator: Any) -> Any:
             t_start = tf.timestamp()
             batch = next(iterator)
             with tf.control_dependencies(_tensors(batch)):
@@ -273,7 +266,8 @@ class PSStepLoop(StepLoop):
                 out["t_end"] = tf.timestamp()
             out.update(t_start=t_start, t_begin=t_begin,
                        worker=tf.distribute.coordinator.experimental_get_current_worker_index())
-            return out
+            columns[timed] = names = sorted(out)
+            return tf.stack([tf.reshape(tf.cast(out[k], tf.float64), []) for k in names])
 
         return tf.function(train_step)
 

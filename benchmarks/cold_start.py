@@ -1,0 +1,249 @@
+"""Multiworker cold start: `%distribute multiworker --workers 2` + the first step cell in a fresh
+IPython process, vs a bare 2-process MultiWorkerMirroredStrategy script doing the same first
+step (the twin in benchmarks/multiworker.py: same model, data, batch, tf_keras).
+
+Each side is timed from launching its process(es) to the end of the first training step
+(wall), and by CPU time (user+sys) of every process it started (``RUSAGE_CHILDREN`` after they
+exit). The nbdist side also prints a timeline: when each phase of the start began and ended
+(ms from launch), in the kernel and, from their own clocks, in the engines (process start,
+TensorFlow imported).
+
+    python benchmarks/cold_start.py [--rounds 3]
+
+Rounds alternate which side goes first. The machine is shared: read the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import inspect
+import io
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from multiworker import SETUP
+from overhead import STEP_BODY
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- the nbdist side: a fresh IPython shell ---------------------------------------------------
+def _timeline(t0: float, events: list) -> None:
+    """Wrap the start's phases so each records (name, start ms, end ms) into ``events``."""
+    import ipyparallel as ipp
+
+    from nbdist.cluster.engines import local
+    from nbdist.cluster.multiworker import backend
+
+    def wrap(owner: object, name: str, label: str) -> None:
+        original = getattr(owner, name)
+
+        def done(start: float) -> None:
+            events.append((label, (start - t0) * 1e3, (time.time() - t0) * 1e3))
+
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            start = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                done(start)
+
+        @functools.wraps(original)
+        async def timed_async(*args, **kwargs):
+            start = time.time()
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                done(start)
+
+        setattr(owner, name, timed_async if inspect.iscoroutinefunction(original) else timed)
+
+    wrap(ipp.Cluster, "start_controller", "controller started")
+    wrap(ipp.Cluster, "start_engines", "engine processes launched")
+    wrap(ipp.Cluster, "connect_client", "client connected")
+    wrap(local.LocalEngines, "_wait_for_engines", "engines registered")
+    wrap(backend, "check_engines", "preflight on engines (versions, TensorFlow import)")
+    wrap(backend.Dispatcher, "call", "dispatch to engines")
+
+
+def nbdist_session(t0: float, out: str) -> None:
+    events: list = [("process started, Python up", 0.0, (time.time() - t0) * 1e3)]
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        from IPython.testing.globalipapp import start_ipython
+
+        shell = start_ipython()
+        events.append(("IPython shell", events[-1][2], (time.time() - t0) * 1e3))
+
+        def cell(label: str, code: str) -> None:
+            start = time.time()
+            result = shell.run_cell(code, store_history=False)
+            events.append((label, (start - t0) * 1e3, (time.time() - t0) * 1e3))
+            if result.error_before_exec or result.error_in_exec:
+                raise RuntimeError(repr(result.error_before_exec or result.error_in_exec))
+
+        cell("%load_ext nbdist", "%load_ext nbdist")
+        _timeline(t0, events)
+        cell("%distribute multiworker --workers 2", "%distribute multiworker --workers 2")
+        cell("setup cell", "%%distribute\n" + SETUP)
+        cell("first step cell", "%%distribute --step --data ds --steps 1\n" + STEP_BODY)
+        cold = time.time() - t0
+        engines = _engine_clocks(shell, t0)
+        cpu = _cpu_by_process()
+        shell.run_line_magic("distribute", "stop")
+    with open(out, "w") as f:
+        json.dump({"cold_s": cold, "events": events, "engines": engines, "cpu": cpu,
+                   "kernel_imported_tf": "tensorflow" in sys.modules}, f)
+    os._exit(0)
+
+
+def _cpu_by_process() -> dict:
+    """CPU seconds (user+sys) so far of the kernel and each process under it, by name."""
+    import psutil
+
+    me = psutil.Process()
+    out: dict = {}
+    for proc in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            line = " ".join(proc.cmdline())
+            name = ("kernel" if proc.pid == me.pid else "engine nannies" if "nanny" in line
+                    else "engines" if "inengine.preload" in line or "ipyparallel.engine" in line
+                    else "controller" if "controller" in line else proc.name())
+            t = proc.cpu_times()
+            out[name] = out.get(name, 0.0) + t.user + t.system
+    return out
+
+
+def _engine_clocks(shell, t0: float) -> list:
+    """Each engine's process start and (if preloaded) TensorFlow import, in ms from t0."""
+    from nbdist.cluster.multiworker.backend import live_clusters
+
+    def clocks() -> dict:
+        import psutil
+
+        from nbdist.cluster.inengine import preload
+
+        return {"started": psutil.Process().create_time(), **preload.clocks()}
+
+    out = []
+    for cluster in live_clusters():
+        for ar in [cluster.engines.client[i].apply_async(clocks) for i in cluster.engines.ids]:
+            out.append({k: (v - t0) * 1e3 for k, v in ar.get(30).items() if v})
+    return out
+
+
+def run_nbdist() -> dict:
+    out = tempfile.mktemp(suffix=".json")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    cpu0, t0 = _children_cpu(), time.time()
+    subprocess.run([sys.executable, __file__, "--nbdist-session", str(t0), out], env=env,
+                   check=True, timeout=600)
+    cpu = _children_cpu() - cpu0
+    with open(out) as f:
+        result = json.load(f)
+    os.remove(out)
+    return {**result, "cpu_s": cpu}
+
+
+# -- the bare side: two worker processes with TF_CONFIG, one step ---------------------------
+def bare_worker(index: int, ports: str, t0: float, out: str) -> None:
+    addresses = [f"127.0.0.1:{p}" for p in ports.split(",")]
+    os.environ["TF_CONFIG"] = json.dumps(
+        {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    ns: dict = {}
+    with strategy.scope():
+        exec(SETUP, ns)  # noqa: S102 - the benchmark's own setup code
+    exec("def step_fn(batch):\n" + "".join(f"    {line}\n" for line in STEP_BODY.splitlines())
+         + "    return loss\n", ns)  # noqa: S102
+
+    @tf.function
+    def train_step(dist_batch):
+        out = strategy.run(ns["step_fn"], args=(dist_batch,))
+        return tf.stack(strategy.experimental_local_results(out))
+
+    train_step(next(iter(strategy.experimental_distribute_dataset(ns["ds"])))).numpy()
+    with open(out, "w") as f:
+        json.dump({"first_step_s": time.time() - t0}, f)
+    os._exit(0)   # skip TensorFlow's exit barrier, as nbdist's workers do
+
+
+def bare() -> dict:
+    from nbdist.cluster.tfconfig import free_ports
+
+    ports = ",".join(map(str, free_ports(2)))
+    outs = [tempfile.mktemp(suffix=".json") for _ in range(2)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    cpu0, t0 = _children_cpu(), time.time()
+    procs = [subprocess.Popen([sys.executable, __file__, "--bare-worker", str(i), ports,
+                               str(t0), outs[i]], env=env, stderr=subprocess.DEVNULL)
+             for i in range(2)]
+    for p in procs:
+        p.wait(timeout=600)
+    cpu = _children_cpu() - cpu0
+    firsts = []
+    for path in outs:
+        with open(path) as f:
+            firsts.append(json.load(f)["first_step_s"])
+        os.remove(path)
+    return {"cold_s": max(firsts), "cpu_s": cpu}
+
+
+def print_timeline(result: dict) -> None:
+    print("  nbdist timeline (ms from launching the kernel process):")
+    for label, start, end in sorted(result["events"], key=lambda e: e[1]):
+        print(f"    {start:7.0f} - {end:7.0f}  ({end - start:6.0f})  {label}")
+    print("  CPU s by process: " + ", ".join(f"{k} {v:.1f}" for k, v in result["cpu"].items())
+          + f"; the kernel imported TensorFlow: {result['kernel_imported_tf']}")
+    for i, clocks in enumerate(result["engines"]):
+        parts = ", ".join(f"{k} at {v:.0f}" for k, v in clocks.items())
+        print(f"    engine {i}: {parts}")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--bare-worker":
+        a = sys.argv[2:]
+        return bare_worker(int(a[0]), a[1], float(a[2]), a[3])
+    if len(sys.argv) > 1 and sys.argv[1] == "--nbdist-session":
+        return nbdist_session(float(sys.argv[2]), sys.argv[3])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    rows = []
+    for r in range(args.rounds):
+        if r % 2:
+            mine, base = run_nbdist(), bare()
+        else:
+            base, mine = bare(), run_nbdist()
+        rows.append((mine, base))
+        print(f"round {r + 1}: nbdist {mine['cold_s']:.2f} s wall, {mine['cpu_s']:.1f} s CPU | "
+              f"bare {base['cold_s']:.2f} s wall, {base['cpu_s']:.1f} s CPU | ratio "
+              f"{mine['cold_s'] / base['cold_s']:.2f}", flush=True)
+        print_timeline(mine)
+    wall = [m["cold_s"] / b["cold_s"] for m, b in rows]
+    cpu = [m["cpu_s"] / b["cpu_s"] for m, b in rows]
+    print(f"cold start to the first step, nbdist / bare: wall {statistics.median(wall):.2f}x "
+          f"(min {min(wall):.2f}, max {max(wall):.2f}; goal <= 1.2), CPU "
+          f"{statistics.median(cpu):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
