@@ -47,6 +47,7 @@ FILE_TIERS = {
     "test_graphview.py": "kernel",
     "test_import.py": "unit",
     "test_input.py": "kernel",
+    "test_header.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",

@@ -51,6 +51,7 @@ class Run:
     workers: int = 1
     devices: tuple[str, ...] = ()
     total_steps: int | None = None
+    epochs: int | None = None                  # how many the run was asked for, if known
     status: str = "running"
     error: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -61,6 +62,9 @@ class Run:
     #: the global (headline) loss of a step = the mean of its rows' losses x loss_scale: the
     #: replicas in sync when their losses add up (divided by the global batch), else 1
     loss_scale: int = 1
+    #: labels of the replicas/workers the live dashboard flags as stragglers at its latest
+    #: redraw (empty without a dashboard); the lab extension's status bar shows them
+    stragglers: list[str] = field(default_factory=list)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -224,7 +228,10 @@ class Run:
             parts += [f"{k} {last[k]:.2f}"     # other_collective_ms: only when there are some
                       for k in ("allreduce_ms", "other_collective_ms", "step_ms")
                       if _finite(last[k]) and (last[k] or k != "other_collective_ms")]
-            where = f"  last step {last['step']} (epoch {last['epoch']}): "
+            # steps and epochs counted from 1, as the dashboard's header and Keras' log show them
+            total = f"/{self.total_steps}" if self.total_steps else ""
+            epochs = f"/{self.epochs}" if self.epochs else ""
+            where = f"  step {last['step'] + 1}{total} (epoch {last['epoch'] + 1}{epochs}): "
             lines.append(where + ", ".join(parts))
             per_replica = self._last_losses()
             if len(per_replica) > 1:
