@@ -107,6 +107,8 @@ class RunView:
                                   layout=w.Layout(align_items="center")),
                            self.notes, self.fig])
         self.box.add_class("nbdist-dashboard")
+        self.header.add_class("nbdist-header")
+        self.notes.add_class("nbdist-notes")
         self.stop = StopSignal(self.button, self.owner.kernel, self.owner.stop_mode)
         if self.stop.mode == "off":
             self.button.disabled = True
