@@ -289,6 +289,23 @@ def test_bus_bandwidth_in_header(recorder: Recorder) -> None:
     assert "bus bw 750 MB/s" in header and "other collectives 20 ms" in header
 
 
+def test_the_header_is_redrawn_with_the_plots_from_the_same_rows(
+        recorder: Recorder, clock: Clock) -> None:
+    """At every redraw the header's step is the plots' last step (it used to be redrawn at
+    most every 0.5 s, and showed "step 1/96" beside plots of 13 steps)."""
+    import re
+
+    run = make_run(1, total=40)
+    dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)
+    for step in range(1, 40):
+        clock.advance(0.15)
+        feed(run, step, step + 1, on_step=dash.on_step)
+        header = re.sub(r"<[^>]+>", "", dash.views[1].header.value)
+        plotted = by_panel(dash, "x")["replica 0"].x[-1]
+        assert f"step {int(plotted) + 1}/40 · epoch 1" in header, (step, header)
+    assert dash.redraws == 40
+
+
 def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock: Clock) -> None:
     run = make_run(5, total=1000)
     dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)   # min_interval governs
