@@ -115,6 +115,8 @@ class RunView:
             self.button.tooltip = ("This kernel cannot receive a click while the cell runs: "
                                    "use Kernel > Interrupt (the partial Run is kept).")
         bundle = self.box._repr_mimebundle_()
+        # labextension/src/staleoutputs.ts reads the run id from this text when a notebook
+        # saved during the run is opened after its kernel lost the widgets.
         bundle["text/plain"] = (
             f"nbdist live dashboard of Run {self.run.id} ({self.run.strategy}): it needs a "
             "Jupyter widget front end (JupyterLab 4, Notebook 7, VS Code). When the run ends "
