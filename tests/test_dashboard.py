@@ -306,6 +306,24 @@ def test_the_header_is_redrawn_with_the_plots_from_the_same_rows(
     assert dash.redraws == 40
 
 
+def test_a_pause_is_said_in_the_header_until_the_next_step(recorder: Recorder) -> None:
+    """No step for ``stall_after`` seconds: the header says so (the plots cannot); the next
+    step's redraw takes the note away; the finished header has none."""
+    run = make_run(5, total=100)
+    dash = live_dashboard(run, stall_after=0.3)
+    view = dash.views[1]
+    deadline = time.monotonic() + 10
+    while "no new step for" not in view.header.value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "no new step for" in view.header.value
+    assert "step 5/100" in view.header.value            # the rest is what the rows say
+    feed(run, 5, 6, on_step=dash.on_step)
+    assert "no new step" not in view.header.value and "step 6/100" in view.header.value
+    run.finish("done")
+    dash.close()
+    assert view.stall is None and "no new step" not in view.header.value
+
+
 def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock: Clock) -> None:
     run = make_run(5, total=1000)
     dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)   # min_interval governs

@@ -41,6 +41,7 @@ class Dashboard:
     remote_cpu_budget: float = 0.10  # ... when the steps run in worker processes, not here
     max_interval: float = 2.0       # ... but the view is never older than this (seconds)
     stop_mode: str = "auto"         # see nbdist.widgets.stopper
+    stall_after: float = 5.0        # the header says "no new step for N s" after this (s)
 
     def __init__(self, shell: Any = None, *, live: bool | None = None, **settings: Any):
         for name, value in settings.items():

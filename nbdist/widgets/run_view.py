@@ -12,12 +12,14 @@ notebook then shows the final figure without a kernel or a widget model.
 from __future__ import annotations
 
 import html
+import threading
 from typing import Any, Protocol
 
 from ..telemetry.run import Run
 from .figure import FigureModel, figure_dict, run_title
 from .header import header_html
 from .series import RunSeries
+from .stall import StallWatch, stall_note
 from .stopper import StopSignal
 
 _DONE_STYLE = {"done": "success", "stopped": "warning", "interrupted": "warning",
@@ -32,6 +34,7 @@ class ViewSettings(Protocol):
     straggler_factor: float
     straggler_min_ms: float
     stop_mode: str
+    stall_after: float
     kernel: Any
 
 
@@ -53,7 +56,10 @@ class RunView:
         self.box: Any = None
         self.handle: Any = None           # the cell output the widgets are displayed in
         self.stop: StopSignal | None = None
-        self._header = ""
+        self._header = ""                 # what the rows say
+        self._shown = ""                  # what the header shows (+ a pause, see ``stall``)
+        self._lock = threading.Lock()     # the header is also written by the stall watch
+        self.stall: StallWatch | None = None
 
     def ingest(self) -> None:
         rows = self.run.block_since(self.n_rows)
@@ -79,6 +85,7 @@ class RunView:
 
     def leave_static(self, bundle: dict[str, Any]) -> None:
         """Replace the widgets in the cell's output with ``bundle`` and close them."""
+        self._stop_watching()
         if self.handle is not None:
             self.handle.update(bundle, raw=True)
         if self.box is not None:
@@ -122,13 +129,17 @@ class RunView:
             "Jupyter widget front end (JupyterLab 4, Notebook 7, VS Code). When the run ends "
             "the final figure replaces it here.")
         self.handle = display(bundle, raw=True, display_id=True)
+        self.stall = StallWatch(self.owner.stall_after, self._show_stall)
 
     def _update_header(self, final: bool) -> None:
         run, s = self.run, self.series
-        text = header_html(run, s, final)
-        if text != self._header:
-            self._header = text
-            self.header.value = text
+        if final:
+            self._stop_watching()
+        elif self.stall is not None:
+            self.stall.seen()
+        with self._lock:
+            self._header = header_html(run, s, final)
+            self._show(self._header)
         total = run.total_steps
         if total and self.progress.max != total:     # a fit's length comes with its first step
             self.progress.max = total
@@ -147,6 +158,22 @@ class RunView:
         elif self.stop is not None and self.stop.event.is_set():
             self.button.description = "Stopping…"
             self.button.disabled = True
+
+    def _show(self, text: str) -> None:
+        if text != self._shown:
+            self._shown = text
+            self.header.value = text
+
+    def _show_stall(self, idle: float) -> None:
+        with self._lock:
+            stall = self.stall
+            if stall is not None and stall.idle() >= stall.after_s:
+                self._show(f"{self._header} · {stall_note(idle)}")
+
+    def _stop_watching(self) -> None:
+        if self.stall is not None:
+            self.stall.close()
+            self.stall = None
 
 
 def _close_tree(widget: Any) -> None:

@@ -140,17 +140,15 @@ KERNEL_CONNECTED = (
     " w.sessionContext.session.kernel.connectionStatus === 'connected'; }")
 
 
-@pytest.fixture
-def lab_page(lab_server, browser):
-    """A fresh page; call ``open(name)`` to open a notebook and wait for its kernel."""
+def _page(browser, notebook_url):
+    """A fresh page whose ``open_notebook(name)`` goes to ``notebook_url(name)`` and waits for
+    the notebook's kernel; closed at teardown."""
     ARTIFACTS.mkdir(exist_ok=True)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
 
     def open_notebook(name: str):
-        # A workspace of its own, reset: JupyterLab must not restore another test's notebooks.
-        workspace = name.replace(".ipynb", "").replace("/", "-")
-        page.goto(f"{lab_server['url']}/lab/workspaces/{workspace}/tree/{name}?reset")
+        page.goto(notebook_url(name))
         page.wait_for_selector(".jp-Notebook", timeout=60_000)
         page.wait_for_function(KERNEL_CONNECTED, timeout=60_000)
         return page
@@ -158,21 +156,20 @@ def lab_page(lab_server, browser):
     page.open_notebook = open_notebook
     yield page
     context.close()
+
+
+@pytest.fixture
+def lab_page(lab_server, browser):
+    """A fresh JupyterLab page; call ``open_notebook(name)`` to open a notebook."""
+    def url(name: str) -> str:
+        # A workspace of its own, reset: JupyterLab must not restore another test's notebooks.
+        workspace = name.replace(".ipynb", "").replace("/", "-")
+        return f"{lab_server['url']}/lab/workspaces/{workspace}/tree/{name}?reset"
+
+    yield from _page(browser, url)
 
 
 @pytest.fixture
 def notebook7_page(notebook7_server, browser):
     """Like ``lab_page``, in Notebook 7 (one notebook per browser page)."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-
-    def open_notebook(name: str):
-        page.goto(f"{notebook7_server['url']}/notebooks/{name}")
-        page.wait_for_selector(".jp-Notebook", timeout=60_000)
-        page.wait_for_function(KERNEL_CONNECTED, timeout=60_000)
-        return page
-
-    page.open_notebook = open_notebook
-    yield page
-    context.close()
+    yield from _page(browser, lambda name: f"{notebook7_server['url']}/notebooks/{name}")
