@@ -38,6 +38,14 @@ class FitRecording:
     epoch, step, started, stopped = 0, 0, 0.0, False
     model: Any
     params: Any
+    run: Run
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        """The fit's length from Keras' callback params: the progress bar and time left."""
+        epochs, steps = planned_length(self.params)
+        self.run.epochs = epochs
+        if epochs and steps:
+            self.run.total_steps = epochs * steps
 
     def record_batch(self, logs: dict[str, Any], step_ms: float) -> None:
         raise NotImplementedError
@@ -146,6 +154,15 @@ def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_stor
 
     with patched([(cls, "fit", fit)]):
         yield started
+
+
+def planned_length(params: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """(epochs, steps per epoch) of a fit from its callbacks' ``params`` (Keras 3 and tf_keras
+    both give ``epochs`` and ``steps``, the latter None when the dataset's length is unknown)."""
+    params = params or {}
+    epochs, steps = params.get("epochs"), params.get("steps")
+    return (epochs if isinstance(epochs, int) and epochs > 0 else None,
+            steps if isinstance(steps, int) and steps > 0 else None)
 
 
 def resumed_step(epoch: int, params: dict[str, Any] | None) -> int:

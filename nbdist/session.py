@@ -204,7 +204,8 @@ class Session:
         if begin is None:
             return
         stack = contextlib.ExitStack()
-        stack.enter_context(begin(lambda: self._in_cell, self._recorded_plain_fit))
+        stack.enter_context(begin(lambda: self._in_cell, self._recorded_plain_fit,
+                                  [_Notify(self._changed)]))    # the status bar follows it
         self._plain = stack
 
     def post_run_cell(self, *_: Any) -> None:

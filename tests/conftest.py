@@ -47,6 +47,7 @@ FILE_TIERS = {
     "test_graphview.py": "kernel",
     "test_import.py": "unit",
     "test_input.py": "kernel",
+    "test_header.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
@@ -64,9 +65,11 @@ FILE_TIERS = {
     "test_tiers.py": "unit",
     "test_timing.py": "kernel",           # its tests of the host-side arithmetic: unit
     "test_tutorial_objects.py": "kernel",
+    "browser/test_dashboard_fit.py": "browser",
     "browser/test_dashboard_live.py": "browser",
     "browser/test_lab.py": "browser",
     "browser/test_lab_workers.py": "browser",
+    "browser/test_notebook7.py": "browser",
 }
 
 
@@ -77,6 +80,14 @@ def pytest_sessionstart(session):
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-docs", action="store_true",
+        help="the browser tests also copy the screenshots the README shows into docs/ "
+             "(commit them); without it they only go to test-artifacts/, so CI never "
+             "changes the tree")
 
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` deselects: every collected test is checked

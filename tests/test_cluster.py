@@ -211,6 +211,9 @@ history = model.fit(ds, epochs=2, verbose=0)
     run = nbdist.runs[-1]
     frame = run.metrics
     assert run.mode == "fit" and run.status == "done" and run.steps_done == 16
+    # the fit's length, known on the workers when it starts, reached the kernel's Run (the
+    # dashboard's progress bar and time left)
+    assert (run.total_steps, run.epochs) == (16, 2)
     assert frame.groupby("worker").size().to_dict() == {0: 16, 1: 16}
     assert (frame["replica"] == -1).all()
     assert frame["loss"].iloc[-1] == pytest.approx(loss, rel=1e-6)

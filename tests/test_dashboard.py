@@ -267,6 +267,7 @@ def test_straggler_in_header_and_marked_on_plot(recorder: Recorder) -> None:
     dash = live_dashboard(run)
     view = dash.views[1]
     assert dash.stragglers == ["replica 2"]
+    assert run.stragglers == ["replica 2"]          # the lab status bar reads them there
     assert "straggler: replica 2" in view.notes.value and "3.0×" in view.notes.value
     marks = [t for t in traces(dash) if t.name == "stragglers"][0]
     assert list(marks.x) == [90.0] and list(marks.y) == [3.0]
@@ -278,14 +279,49 @@ def test_bus_bandwidth_in_header(recorder: Recorder) -> None:
     run = make_run(50, ar_ms=2.0)
     run.allreduce_bytes = 1_000_000
     dash = live_dashboard(run)
-    # 1e6 B x 2(4-1)/4 / 2 ms = 0.75 GB/s
-    assert "bus bw 0.75 GB/s" in dash.views[1].header.value
+    # 1e6 B x 2(4-1)/4 / 2 ms = 0.75 GB/s, in the unit that reads best
+    assert "bus bw 750 MB/s" in dash.views[1].header.value
     assert "other collectives" not in dash.views[1].header.value
     # SyncBatchNormalization's collectives: beside the gradient all-reduce, not in its bandwidth
     run = make_run(50, ar_ms=2.0, other_ms=5.0, run_id=2)
     run.allreduce_bytes = 1_000_000
     header = live_dashboard(run).views[2].header.value
-    assert "bus bw 0.75 GB/s" in header and "other collectives 20 ms" in header
+    assert "bus bw 750 MB/s" in header and "other collectives 20 ms" in header
+
+
+def test_the_header_is_redrawn_with_the_plots_from_the_same_rows(
+        recorder: Recorder, clock: Clock) -> None:
+    """At every redraw the header's step is the plots' last step (it used to be redrawn at
+    most every 0.5 s, and showed "step 1/96" beside plots of 13 steps)."""
+    import re
+
+    run = make_run(1, total=40)
+    dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)
+    for step in range(1, 40):
+        clock.advance(0.15)
+        feed(run, step, step + 1, on_step=dash.on_step)
+        header = re.sub(r"<[^>]+>", "", dash.views[1].header.value)
+        plotted = by_panel(dash, "x")["replica 0"].x[-1]
+        assert f"step {int(plotted) + 1}/40 · epoch 1" in header, (step, header)
+    assert dash.redraws == 40
+
+
+def test_a_pause_is_said_in_the_header_until_the_next_step(recorder: Recorder) -> None:
+    """No step for ``stall_after`` seconds: the header says so (the plots cannot); the next
+    step's redraw takes the note away; the finished header has none."""
+    run = make_run(5, total=100)
+    dash = live_dashboard(run, stall_after=0.3)
+    view = dash.views[1]
+    deadline = time.monotonic() + 10
+    while "no new step for" not in view.header.value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "no new step for" in view.header.value
+    assert "step 5/100" in view.header.value            # the rest is what the rows say
+    feed(run, 5, 6, on_step=dash.on_step)
+    assert "no new step" not in view.header.value and "step 6/100" in view.header.value
+    run.finish("done")
+    dash.close()
+    assert view.stall is None and "no new step" not in view.header.value
 
 
 def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock: Clock) -> None:
@@ -568,7 +604,7 @@ def test_stop_click_ends_a_running_cell_at_a_step_boundary() -> None:
 @pytest.mark.timeout(150)
 def test_the_header_shows_the_rate_and_the_eta_while_a_run_runs() -> None:
     """A real kernel: the dashboard header's updates (comm messages to the frontend) show
-    steps/s and an ETA that is the remaining steps at that rate; the last one, the outcome."""
+    steps/s and the time left at that rate; the last one, the outcome."""
     import re
 
     from jupyter_client.manager import start_new_kernel
@@ -587,12 +623,13 @@ def test_the_header_shows_the_rate_and_the_eta_while_a_run_runs() -> None:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-    headers = [h for h in headers if isinstance(h, str) and h.startswith("<b>Run 1</b>")]
+    headers = [re.sub(r"<[^>]+>", "", h) for h in headers
+               if isinstance(h, str) and "<b>Run 1</b>" in h]
     running = [m for h in headers if (m := re.search(
-        r"— step (\d+)/2000 · epoch \d · ([\d.]+) steps/s · ETA (\d+) s", h))]
+        r"step (\d+)/2000 · epoch [1-5]/5 · ([\d.]+) steps/s · (\d+) s left", h))]
     assert running, headers
     for m in running:
         left, rate, eta = 2000 - int(m[1]), float(m[2]), int(m[3])
         assert left / (rate + 0.05) - 0.5 <= eta <= left / (rate - 0.05) + 0.5, m[0]
-    assert "step 2000/2000" in headers[-1] and "done" in headers[-1]
-    assert "ETA" not in headers[-1]
+    assert "✓ finished" in headers[-1] and "step 2000/2000 · epoch 5/5" in headers[-1]
+    assert "left" not in headers[-1]

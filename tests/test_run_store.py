@@ -62,7 +62,7 @@ def test_run_reads_back_what_was_recorded(small_chunks):
     assert list(frame.columns[:len(COLUMNS)]) == list(COLUMNS)
     assert frame["step"].dtype == np.int64 and frame["accuracy"].isna().sum() == 8
     assert run.last["loss"] == 5.5 and run.last["epoch"] == 1
-    assert run._last_losses() == [5.0, 6.0]
+    assert run.last_losses() == [5.0, 6.0]
 
 
 def test_rows_cross_the_wire_packed_and_back():

@@ -9,6 +9,7 @@ from helpers import TUTORIAL_STEP, run_ok
 
 import nbdist
 from nbdist.errors import ConfigError
+from nbdist.session import current_session
 
 SETUP = """
 import numpy as np
@@ -99,10 +100,21 @@ def test_fit_in_a_plain_cell_on_a_distributed_model_is_recorded(shell, capsys):
     run_ok(shell, "model.compile(optimizer='sgd', loss=loss_object)")
     before = len(nbdist.runs)
     capsys.readouterr()
-    run_ok(shell, "model.fit(train_dataset, epochs=1, verbose=0)")   # no %%distribute
+    session = current_session(shell)
+    seen: list[int] = []          # the steps the lab status bar is told about
+
+    def listener() -> None:
+        seen.append(nbdist.runs[-1].steps_done)
+
+    session.listeners.append(listener)
+    try:
+        run_ok(shell, "model.fit(train_dataset, epochs=1, verbose=0)")   # no %%distribute
+    finally:
+        session.listeners.remove(listener)
     assert len(nbdist.runs) == before + 1
     run = nbdist.runs[-1]
     assert run.mode == "fit" and run.status == "done" and run.steps_done == 4
+    assert max(seen) > 0, seen    # it follows the fit's steps, not only its start
     said = capsys.readouterr().out
     assert f"recorded as run {run.id}" in said
     run_ok(shell, "model.fit(train_dataset, epochs=1, verbose=0)")

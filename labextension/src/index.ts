@@ -2,7 +2,8 @@
  * nbdist's JupyterLab extension: wiring only. The features live in their own modules:
  * `comm` (kernel state over the "nbdist" comm), `distribute` (the Distribute-cell command),
  * `statusitem` (the status bar item), `settings`, `magicline` and `state` (pure logic),
- * `plotlyloader` (plotly.js for the live dashboard's figure, once per page).
+ * `plotlyloader` (plotly.js for the live dashboard's figure, once per page), `staleoutputs`
+ * (a dashboard saved while its run went on, opened when that kernel no longer has it).
  */
 
 import {
@@ -20,6 +21,7 @@ import { COMMAND_ID, distributeActiveCell } from './distribute';
 import { distributeIcon } from './icons';
 import { installPlotlyLoader } from './plotlyloader';
 import { NbdistSettings } from './settings';
+import { repairStaleDashboards } from './staleoutputs';
 import { NbdistStatusItem, showStatusDialog } from './statusitem';
 
 const PLUGIN_ID = 'nbdist:plugin';
@@ -46,6 +48,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     const tracker = new NbdistStateTracker(notebooks);
+    notebooks.widgetAdded.connect((_, panel) => {
+      const state = () => tracker.channelFor(panel.sessionContext)?.state ?? null;
+      repairStaleDashboards(panel, state).catch(err =>
+        console.warn('nbdist: could not check the saved dashboards', err)
+      );
+    });
 
     app.commands.addCommand(COMMAND_ID, {
       label: 'Distribute Cell',

@@ -21,6 +21,7 @@ export interface IRunState {
   id: number;
   status: RunStatus;
   step: number;
+  /** counted from 1, as the dashboard shows it (0 before the first step) */
   epoch: number;
   total_steps: number | null;
 }
@@ -232,7 +233,9 @@ export function formatStatus(state: INbdistState): string {
   if (state.dead_workers.length > 0) {
     parts.push(`${state.dead_workers.length} dead`);
   }
-  if (state.stragglers.length > 0) {
+  if (state.stragglers.length === 1) {
+    parts.push(`straggler ${state.stragglers[0]}`);
+  } else if (state.stragglers.length > 1) {
     parts.push(plural(state.stragglers.length, 'straggler'));
   }
   const run = formatRun(state.run);
@@ -266,9 +269,9 @@ export function formatTooltip(state: INbdistState): string {
   if (state.run !== null) {
     const r = state.run;
     const total = r.total_steps === null ? '' : `/${r.total_steps}`;
-    lines.push(
-      `Run ${r.id}: ${r.status}, epoch ${r.epoch}, step ${r.step}${total}`
-    );
+    // `epoch` is counted from 1 (0: no step yet), as the dashboard's header shows it
+    const epoch = r.epoch > 0 ? `epoch ${r.epoch}, ` : '';
+    lines.push(`Run ${r.id}: ${r.status}, ${epoch}step ${r.step}${total}`);
   }
   lines.push('Click for %distribute status');
   return lines.join('\n');

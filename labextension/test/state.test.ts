@@ -130,7 +130,7 @@ describe('formatStatus', () => {
 
   it('counts dead workers and stragglers', () => {
     expect(formatStatus(validateState(fixtures.valid[2]))).toBe(
-      'nbdist: multiworker ×2 · workers 1/2 · 1 dead · 1 straggler · run 0 failed'
+      'nbdist: multiworker ×2 · workers 1/2 · 1 dead · straggler worker 0 · run 0 failed'
     );
     expect(formatStatus(state({ stragglers: ['replica 0', 'replica 1'] }))).toBe(
       'nbdist: mirrored ×2 · 2 stragglers'
@@ -163,7 +163,7 @@ describe('formatTooltip', () => {
       'Workers alive: 1/2',
       'Dead workers: 1',
       'Stragglers: worker 0',
-      'Run 0: failed, epoch 0, step 5',
+      'Run 0: failed, step 5',
       'Click for %distribute status'
     ]);
   });

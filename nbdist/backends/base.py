@@ -106,9 +106,10 @@ def lab_state(status: BackendStatus | None, runs: Sequence[Run], version: str) -
         "workers_total": status.workers_total if status else 0,
         "workers_alive": status.workers_alive if status else 0,
         "dead_workers": list(status.dead_workers) if status else [],
-        "stragglers": [],
+        "stragglers": list(last.stragglers) if last and last.status == "running" else [],
         "run": None if last is None else {
             "id": last.id, "status": last.status, "step": last.steps_done,
-            "epoch": int(last.last.get("epoch", 0)), "total_steps": last.total_steps,
+            # counted from 1, as the dashboard's header shows it (0: no step yet)
+            "epoch": int(last.last.get("epoch", -1)) + 1, "total_steps": last.total_steps,
         },
     }

@@ -98,6 +98,7 @@ class LocalBackend:
         run = self.runs.new(
             mode="step", strategy=self.spec.name, replicas=h.replicas, devices=h.devices,
             total_steps=per_epoch * cell.spec.epochs if per_epoch else None,
+            epochs=cell.spec.epochs,
         )
         describe_loss(run, cell, h.replicas)
         if inputs.note:
@@ -133,11 +134,12 @@ class LocalBackend:
         return result
 
     @contextlib.contextmanager
-    def plain_cell_fits(self, busy: Callable[[], bool],
-                        recorded: Callable[[Run], None]) -> Iterator[None]:
+    def plain_cell_fits(self, busy: Callable[[], bool], recorded: Callable[[Run], None],
+                        observers: list[Any]) -> Iterator[None]:
         """Around a cell without ``%%distribute``: a ``model.fit`` of a Keras 3 model made under
         this strategy trains on every replica anyway, so it is recorded into a Run too
-        (``recorded(run)`` is told). ``busy()``: a ``%%distribute`` cell records it itself."""
+        (``recorded(run)`` is told; ``observers`` see its steps). ``busy()``: a
+        ``%%distribute`` cell records it itself."""
         from ..fitrecord import recording_fit
 
         h = self.handle
@@ -156,7 +158,7 @@ class LocalBackend:
             recorded(run)
             return run
 
-        with recording_fit(new_run, [], self.spec.name == "central_storage", only=ours):
+        with recording_fit(new_run, observers, self.spec.name == "central_storage", only=ours):
             yield
 
     # -- data ------------------------------------------------------------------------------

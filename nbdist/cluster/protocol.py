@@ -15,7 +15,9 @@ from typing import Any
 # worker -> kernel
 HEARTBEAT = "hb"             # {"step": int | None}: alive, and the step it is on
 RUN_START = "run_start"      # {"run": key, "mode": "step" | "fit", "total_steps": int | None}
-ROWS = "rows"                # {"run": key, "columns": [names], "n": rows, "data": base64}
+ROWS = "rows"                # {"run": key, "columns": [names], "n": rows, "data": base64,
+#                              "total_steps": int | None, "epochs": int | None} (a fit's
+#                              length is known only once it starts)
 RUN_END = "run_end"          # {"run": key, "status": str, "notes": [str]}
 PAUSED = "paused"            # {"step": int}: stopped at a step boundary, waiting for orders
 # kernel -> worker

@@ -51,6 +51,7 @@ class Run:
     workers: int = 1
     devices: tuple[str, ...] = ()
     total_steps: int | None = None
+    epochs: int | None = None                  # how many the run was asked for, if known
     status: str = "running"
     error: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -61,6 +62,9 @@ class Run:
     #: the global (headline) loss of a step = the mean of its rows' losses x loss_scale: the
     #: replicas in sync when their losses add up (divided by the global batch), else 1
     loss_scale: int = 1
+    #: labels of the replicas/workers the live dashboard flags as stragglers at its latest
+    #: redraw (empty without a dashboard); the lab extension's status bar shows them
+    stragglers: list[str] = field(default_factory=list)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -207,32 +211,9 @@ class Run:
 
     def summary(self) -> str:
         """A few lines: status, steps, throughput, the latest per-replica numbers, notes."""
-        last = self.last
-        steps = self.steps_done
-        rate = steps / self.duration if self.duration > 0 else _NAN
-        head = (
-            f"Run {self.id} ({self.mode}, {self.strategy}, {self.replicas} replica(s)"
-            f"{f' x {self.workers} workers' if self.workers > 1 else ''}): {self.status}, "
-            f"{steps} step(s) in {self.duration:.1f} s ({rate:.1f} steps/s)"
-        )
-        lines = [head]
-        if last:
-            name = "loss (sum of replicas)" if self.loss_scale > 1 else "loss"
-            parts = [f"{n} {last[k]:.4g}" for n, k in ((name, "global_loss"),
-                                                      ("grad_norm", "grad_norm"))
-                     if _finite(last[k])]
-            parts += [f"{k} {last[k]:.2f}"     # other_collective_ms: only when there are some
-                      for k in ("allreduce_ms", "other_collective_ms", "step_ms")
-                      if _finite(last[k]) and (last[k] or k != "other_collective_ms")]
-            where = f"  last step {last['step']} (epoch {last['epoch']}): "
-            lines.append(where + ", ".join(parts))
-            per_replica = self._last_losses()
-            if len(per_replica) > 1:
-                lines.append("  loss per replica: " + ", ".join(f"{v:.4g}" for v in per_replica))
-        if self.error:
-            lines.append(f"  error: {self.error}")
-        lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        from .summary import summary
+
+        return summary(self)
 
     def plot(self, **options: Any) -> Any:
         """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
@@ -245,7 +226,8 @@ class Run:
         TensorBoard overlays them; returns the run's directory (``logdir/name``)."""
         return _view("tensorboard")(self, logdir, name)
 
-    def _last_losses(self) -> list[float]:
+    def last_losses(self) -> list[float]:
+        """Each replica's (or worker's) loss at the most recent step."""
         return self._last_step_rows(self.replicas * self.workers)[:, POSITION.loss].tolist()
 
     def __repr__(self) -> str:
@@ -271,10 +253,6 @@ def _view(name: str) -> Callable[..., Any]:
     except KeyError:
         raise RuntimeError(f"nothing provides Run {name!r}: `import nbdist` registers it") \
             from None
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, float) and math.isfinite(value)
 
 
 def _nanmean(values: Iterable[float]) -> float:

@@ -40,8 +40,8 @@ class Dashboard:
     cpu_budget: float = 0.01        # redraws may use at most this fraction of the wall time
     remote_cpu_budget: float = 0.10  # ... when the steps run in worker processes, not here
     max_interval: float = 2.0       # ... but the view is never older than this (seconds)
-    header_interval: float = 0.5    # the header and progress bar: at most 2 updates/s
     stop_mode: str = "auto"         # see nbdist.widgets.stopper
+    stall_after: float = 5.0        # the header says "no new step for N s" after this (s)
 
     def __init__(self, shell: Any = None, *, live: bool | None = None, **settings: Any):
         for name, value in settings.items():

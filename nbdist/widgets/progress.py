@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ..telemetry.run import Run
+from .header import epoch_text, format_duration
 
 _MIN_INTERVAL_S = 0.5
 
@@ -56,10 +57,12 @@ def _progress_html(run: Run) -> str:
     bar = (f'<progress value="{done}" max="{total}" style="width:12em"></progress> '
            if frac is not None else "")
     rate = done / run.duration if run.duration > 0 else 0.0
-    eta = f", ETA {(total - done) / rate:.0f} s" if total and rate > 0 else ""
+    left = (f" · {format_duration((total - done) / rate)} left"
+            if total and rate > 0 and total > done else "")
     loss = last.get("global_loss", float("nan"))
-    return (f"<div>{bar}step {done}{f'/{total}' if total else ''} · epoch "
-            f"{last.get('epoch', 0) + 1} · loss {loss:.4g} · {rate:.1f} steps/s{eta}</div>")
+    return (f"<div>{bar}step {done}{f'/{total}' if total else ''} · "
+            f"{epoch_text(last.get('epoch', 0), run.epochs)} · loss {loss:.4g} · "
+            f"{rate:.1f} steps/s{left}</div>")
 
 
 def has_frontend(shell: Any) -> bool:

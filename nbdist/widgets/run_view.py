@@ -1,8 +1,9 @@
 """The widgets of one Run in the live dashboard: header, progress bar, Stop button, figure.
 
-With a widget frontend the header shows strategy, replicas, workers, step/epoch, steps/s, ETA,
-bus bandwidth, other collectives (if any) and stragglers. ``RunView.draw`` sends only the
-traces that changed, in one restyle message of the ``LiveFigure`` (float64 binary buffers);
+With a widget frontend the header (``header``) shows strategy, replicas, workers, step/epoch,
+steps/s, time left, bus bandwidth, other collectives (if any), then the outcome; stragglers
+are named below it. It is redrawn with the plots, from the same rows. ``RunView.draw`` sends
+only the traces that changed, in one restyle message of the ``LiveFigure`` (float64 binary buffers);
 ``Dashboard`` decides when to call it. When the run ends, ``leave_static`` replaces the widgets
 in the cell's output with a static bundle (``static.static_bundle``) and closes them: the saved
 notebook then shows the final figure without a kernel or a widget model.
@@ -11,13 +12,14 @@ notebook then shows the final figure without a kernel or a widget model.
 from __future__ import annotations
 
 import html
-import math
-import time
+import threading
 from typing import Any, Protocol
 
 from ..telemetry.run import Run
 from .figure import FigureModel, figure_dict, run_title
+from .header import header_html
 from .series import RunSeries
+from .stall import StallWatch, stall_note
 from .stopper import StopSignal
 
 _DONE_STYLE = {"done": "success", "stopped": "warning", "interrupted": "warning",
@@ -31,8 +33,8 @@ class ViewSettings(Protocol):
     max_total_points: int
     straggler_factor: float
     straggler_min_ms: float
-    header_interval: float
     stop_mode: str
+    stall_after: float
     kernel: Any
 
 
@@ -54,8 +56,10 @@ class RunView:
         self.box: Any = None
         self.handle: Any = None           # the cell output the widgets are displayed in
         self.stop: StopSignal | None = None
-        self._header = ""
-        self._header_due = 0.0
+        self._header = ""                 # what the rows say
+        self._shown = ""                  # what the header shows (+ a pause, see ``stall``)
+        self._lock = threading.Lock()     # the header is also written by the stall watch
+        self.stall: StallWatch | None = None
 
     def ingest(self) -> None:
         rows = self.run.block_since(self.n_rows)
@@ -77,13 +81,11 @@ class RunView:
             marks = self.model.marks_change()
             if marks is not None:
                 self.fig.restyle(*marks)
-        now = time.monotonic()
-        if final or now >= self._header_due:
-            self._header_due = now + self.owner.header_interval
-            self._update_header(final)
+        self._update_header(final)     # from the same rows as the plots, at the same time
 
     def leave_static(self, bundle: dict[str, Any]) -> None:
         """Replace the widgets in the cell's output with ``bundle`` and close them."""
+        self._stop_watching()
         if self.handle is not None:
             self.handle.update(bundle, raw=True)
         if self.box is not None:
@@ -112,58 +114,66 @@ class RunView:
                                   layout=w.Layout(align_items="center")),
                            self.notes, self.fig])
         self.box.add_class("nbdist-dashboard")
+        self.header.add_class("nbdist-header")
+        self.notes.add_class("nbdist-notes")
         self.stop = StopSignal(self.button, self.owner.kernel, self.owner.stop_mode)
         if self.stop.mode == "off":
             self.button.disabled = True
             self.button.tooltip = ("This kernel cannot receive a click while the cell runs: "
                                    "use Kernel > Interrupt (the partial Run is kept).")
         bundle = self.box._repr_mimebundle_()
+        # labextension/src/staleoutputs.ts reads the run id from this text when a notebook
+        # saved during the run is opened after its kernel lost the widgets.
         bundle["text/plain"] = (
             f"nbdist live dashboard of Run {self.run.id} ({self.run.strategy}): it needs a "
             "Jupyter widget front end (JupyterLab 4, Notebook 7, VS Code). When the run ends "
             "the final figure replaces it here.")
         self.handle = display(bundle, raw=True, display_id=True)
+        self.stall = StallWatch(self.owner.stall_after, self._show_stall)
 
     def _update_header(self, final: bool) -> None:
         run, s = self.run, self.series
-        done, total = s.last_step + 1, run.total_steps
-        rate = s.steps_per_second()
-        parts = [f"step {done}{f'/{total}' if total else ''}", f"epoch {s.last_epoch + 1}"]
         if final:
-            avg = done / run.duration if run.duration > 0 else math.nan
-            parts.append(f"{run.status}")
-            if math.isfinite(avg):
-                parts.append(f"{avg:.1f} steps/s overall")
-        elif math.isfinite(rate):
-            parts.append(f"{rate:.1f} steps/s")
-            if total and rate > 0:
-                parts.append(f"ETA {_duration((total - done) / rate)}")
-        bw = s.bus_bandwidth(run.allreduce_bytes)
-        if math.isfinite(bw):
-            parts.append(f"bus bw {bw / 1e9:.3g} GB/s")
-        other = s.other_collective_ms()
-        if s.other_collectives and math.isfinite(other):
-            parts.append(f"other collectives {other:.3g} ms")
-        who = (f"<b>Run {run.id}</b> · {html.escape(run.strategy)} · {run.replicas} "
-               f"replica{'s' if run.replicas != 1 else ''} · {run.workers} "
-               f"worker{'s' if run.workers != 1 else ''}")
-        text = f"{who} — {' · '.join(parts)}"
-        if text != self._header:
-            self._header = text
-            self.header.value = text
-        self.progress.value = min(done, self.progress.max)
+            self._stop_watching()
+        elif self.stall is not None:
+            self.stall.seen()
+        with self._lock:
+            self._header = header_html(run, s, final)
+            self._show(self._header)
+        total = run.total_steps
+        if total and self.progress.max != total:     # a fit's length comes with its first step
+            self.progress.max = total
+            self.progress.layout.visibility = "visible"
+        self.progress.value = min(s.last_step + 1, self.progress.max)
+        flagged = s.stragglers()
+        run.stragglers = [s.label(x.key) for x in flagged]    # for the lab's status bar
         notes = [f"⚠ straggler: {html.escape(s.label(x.key))} ({x.value_ms:.3g} ms, "
-                 f"{x.ratio:.1f}× the others' median)" for x in s.stragglers()]
+                 f"{x.ratio:.1f}× the others' median)" for x in flagged]
         note_html = ("<span style='color:#b00'>" + "; ".join(notes) + "</span>") if notes else ""
         if note_html != self.notes.value:
             self.notes.value = note_html
-        if final:
+        if final:       # the outcome is in the header; a finished run has nothing to stop
             self.progress.bar_style = _DONE_STYLE.get(run.status, "")
-            self.button.disabled = True
-            self.button.description = run.status.capitalize()
+            self.button.layout.display = "none"
         elif self.stop is not None and self.stop.event.is_set():
             self.button.description = "Stopping…"
             self.button.disabled = True
+
+    def _show(self, text: str) -> None:
+        if text != self._shown:
+            self._shown = text
+            self.header.value = text
+
+    def _show_stall(self, idle: float) -> None:
+        with self._lock:
+            stall = self.stall
+            if stall is not None and stall.idle() >= stall.after_s:
+                self._show(f"{self._header} · {stall_note(idle)}")
+
+    def _stop_watching(self) -> None:
+        if self.stall is not None:
+            self.stall.close()
+            self.stall = None
 
 
 def _close_tree(widget: Any) -> None:
@@ -178,10 +188,3 @@ def _close_tree(widget: Any) -> None:
             part.close()
     widget.close()
 
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
-    return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:02.0f} min"

@@ -5,6 +5,7 @@ Screenshots go to ``test-artifacts/`` (kept by CI as artifacts).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -39,23 +40,36 @@ def _tested_extension(tmp_path_factory) -> str:
     return str(root)
 
 
-@pytest.fixture(scope="session")
-def lab_server(tmp_path_factory):
+def _chromium() -> str:
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.fail("Debian's chromium is required for the browser tests: "
                     "apt-get install chromium (.ci/run does it)")
-    workdir = tmp_path_factory.mktemp("lab")
+    return chromium
+
+
+def _serve(tmp_path_factory, module: str, expose: str):
+    """Start ``python -m module`` (jupyterlab or notebook) on a free loopback port, in a
+    directory of its own; yield its URL and directory; shut it down (and its kernels)."""
+    workdir = tmp_path_factory.mktemp(module)
     port = _free_port()
+    # User settings of its own: no "get notified about Jupyter news?" toast over the page.
+    settings = workdir / ".settings"
+    notification = (settings / "@jupyterlab" / "apputils-extension"
+                    / "notification.jupyterlab-settings")
+    notification.parent.mkdir(parents=True)
+    (workdir / "notebooks").mkdir()
+    notification.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", JUPYTER_PLATFORM_DIRS="1",
+               JUPYTERLAB_SETTINGS_DIR=str(settings),
                JUPYTER_PATH=os.pathsep.join(filter(None, [
                    _tested_extension(tmp_path_factory), os.environ.get("JUPYTER_PATH")])))
-    log = open(workdir / "lab.log", "w")  # noqa: SIM115 - closed at teardown
+    log = open(workdir / "server.log", "w")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+        [sys.executable, "-m", module, "--no-browser", "--allow-root",
          f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1",
          "--IdentityProvider.token=", "--ServerApp.password=",
-         "--LabApp.expose_app_in_browser=True", f"--ServerApp.root_dir={workdir}"],
+         f"--{expose}.expose_app_in_browser=True", f"--ServerApp.root_dir={workdir / 'notebooks'}"],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )
     url = f"http://127.0.0.1:{port}"
@@ -66,12 +80,12 @@ def lab_server(tmp_path_factory):
             break
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError((workdir / "lab.log").read_text()[-3000:]) from None
+                raise RuntimeError((workdir / "server.log").read_text()[-3000:]) from None
             time.sleep(0.5)
     else:
         proc.kill()
-        raise RuntimeError("JupyterLab did not start within 90 s")
-    yield {"url": url, "dir": workdir, "chromium": chromium}
+        raise RuntimeError(f"{module} did not start within 90 s")
+    yield {"url": url, "dir": workdir / "notebooks"}
     # Shut the server down (it stops its kernels), then make sure nothing is left.
     try:
         req = urllib.request.Request(f"{url}/api/shutdown", method="POST")
@@ -84,12 +98,32 @@ def lab_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def browser(lab_server):
+def lab_server(tmp_path_factory):
+    yield from _serve(tmp_path_factory, "jupyterlab", "LabApp")
+
+
+@pytest.fixture(scope="session")
+def notebook7_server(tmp_path_factory):
+    """Notebook 7 (the ``notebook`` package), started only by the tests that use it."""
+    try:
+        import notebook
+    except ImportError:
+        notebook = None
+    if notebook is None or int(notebook.__version__.split(".")[0]) < 7:
+        message = "Notebook 7 is not installed: pip install -e '.[test]' installs it"
+        if os.environ.get("NBDIST_REQUIRE_ALL") == "1":
+            pytest.fail(f"{message}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
+        pytest.skip(message)
+    yield from _serve(tmp_path_factory, "notebook", "JupyterNotebookApp")
+
+
+@pytest.fixture(scope="session")
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         b = p.chromium.launch(
-            executable_path=lab_server["chromium"], headless=True,
+            executable_path=_chromium(), headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"],
@@ -98,26 +132,44 @@ def browser(lab_server):
         b.close()
 
 
-@pytest.fixture
-def lab_page(lab_server, browser):
-    """A fresh page; call ``open(name)`` to open a notebook and wait for its kernel."""
+# The notebook the page shows has a kernel, connected.
+KERNEL_CONNECTED = (
+    "() => { const w = window.jupyterapp.shell.currentWidget;"
+    " return w && w.sessionContext && w.sessionContext.session &&"
+    " w.sessionContext.session.kernel &&"
+    " w.sessionContext.session.kernel.connectionStatus === 'connected'; }")
+
+
+def _page(browser, notebook_url):
+    """A fresh page whose ``open_notebook(name)`` goes to ``notebook_url(name)`` and waits for
+    the notebook's kernel; closed at teardown."""
     ARTIFACTS.mkdir(exist_ok=True)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
 
     def open_notebook(name: str):
-        # A workspace of its own, reset: JupyterLab must not restore another test's notebooks.
-        workspace = name.replace(".ipynb", "").replace("/", "-")
-        page.goto(f"{lab_server['url']}/lab/workspaces/{workspace}/tree/{name}?reset")
+        page.goto(notebook_url(name))
         page.wait_for_selector(".jp-Notebook", timeout=60_000)
-        page.wait_for_function(
-            "() => { const w = window.jupyterapp.shell.currentWidget;"
-            " return w && w.sessionContext && w.sessionContext.session &&"
-            " w.sessionContext.session.kernel &&"
-            " w.sessionContext.session.kernel.connectionStatus === 'connected'; }",
-            timeout=60_000)
+        page.wait_for_function(KERNEL_CONNECTED, timeout=60_000)
         return page
 
     page.open_notebook = open_notebook
     yield page
     context.close()
+
+
+@pytest.fixture
+def lab_page(lab_server, browser):
+    """A fresh JupyterLab page; call ``open_notebook(name)`` to open a notebook."""
+    def url(name: str) -> str:
+        # A workspace of its own, reset: JupyterLab must not restore another test's notebooks.
+        workspace = name.replace(".ipynb", "").replace("/", "-")
+        return f"{lab_server['url']}/lab/workspaces/{workspace}/tree/{name}?reset"
+
+    yield from _page(browser, url)
+
+
+@pytest.fixture
+def notebook7_page(notebook7_server, browser):
+    """Like ``lab_page``, in Notebook 7 (one notebook per browser page)."""
+    yield from _page(browser, lambda name: f"{notebook7_server['url']}/notebooks/{name}")

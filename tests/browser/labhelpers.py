@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
+DOCS = ROOT / "docs"
+
+# Every cell of the notebook, started without waiting: the promise that
+# `commands.execute('notebook:run-all-cells')` returns resolves only when every cell has run.
+RUN_ALL_NOWAIT = "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+
+# Points drawn in the dashboard's lines (all panels): plotly draws a trace as one SVG path "M..L..".
+COUNT_POINTS = """() => {
+    const plot = document.querySelector('.nbdist-dashboard .js-plotly-plot');
+    if (!plot) return 0;
+    let n = 0;
+    for (const path of plot.querySelectorAll('.scatterlayer .trace path.js-line')) {
+        n += (path.getAttribute('d') || '').split(/[ML]/).length - 1;
+    }
+    return n;
+}"""
 
 
 def write_notebook(directory: Path, name: str, cells: list[str]) -> str:
@@ -35,4 +52,15 @@ def run_all_and_wait(page, timeout_ms: int = 180_000) -> None:
 def shot(page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path))
+    return path
+
+
+def doc_shot(locator, name: str, config) -> Path:
+    """A screenshot of ``locator`` (an element) the README shows: to test-artifacts/, and to
+    docs/ too with ``pytest --update-docs`` (tests/conftest.py)."""
+    path = ARTIFACTS / f"{name}.png"
+    locator.screenshot(path=str(path))
+    if config.getoption("--update-docs"):
+        DOCS.mkdir(exist_ok=True)
+        shutil.copyfile(path, DOCS / path.name)
     return path

@@ -1,4 +1,6 @@
-"""The live dashboard in a real browser: it grows while the cell runs, and Stop stops it.
+"""The live dashboard in a real browser: it grows while the cell runs, its header and the
+status bar follow it (replica 1 is made slow: both name the straggler), and Stop stops it.
+The dashboard's screenshot is the README's picture (``pytest --update-docs`` puts it in docs/).
 
 Two traps of the harness (measured; neither is the dashboard's doing):
 
@@ -11,9 +13,10 @@ Two traps of the harness (measured; neither is the dashboard's doing):
   ``idle`` while the cell keeps running. The cell's own ``executionState`` is read instead.
 """
 
+import re
 import time
 
-from labhelpers import shot, write_notebook
+from labhelpers import COUNT_POINTS, RUN_ALL_NOWAIT, doc_shot, shot, write_notebook
 
 # Stop ends the run long before this (~100-200 steps/s here): the margin is for a slow machine.
 TOTAL_STEPS = 10_000
@@ -21,32 +24,32 @@ TOTAL_STEPS = 10_000
 CELLS = [
     "%load_ext nbdist",
     "%distribute mirrored --devices 2",
-    """import numpy as np
+    """import time
+import numpy as np
 import tensorflow as tf
 x = np.random.default_rng(0).normal(size=(640, 8)).astype("float32")
-ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(32, drop_remainder=True).repeat()""",
+ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(32, drop_remainder=True).repeat()
+
+def lag(replica):       # replica 1 computes 10 ms longer: a straggler
+    if int(replica) == 1:
+        time.sleep(0.01)
+    return replica""",
     """%%distribute
 model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
                              tf.keras.layers.Dense(1)])
 optimizer = tf.keras.optimizers.SGD(0.01)""",
-    f"""%%distribute --step --data ds --steps {TOTAL_STEPS}
+    f"""%%distribute --step --data ds --steps {TOTAL_STEPS} --timing-every 1
 a, b = batch
+replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+with tf.control_dependencies([tf.py_function(lag, [replica], tf.int32)]):
+    a = tf.identity(a)
 with tf.GradientTape() as tape:
     loss = tf.nn.compute_average_loss(tf.square(model(a) - b)[:, 0], global_batch_size=32)
 grads = tape.gradient(loss, model.trainable_variables)
 optimizer.apply_gradients(zip(grads, model.trainable_variables))""",
 ]
 
-# Points drawn in the dashboard's lines (all panels): plotly draws a trace as one SVG path "M..L..".
-COUNT_POINTS = """() => {
-    const plot = document.querySelector('.nbdist-dashboard .js-plotly-plot');
-    if (!plot) return 0;
-    let n = 0;
-    for (const path of plot.querySelectorAll('.scatterlayer .trace path.js-line')) {
-        n += (path.getAttribute('d') || '').split(/[ML]/).length - 1;
-    }
-    return n;
-}"""
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 # The training cell (the notebook's last) is running.
 TRAINING = """() => {
@@ -55,15 +58,49 @@ TRAINING = """() => {
 }"""
 
 
-def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(lab_server, lab_page):
+# The header's items, each with the number of lines it is drawn on, and the header's lines.
+HEADER_LAYOUT = """() => {
+    const header = document.querySelector('.nbdist-dashboard .nbdist-header');
+    const items = [...header.querySelectorAll('span')];
+    const tops = new Set(items.map(s => Math.round(s.getBoundingClientRect().top)));
+    return {text: header.innerText, lines: tops.size,
+            split: items.filter(s => s.getClientRects().length > 1).map(s => s.innerText)};
+}"""
+
+
+def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
+        lab_server, lab_page, browser, request):
     name = write_notebook(lab_server["dir"], "dashboard.ipynb", CELLS)
     page = lab_page.open_notebook(name)
-    # Not `() => app.commands.execute(...)`: that promise resolves when the cells have run.
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.evaluate(RUN_ALL_NOWAIT)
     page.wait_for_function(f"() => ({COUNT_POINTS})() > 20", timeout=120_000)
     assert page.evaluate(TRAINING)
     first = page.evaluate(COUNT_POINTS)
     shot(page, "dashboard-live-1")
+
+    # The header: where the run is, in two lines, no item broken across lines.
+    layout = page.evaluate(HEADER_LAYOUT)
+    assert re.search(rf"step \d+/{TOTAL_STEPS} · epoch 1/1 · [\d.]+ steps/s · .+ left",
+                     layout["text"]), layout
+    assert layout["lines"] <= 2 and layout["split"] == [], layout
+    # The slow replica is named under the header and in the status bar, which turns red.
+    page.wait_for_function(
+        "() => document.querySelector('.nbdist-dashboard .nbdist-notes').innerText"
+        ".includes('straggler: replica 1')", timeout=60_000)
+    page.wait_for_function(
+        "() => { const e = document.querySelector('.nbdist-status-item');"
+        " return e && e.textContent.includes('straggler replica 1')"
+        " && e.classList.contains('nbdist-status-alert'); }", timeout=30_000)
+    status = page.locator(".nbdist-status-item").text_content()
+    assert re.search(rf"step \d+/{TOTAL_STEPS}", status), status
+    doc_shot(page.locator(".nbdist-dashboard"), "dashboard", request.config)
+    # Saved during the run (as autosave does), the file holds the live widget view.
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    saved = lab_server["dir"] / name
+    deadline = time.monotonic() + 30
+    while WIDGET_VIEW not in saved.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    (lab_server["dir"] / "saved-live.ipynb").write_text(saved.read_text())
     # Each trace keeps at most max_points (bucket means, halved when full), so a read just after
     # a halving can show fewer points than the one before: read again until it grows.
     reads = [first]
@@ -78,7 +115,9 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(lab_server, l
     assert reads[-1] > reads[-2], reads
 
     page.locator(".nbdist-dashboard button", has_text="Stop").click()
-    page.wait_for_function(f"() => !({TRAINING})()", timeout=60_000)
+    # A click reaches the kernel between steps; measured 1-17 s here with the machine loaded
+    # (load average 15 on 2 cores), hence the margin.
+    page.wait_for_function(f"() => !({TRAINING})()", timeout=120_000)
     shot(page, "dashboard-stopped")
     page.evaluate("""() => {
         const app = window.jupyterapp, nb = app.shell.currentWidget.content;
@@ -101,3 +140,16 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(lab_server, l
     assert training.locator(".nbdist-dashboard").count() == 0
     assert training.locator(".jp-RenderedPlotly, .jp-RenderedSVG").count() == 1
     shot(page, "dashboard-final")
+
+    # The copy saved during the run, opened with a new kernel that never had its widgets:
+    # the view says which run it was instead of "Error displaying widget: model not found".
+    again = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    try:
+        again.goto(f"{lab_server['url']}/lab/workspaces/saved-live/tree/saved-live.ipynb?reset")
+        again.wait_for_function(
+            "() => document.body.innerText.includes('was saved while it ran')",
+            timeout=120_000)
+        assert "model not found" not in again.evaluate("() => document.body.innerText")
+        shot(again, "dashboard-saved-live-reopened")
+    finally:
+        again.context.close()

@@ -43,7 +43,8 @@ class Forwarder:
             return
         names, values = run.table_since(self.sent)
         self.sent += len(values)
-        self.st.channel.send({"type": protocol.ROWS, "run": self.key, **pack(names, values)})
+        self.st.channel.send({"type": protocol.ROWS, "run": self.key, **pack(names, values),
+                              "total_steps": run.total_steps, "epochs": run.epochs})
 
     def should_stop(self) -> bool:
         return False

@@ -230,6 +230,7 @@ class MultiWorkerCluster(ClusterLifecycle):
             observers)
         finish_runs(outcomes, interrupted, [], self.n)   # a refusal: raised, no Run made
         run = self._new_run("step")
+        run.epochs = cell.spec.epochs
         describe_loss(run, cell, self.replicas)
         self.monitor.expect_run(key, run)
         outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,

@@ -202,6 +202,10 @@ class ClusterMonitor:
         except (TypeError, ValueError):
             self.bad_rows += 1
             return
+        for name in ("total_steps", "epochs"):
+            value = message.get(name)
+            if isinstance(value, int) and value > 0 and getattr(entry.run, name) is None:
+                setattr(entry.run, name, value)
         if len(block):
             entry.run.append_block(block, extras)
             self.health[worker].step = int(block[-1, POSITION.step]) + 1

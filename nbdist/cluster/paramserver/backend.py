@@ -234,7 +234,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         inputs = step_inputs(cell, self.strategy, user_ns, 1, coordinator=self.coordinator)
         require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
         run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
-                            workers=self.n, devices=self.devices)
+                            workers=self.n, devices=self.devices, epochs=cell.spec.epochs)
         loop = PSStepLoop(cell.source, user_ns, cell.spec, run, observers=observers,
                           checkpoint=inputs.checkpoint, dataset=inputs.dataset,
                           strategy=self.strategy, coordinator=self.coordinator,
