@@ -17,7 +17,7 @@ from IPython.core.magic_arguments import (
 )
 
 from .errors import ConfigError
-from .spec import STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
+from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
 from .tflogs import quiet_tensorflow
 
 _ACTIONS = ("status", "stop", "restart", "push", "pull")
@@ -42,6 +42,9 @@ def placement_args(f: Callable) -> Callable:
                  help="workers on an ipyparallel cluster's engines (default: local ones)"),
         argument("--tpu", metavar="ADDRESS",
                  help="TPU name or grpc:// address (default: this TPU VM's)"),
+        argument("--partitioner", metavar="KIND:N",
+                 help="parameter_server: shard variables, min_size:BYTES, max_size:BYTES or "
+                      "fixed:N (default: none)"),
     ]):
         f = a(f)
     return f
@@ -245,7 +248,7 @@ def _graph_observer(args: Any) -> list[Any]:
 
 def _strategy_spec(what: str | None, args: Any) -> StrategySpec | None:
     """The StrategySpec named on the line, or None when it names none (or an action)."""
-    placement = {f: getattr(args, f) for f in ("devices", "workers", "ps", "cluster", "tpu")}
+    placement = {f: getattr(args, f) for f in PLACEMENT_FLAGS}
     if what in _ACTIONS:
         if any(v is not None for v in placement.values()):
             raise ConfigError(f"`%distribute {what}` takes no placement flags.")

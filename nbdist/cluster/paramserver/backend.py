@@ -104,7 +104,8 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
             addresses = engines.task_addresses()
             self.cluster_spec = {"worker": addresses[:self.n], "ps": addresses[self.n:]}
             self._serve()
-            self.strategy, self.coordinator = ps_context.connect(self.cluster_spec)
+            self.strategy, self.coordinator = ps_context.connect(self.cluster_spec,
+                                                                 self.spec.partitioner)
             self.engines.remember_processes()
         except BaseException:
             self.stop()
