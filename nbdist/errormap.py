@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from .errors import NbdistError, StepCodeError
-from .rewrite import StepSource
+from .errors import LossNotScalar, NbdistError, StepCodeError
+from .rewrite import StepSource, assigned_line
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
 
@@ -49,6 +49,10 @@ def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
     """
     seen: BaseException | None = err
     while seen is not None:
+        if isinstance(seen, LossNotScalar) and seen.cell_line is None:
+            line = assigned_line(source.cell, source.loss)
+            return LossNotScalar(seen.bare_message, cell_line=line,
+                                 line_text=_cell_text(source, line) if line else "")
         if isinstance(seen, NbdistError):
             return seen
         seen = seen.__cause__ or seen.__context__
