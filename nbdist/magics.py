@@ -16,7 +16,8 @@ from IPython.core.magic_arguments import (
     parse_argstring,
 )
 
-from .errors import ConfigError
+from .errormap import without_nbdist_frames
+from .errors import ConfigError, NbdistError
 from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
 from .tflogs import quiet_tensorflow
 
@@ -152,8 +153,17 @@ class DistributeMagics(Magics):
     """Distributed TensorFlow from a notebook."""
 
     @line_cell_magic
-    @quiet_tensorflow()     # TensorFlow's INFO logs hidden (nbdist.set_verbose() shows them)
     def distribute(self, line: str, cell: str | None = None) -> Any:
+        __tracebackhide__ = True   # noqa: F841 - IPython hides this frame in tracebacks
+        try:
+            with quiet_tensorflow():   # TensorFlow's INFO logs hidden (nbdist.set_verbose())
+                return self._distribute(line, cell)
+        except Exception as err:   # the user's frames, not nbdist's (errors of ours: as is)
+            if isinstance(err, NbdistError):
+                raise
+            raise err.with_traceback(without_nbdist_frames(err.__traceback__)) from None
+
+    def _distribute(self, line: str, cell: str | None) -> Any:
         from .session import current_session
 
         session = current_session(self.shell)

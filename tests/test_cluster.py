@@ -147,6 +147,16 @@ def test_an_error_on_every_worker_shows_one_traceback_with_the_cell_line(mw):
     assert text.count("raise ValueError('boom')") == 1 and "[worker 0]   cell line 3" in text
 
 
+def test_a_worker_traceback_shows_the_users_frames_not_nbdists(mw):
+    """Through nbdist's recording of model.fit on the workers, into tf_keras."""
+    run_ok(mw, "%%distribute\nmodel.compile(optimizer='sgd', loss='mse')\n")
+    err = run_err(mw, "%%distribute\nmodel.fit(ds, epochs='two', verbose=0)\n")
+    assert isinstance(err, WorkerError) and err.cell_line == 2
+    text = "\n".join(err._render_traceback_())
+    assert "cell line 2, in <module>" in text and "model.fit(ds, epochs='two'" in text
+    assert "tf_keras" in text and "nbdist/" not in text, text
+
+
 def test_an_error_on_one_worker_names_it(mw):
     err = run_err(mw, "%%distribute\nif nbdist_worker == 1:\n    {}['missing']\n")
     assert str(err).startswith("[worker 1] KeyError: 'missing'")
