@@ -43,9 +43,8 @@ def placement_args(f: Callable) -> Callable:
                  help="workers on an ipyparallel cluster's engines (default: local ones)"),
         argument("--tpu", metavar="ADDRESS",
                  help="TPU name or grpc:// address (default: this TPU VM's)"),
-        argument("--partitioner", metavar="KIND:N",
-                 help="parameter_server: shard variables, min_size:BYTES, max_size:BYTES or "
-                      "fixed:N (default: none)"),
+        argument("--partitioner", metavar="SPEC",
+                 help="shard variables: min_size:BYTES|max_size:BYTES|fixed:N (default: none)"),
     ]):
         f = a(f)
     return f
