@@ -8,12 +8,37 @@ the cell through ``StepSource.cell_line``.
 
 from __future__ import annotations
 
+import os
 import re
+import types
 
-from .errors import NbdistError, StepCodeError
-from .rewrite import StepSource
+from .errors import LossNotScalar, NbdistError, StepCodeError
+from .rewrite import StepSource, assigned_line
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def is_nbdist_file(filename: str) -> bool:
+    """Whether ``filename`` is one of nbdist's own modules."""
+    return os.path.abspath(filename).startswith(_PACKAGE)
+
+
+def without_nbdist_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without nbdist's own frames, so a cell's error shows the user's frames (and
+    the libraries' they called), not the magic's machinery around them. Unchanged when the
+    error was raised by nbdist itself (its innermost frame is nbdist's: a bug to report)."""
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    if not frames or is_nbdist_file(frames[-1].tb_frame.f_code.co_filename):
+        return frames[0] if frames else None
+    out = None
+    for frame in reversed(frames):
+        if not is_nbdist_file(frame.tb_frame.f_code.co_filename):
+            out = types.TracebackType(out, frame.tb_frame, frame.tb_lasti, frame.tb_lineno)
+    return out
 
 
 def cell_line_of(message: str, source: StepSource) -> int | None:
@@ -49,6 +74,10 @@ def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
     """
     seen: BaseException | None = err
     while seen is not None:
+        if isinstance(seen, LossNotScalar) and seen.cell_line is None:
+            line = assigned_line(source.cell, source.loss)
+            return LossNotScalar(seen.bare_message, cell_line=line,
+                                 line_text=_cell_text(source, line) if line else "")
         if isinstance(seen, NbdistError):
             return seen
         seen = seen.__cause__ or seen.__context__

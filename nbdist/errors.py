@@ -29,12 +29,17 @@ class StepCodeError(NbdistError):
     def __init__(self, message: str, *, cell_line: int | None = None, line_text: str = ""):
         self.cell_line = cell_line
         self.line_text = line_text
+        self.bare_message = message
         if cell_line is not None:
             where = f"cell line {cell_line}"
             if line_text.strip():
                 where += f" `{line_text.strip()}`"
             message = f"{where}: {message}"
         super().__init__(message)
+
+
+class LossNotScalar(StepCodeError):
+    """The step's loss has several values; ``errormap`` places it at the line assigning it."""
 
 
 class DataError(NbdistError):

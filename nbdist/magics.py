@@ -16,8 +16,9 @@ from IPython.core.magic_arguments import (
     parse_argstring,
 )
 
-from .errors import ConfigError
-from .spec import STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
+from .errormap import without_nbdist_frames
+from .errors import ConfigError, NbdistError
+from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
 from .tflogs import quiet_tensorflow
 
 _ACTIONS = ("status", "stop", "restart", "push", "pull")
@@ -42,6 +43,8 @@ def placement_args(f: Callable) -> Callable:
                  help="workers on an ipyparallel cluster's engines (default: local ones)"),
         argument("--tpu", metavar="ADDRESS",
                  help="TPU name or grpc:// address (default: this TPU VM's)"),
+        argument("--partitioner", metavar="SPEC",
+                 help="shard variables: min_size:BYTES|max_size:BYTES|fixed:N (default: none)"),
     ]):
         f = a(f)
     return f
@@ -149,8 +152,17 @@ class DistributeMagics(Magics):
     """Distributed TensorFlow from a notebook."""
 
     @line_cell_magic
-    @quiet_tensorflow()     # TensorFlow's INFO logs hidden (nbdist.set_verbose() shows them)
     def distribute(self, line: str, cell: str | None = None) -> Any:
+        __tracebackhide__ = True   # noqa: F841 - IPython hides this frame in tracebacks
+        try:
+            with quiet_tensorflow():   # TensorFlow's INFO logs hidden (nbdist.set_verbose())
+                return self._distribute(line, cell)
+        except Exception as err:   # the user's frames, not nbdist's (errors of ours: as is)
+            if isinstance(err, NbdistError):
+                raise
+            raise err.with_traceback(without_nbdist_frames(err.__traceback__)) from None
+
+    def _distribute(self, line: str, cell: str | None) -> Any:
         from .session import current_session
 
         session = current_session(self.shell)
@@ -245,7 +257,7 @@ def _graph_observer(args: Any) -> list[Any]:
 
 def _strategy_spec(what: str | None, args: Any) -> StrategySpec | None:
     """The StrategySpec named on the line, or None when it names none (or an action)."""
-    placement = {f: getattr(args, f) for f in ("devices", "workers", "ps", "cluster", "tpu")}
+    placement = {f: getattr(args, f) for f in PLACEMENT_FLAGS}
     if what in _ACTIONS:
         if any(v is not None for v in placement.values()):
             raise ConfigError(f"`%distribute {what}` takes no placement flags.")

@@ -146,6 +146,18 @@ def rewrite_step(
     )
 
 
+def assigned_line(cell: str, name: str) -> int | None:
+    """The cell line of the last assignment to ``name`` (None if it cannot be parsed)."""
+    try:
+        tree = ast.parse(cell)
+    except (SyntaxError, ValueError):
+        return None
+    lines = [node.lineno for node in ast.walk(tree)
+             if isinstance(node, ast.Name) and node.id == name
+             and isinstance(node.ctx, ast.Store)]
+    return max(lines, default=None)
+
+
 def divides_by_global_batch(tree: ast.AST) -> bool:
     """True if the cell calls ``compute_average_loss`` (which divides by the global batch,
     given or not) or names something ``global_batch...`` (``/ GLOBAL_BATCH_SIZE``)."""

@@ -50,6 +50,35 @@ STRATEGY_TABLE: dict[str, tuple[str, str, str]] = {
 
 _MULTI_PROCESS = ("multiworker", "parameter_server")
 
+#: The flags that place a strategy (StrategySpec's fields after its name), in line order.
+PLACEMENT_FLAGS = ("devices", "workers", "ps", "cluster", "tpu", "partitioner")
+
+#: ``--partitioner KIND:NUMBER``: TensorFlow's partitioner each kind makes (its argument), for
+#: ParameterServerStrategy(variable_partitioner=...).
+PARTITIONERS: dict[str, str] = {
+    "min_size": "MinSizePartitioner(min_shard_bytes=NUMBER, max_shards=PS)",
+    "max_size": "MaxSizePartitioner(max_shard_bytes=NUMBER)",
+    "fixed": "FixedShardsPartitioner(num_shards=NUMBER)",
+}
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def partitioner_parts(text: str) -> tuple[str, int]:
+    """``--partitioner`` as (kind, number): ``min_size:256k`` -> ("min_size", 262144).
+    Sizes take a k, m or g suffix (powers of 1024); raise a ConfigError for anything else."""
+    kind, _, number = text.partition(":")
+    digits = number.strip().lower()
+    unit = digits[-1:] if digits[-1:] in ("k", "m", "g") and kind != "fixed" else ""
+    digits = digits[:len(digits) - len(unit)]
+    if kind not in PARTITIONERS or not digits.isdigit() or int(digits) < 1:
+        raise ConfigError(
+            f"--partitioner {text!r} is not a partitioner: give KIND:NUMBER, one of "
+            "`min_size:BYTES` (shards of at least BYTES, at most one per parameter server, as "
+            "TensorFlow's parameter-server tutorial does), `max_size:BYTES` (shards of at most "
+            "BYTES) or `fixed:N` (N shards), with BYTES like 262144 or 256k, e.g. "
+            "`%distribute parameter_server --ps 2 --partitioner min_size:256k`.")
+    return kind, int(digits) * _UNITS[unit]
+
 
 def suggest_strategy(name: str) -> str:
     """Return the error text for an unknown strategy name, with the closest known name."""
@@ -71,6 +100,7 @@ class StrategySpec:
     ps: int | None = None
     cluster: str | None = None
     tpu: str | None = None
+    partitioner: str | None = None   # parameter_server: KIND:NUMBER (see PARTITIONERS)
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGY_NAMES:
@@ -102,6 +132,13 @@ class StrategySpec:
             )
         if self.name == "tpu" and self.devices is not None:
             raise ConfigError("`tpu` uses every core of the TPU it connects to; drop --devices.")
+        if self.partitioner is not None:
+            if self.name != "parameter_server":
+                raise ConfigError(
+                    f"--partitioner shards variables over parameter servers, which "
+                    f"`{self.name}` does not have. Use `%distribute parameter_server "
+                    f"--partitioner {self.partitioner}`, or drop --partitioner.")
+            partitioner_parts(self.partitioner)
 
     @property
     def tf_class(self) -> str:
@@ -110,7 +147,7 @@ class StrategySpec:
     def magic_line(self) -> str:
         """The ``%distribute`` line that produces this spec."""
         parts = ["%distribute", self.name]
-        for flag in ("devices", "workers", "ps", "cluster", "tpu"):
+        for flag in PLACEMENT_FLAGS:
             value = getattr(self, flag)
             if value is not None:
                 parts += [f"--{flag}", str(value)]

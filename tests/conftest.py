@@ -54,6 +54,7 @@ FILE_TIERS = {
     "test_notebooks.py": "notebooks",
     "test_paramserver.py": "cluster",
     "test_paramserver_input.py": "cluster",
+    "test_paramserver_tutorial.py": "cluster",
     "test_patching.py": "unit",
     "test_private_apis.py": "unit",
     "test_picker.py": "kernel",

@@ -21,6 +21,7 @@ import traceback
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from ps_input_scenario import input_scenario  # noqa: E402 - after the environment is set
+from ps_tutorial_scenario import tutorial_scenario  # noqa: E402
 
 SETUP = """%%distribute
 import numpy as np
@@ -397,7 +398,8 @@ def ps_restart_scenario(ip):
 
 SCENARIOS = {"main": main_scenario, "faults": fault_scenario, "profile": profile_scenario,
              "ps_restart": ps_restart_scenario,
-             "input": lambda ip: input_scenario(ip, out, cell, status)}
+             "input": lambda ip: input_scenario(ip, out, cell, status),
+             "tutorial": lambda ip: tutorial_scenario(ip, out, cell, status)}
 
 if __name__ == "__main__":
     ip = shell()

@@ -147,6 +147,16 @@ def test_an_error_on_every_worker_shows_one_traceback_with_the_cell_line(mw):
     assert text.count("raise ValueError('boom')") == 1 and "[worker 0]   cell line 3" in text
 
 
+def test_a_worker_traceback_shows_the_users_frames_not_nbdists(mw):
+    """Through nbdist's recording of model.fit on the workers, into tf_keras."""
+    run_ok(mw, "%%distribute\nmodel.compile(optimizer='sgd', loss='mse')\n")
+    err = run_err(mw, "%%distribute\nmodel.fit(ds, epochs='two', verbose=0)\n")
+    assert isinstance(err, WorkerError) and err.cell_line == 2
+    text = "\n".join(err._render_traceback_())
+    assert "cell line 2, in <module>" in text and "model.fit(ds, epochs='two'" in text
+    assert "tf_keras" in text and "nbdist/" not in text, text
+
+
 def test_an_error_on_one_worker_names_it(mw):
     err = run_err(mw, "%%distribute\nif nbdist_worker == 1:\n    {}['missing']\n")
     assert str(err).startswith("[worker 1] KeyError: 'missing'")
@@ -229,7 +239,8 @@ def test_keras3_fit_on_workers_fails_at_once_with_the_way_out(mw, monkeypatch):
     assert "--keras legacy" in str(err) and "step mode" in str(err)
 
 
-def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw):
+@pytest.mark.parametrize("attempt", range(3))   # the status was one or the other at random
+def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw, attempt):
     timer, sent = once_running(interrupt_me)
     err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100000"))
     returned = time.monotonic()
@@ -238,10 +249,33 @@ def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw):
     assert returned - sent[0] < 5
     run = nbdist.runs[-1]
     last = run.metrics.groupby("worker")["step"].max().to_dict()
-    assert run.status in ("stopped", "interrupted") and last[0] == last[1]
+    assert run.status == "interrupted" and last[0] == last[1]
     assert len(run.metrics) == 2 * (last[0] + 1)          # whole steps on both workers
+    time.sleep(0.5)                                        # the workers' own ends arrive late
+    assert run.status == "interrupted"
     run_ok(mw, STEP.format(data="ds", flags="--steps 2"))  # still usable
     assert nbdist.runs[-1].status == "done"
+
+
+def test_a_stop_request_ends_the_run_stopped(mw):
+    """What the dashboard's Stop button does: an observer asking to stop."""
+    class StopAfter:
+        def on_step(self, run):
+            self.rows = run.n_rows
+
+        def should_stop(self):
+            return getattr(self, "rows", 0) >= 20
+
+    cell = STEP.format(data="long_ds", flags="--steps 100000")
+    header, body = cell.split("\n", 1)
+    from nbdist.spec import RunSpec
+
+    spec = RunSpec(step=True, data="long_ds", steps=100000)
+    run = current_session().run_step_cell(body, spec, [StopAfter()], header=header)
+    last = run.metrics.groupby("worker")["step"].max().to_dict()
+    assert run.status == "stopped" and last[0] == last[1]
+    time.sleep(0.5)
+    assert run.status == "stopped"
 
 
 def test_kernel_interrupt_of_plain_code_interrupts_the_workers(mw, monkeypatch):

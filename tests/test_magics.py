@@ -9,7 +9,14 @@ from helpers import interrupt_me, once_running, run_err, run_ok
 from IPython.core.error import UsageError
 
 import nbdist
-from nbdist.errors import ConfigError, DataError, DeviceError, RunInterrupted, StepCodeError
+from nbdist.errors import (
+    ConfigError,
+    DataError,
+    DeviceError,
+    NbdistError,
+    RunInterrupted,
+    StepCodeError,
+)
 
 SETUP = """
 import numpy as np
@@ -284,3 +291,27 @@ def test_rebuilding_the_strategy_in_one_kernel_keeps_collectives_working(shell):
     finally:
         shell.run_line_magic("distribute", "stop")
         shell.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def _traceback_shown(capsys) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("cell, user_line, inner", [
+    ("x = 1\ny = tb_helper(x)\n", "----> 3 y = tb_helper(x)", "return v / 0"),
+    # through nbdist's recording of model.fit, into Keras
+    ("tb_model.fit(np.zeros((4, 2)), np.zeros((4, 1)), epochs='two', verbose=0)\n",
+     "----> 2 tb_model.fit(", "keras"),
+])
+def test_a_scope_cell_error_shows_the_users_frames_not_nbdists(ip, capsys, cell, user_line,
+                                                               inner):
+    run_ok(ip, "def tb_helper(v):\n    return v / 0\n")
+    run_ok(ip, "%%distribute\nimport keras, numpy as np\n"
+               "tb_model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])\n"
+               "tb_model.compile('sgd', 'mse')\n")
+    capsys.readouterr()
+    err = run_err(ip, "%%distribute\n" + cell)
+    assert not isinstance(err, NbdistError)
+    text = _traceback_shown(capsys)
+    assert user_line in text and inner in text, text
+    assert "nbdist/" not in text and "contextlib" not in text, text

@@ -104,3 +104,24 @@ def test_objects_made_outside_distribute_are_refused_by_name(shell, made_outside
     line = 4 if made_outside == "model" else 8   # the cell line that first names it
     assert message.startswith(f"cell line {line} ")
     assert len(nbdist.runs) == before   # refused before any Run exists
+
+
+def test_a_per_example_loss_is_refused_at_its_line_before_training(shell):
+    """The tutorial's step without compute_average_loss: `loss` is one value per example."""
+    per_example = STEP.replace(
+        "    loss = tf.nn.compute_average_loss(loss_object(labels, predictions),\n"
+        "                                      global_batch_size=GLOBAL_BATCH_SIZE)\n",
+        "    loss = loss_object(labels, predictions)\n")
+    assert per_example != STEP
+    run_ok(shell, "%%distribute\nmodel.build((None, 10, 10, 1))")
+    weights = [v.numpy().copy() for v in shell.user_ns["model"].trainable_variables]
+    err = run_err(shell, per_example)
+    message = str(err)
+    assert isinstance(err, StepCodeError) and "\n" not in message
+    assert message.startswith("cell line 5 `loss = loss_object(labels, predictions)`: "
+                              "`loss` has shape (2,), not one value")   # per replica of 4
+    assert "tf.nn.compute_average_loss(" in message and "tf.reduce_mean(" in message
+    run = nbdist.runs[-1]
+    assert run.status == "failed" and run.n_rows == 0                  # nothing trained
+    after = shell.user_ns["model"].trainable_variables
+    assert all((w == v.numpy()).all() for w, v in zip(weights, after, strict=True))

@@ -67,18 +67,35 @@ def named_trackables(cell: str, user_ns: dict[str, Any], depth: int = 2) -> dict
     return found
 
 
+def _handle_id(variable: Any) -> int | None:
+    """id of a variable's resource handle (``tf.Variable.handle``): one per variable, shared
+    by the wrappers ParameterServerStrategy puts around it, whose own ids differ from the
+    variable a compiled step captures. None when it has none here (a mirrored variable
+    outside a replica context)."""
+    try:
+        handle = variable.handle
+    except (AttributeError, ValueError, TypeError):
+        return None
+    return id(handle) if handle is not None else None
+
+
 def _variable_ids(variables: Any) -> set[int]:
-    """ids of variables and of what they wrap (Keras 3 variables, per-replica components)."""
+    """ids of variables, of what they wrap (Keras 3 variables, per-replica components, the
+    shards of a ShardedVariable) and of their resource handles."""
     out: set[int] = set()
     todo = list(variables)
+    seen: set[int] = set()
     while todo:
         v = todo.pop()
-        if id(v) in out:
+        if id(v) in seen:
             continue
-        out.add(id(v))
+        seen.add(id(v))
+        out |= {id(v), _handle_id(v)} - {None}
         inner = wrapped_variable(v)   # a Keras 3 Variable wraps a tf.Variable
         todo += [inner] if inner is not None else []
         todo += list(getattr(v, "values", None) or ())   # Mirrored/DistributedVariable
+        shards = getattr(v, "variables", None)            # ShardedVariable
+        todo += list(shards) if isinstance(shards, (list, tuple)) else []
     return out
 
 
@@ -162,7 +179,8 @@ class StepCheckpoint:
             return
         captured = tf_function.get_concrete_function(batch).trainable_variables
         saved = _variable_ids(v for obj in self.objects.values() for v in _variables(obj))
-        missing = sorted({v.name for v in captured if id(v) not in saved})
+        missing = sorted({v.name for v in captured
+                          if id(v) not in saved and _handle_id(v) not in saved})
         if missing:
             text = (f"--checkpoint does not save {len(missing)} trainable variable(s) the step "
                     f"uses ({', '.join(missing[:5])}{'...' if len(missing) > 5 else ''}): the "

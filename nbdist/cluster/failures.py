@@ -14,6 +14,7 @@ import traceback
 from typing import Any
 
 from .. import errors as _errors
+from ..errormap import without_nbdist_frames
 from ..errors import NbdistError
 
 #: TensorFlow errors a worker gets because a peer failed or stopped, not a cause of their own.
@@ -58,7 +59,7 @@ def describe_exception(err: BaseException, *, filename: str | None = None,
     Lines of ``filename`` are shown as cell lines, ``line - line_offset`` (the cell's source
     starts with the ``%%distribute`` line, as in the notebook, so the offset is 0).
     """
-    frames = traceback.extract_tb(err.__traceback__)
+    frames = traceback.extract_tb(without_nbdist_frames(err.__traceback__))
     cell_line = None
     if filename is not None:
         starts = [i for i, f in enumerate(frames) if f.filename == filename]

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import StepCodeError
+from ..errors import LossNotScalar, StepCodeError
 from ..patching import patched
 from .collectives import Attribution, Collective, attribute
 
@@ -180,9 +180,19 @@ class StepProbe:
                 f"`{self.loss_name}` must be a tensor or number, got {type(loss).__name__}. "
                 "Assign the step's loss to it, e.g. `loss = tf.nn.compute_average_loss(...)`."
             ) from err
+        if loss.shape.rank is None:   # unknown until it runs: report the mean of its values
+            return tf.reduce_mean(tf.cast(loss, tf.float32))
+        if loss.shape.num_elements() != 1:   # one value per example, not one per replica
+            raise LossNotScalar(
+                f"`{self.loss_name}` has shape {loss.shape}, not one value: differentiating "
+                "it trains on the sum of its values, and nbdist would report their mean, so "
+                "the step would train silently on a loss it does not show. Reduce it to one "
+                f"value per replica: `{self.loss_name} = tf.nn.compute_average_loss("
+                "per_example_loss, global_batch_size=GLOBAL_BATCH)` (what TensorFlow's "
+                "distributed tutorials do) or `tf.reduce_mean(...)`.")
         if not loss.dtype.is_floating:
             loss = tf.cast(loss, tf.float32)
-        return tf.reduce_mean(loss) if loss.shape.rank != 0 else loss
+        return tf.reshape(loss, ())
 
     def _grad_list(self, grads: Any) -> list[Any]:
         import tensorflow as tf

@@ -235,7 +235,7 @@ class MultiWorkerCluster(ClusterLifecycle):
         self.monitor.expect_run(key, run)
         outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
                                            observers)
-        finish_runs(outcomes, interrupted, [run], self.n)
+        finish_runs(outcomes, interrupted, [run], self.n, self.monitor.stopper.requested)
         first = outcomes[0].get("value") or {}
         for note in first.get("notes", []):
             run.note(note)
@@ -254,7 +254,7 @@ class MultiWorkerCluster(ClusterLifecycle):
         args = (cell.text, cell.header, cell.filename, f"cell{cell.number}", checkpoint)
         outcomes, interrupted = self._call(cells.run_scope, [args] * self.n, observers)
         new = [r for r in self.monitor.runs() if id(r) not in before]
-        finish_runs(outcomes, interrupted, new, self.n)
+        finish_runs(outcomes, interrupted, new, self.n, self.monitor.stopper.requested)
         if checkpoint and not new:
             from ...checkpoint import NOTHING_TRAINED
 

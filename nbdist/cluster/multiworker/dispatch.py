@@ -210,7 +210,8 @@ class _Stopping:
         if interrupted:
             print("nbdist: interrupted; stopping the workers at the same step boundary...",
                   file=sys.stderr)
-        dispatcher.monitor.stopper.request(workers)
+        dispatcher.monitor.stopper.request(workers,
+                                           "interrupted" if interrupted else "stopped")
 
     def tick(self) -> None:
         elapsed = time.monotonic() - self.started

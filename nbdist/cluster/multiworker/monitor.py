@@ -67,13 +67,17 @@ class StopCoordinator:
         self._send = send
         self._lock = threading.Lock()
         self.requested = False
+        self.reason: str | None = None   # the Run status a stop ends in: interrupted/stopped
         self.paused: dict[int, int] = {}
         self._last_change = 0.0
         self.halted_at: int | None = None
 
-    def request(self, workers: list[int]) -> None:
+    def request(self, workers: list[int], reason: str = "stopped") -> None:
+        """Stop ``workers`` at a common step; their Runs end ``reason`` ("interrupted" for a
+        kernel interrupt, "stopped" for the Stop button)."""
         with self._lock:
             self.requested, self.paused, self.halted_at = True, {}, None
+            self.reason = reason
             self._last_change = time.monotonic()
         for w in workers:
             self._send(w, {"type": protocol.STOP})
@@ -81,6 +85,7 @@ class StopCoordinator:
     def reset(self) -> None:
         with self._lock:
             self.requested, self.paused, self.halted_at = False, {}, None
+            self.reason = None
 
     def on_paused(self, worker: int, step: int) -> None:
         with self._lock:
@@ -187,7 +192,10 @@ class ClusterMonitor:
                 for note in notes if isinstance(notes, list) else []:
                     if isinstance(note, str):   # e.g. "resumed from epoch 2 of 3 in DIR"
                         entry.run.note(note[:1000])
-                entry.end(worker, str(message.get("status")), len(self.health))
+                status = str(message.get("status"))
+                if status == "stopped" and self.stopper.reason:   # the kernel knows why
+                    status = self.stopper.reason
+                entry.end(worker, status, len(self.health))
         elif kind == protocol.PAUSED and isinstance(message.get("step"), int):
             self.stopper.on_paused(worker, message["step"])
 

@@ -21,13 +21,15 @@ STEP_NOTE = ("under multiworker wait_ms covers replicas of the same worker; wait
 
 
 def finish_runs(outcomes: dict[int, dict[str, Any]], interrupted: bool, runs: list[Run],
-                workers: int) -> None:
-    """Mark ``runs`` done, interrupted or failed from every worker's outcome; raise the
-    error the cell shows (one for all workers), if any."""
+                workers: int, stopped: bool = False) -> None:
+    """Mark ``runs`` done, stopped (``stopped``: the Stop button), interrupted or failed from
+    every worker's outcome; raise the error the cell shows (one for all workers), if any.
+    The kernel decides, whether or not the workers' own ends have arrived yet."""
     failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"]}
     for run in runs:
-        if run.status == "running":
-            run.finish("interrupted" if interrupted else "failed" if failures else "done")
+        if run.status == "running" or (interrupted and run.status == "stopped"):
+            run.finish("interrupted" if interrupted else "failed" if failures
+                       else "stopped" if stopped else "done")
     real = {w: f for w, f in failures.items()
             if f["type"] not in ("KeyboardInterrupt", "RunInterrupted")}
     if real:

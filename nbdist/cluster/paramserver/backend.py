@@ -23,6 +23,7 @@ import psutil
 from ...backends.base import BackendStatus, refuse_keras_choice
 from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
+from ...hooks.keras import atomic_variable_updates
 from ...spec import StrategySpec
 from ...telemetry.run import Run, RunList
 from ...tflogs import worker_environment
@@ -72,6 +73,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         self.dead_workers: set[int] = set()
         self.steps_by_worker: dict[int, int] = {}
         self.shell = shell
+        self._atomic: Any = None   # hooks.keras.atomic_variable_updates while started
 
     @classmethod
     def create(cls, spec: StrategySpec, runs: RunList, shell: Any = None,
@@ -104,7 +106,10 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
             addresses = engines.task_addresses()
             self.cluster_spec = {"worker": addresses[:self.n], "ps": addresses[self.n:]}
             self._serve()
-            self.strategy, self.coordinator = ps_context.connect(self.cluster_spec)
+            self.strategy, self.coordinator = ps_context.connect(self.cluster_spec,
+                                                                 self.spec.partitioner)
+            self._atomic = atomic_variable_updates()   # workers update metrics concurrently
+            self._atomic.__enter__()
             self.engines.remember_processes()
         except BaseException:
             self.stop()
@@ -140,6 +145,9 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
     def stop(self) -> list[int]:
         """Detach the kernel, stop every process; return pids that had to be killed."""
         killed: list[int] = []
+        if self._atomic is not None:
+            self._atomic.__exit__(None, None, None)
+            self._atomic = None
         if self.coordinator is not None:
             ps_context.disconnect(self.coordinator, worker_died=bool(self.dead_workers))
             self.coordinator = self.strategy = None

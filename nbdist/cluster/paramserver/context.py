@@ -28,18 +28,47 @@ from typing import Any
 from ...backends.kernelstate import check_kernel_usable, taint
 from ...hooks.tensorflow import detach_from_cluster
 from ...hooks.tf_coordinator import recovery_lock, stop_threads
+from ...spec import PARTITIONERS, partitioner_parts
 
 log = logging.getLogger("nbdist.cluster")
 
-def connect(cluster: dict[str, list[str]]) -> tuple[Any, Any]:
-    """ParameterServerStrategy over ``cluster`` (worker and ps jobs) and its coordinator."""
+
+def partitioner_code(partitioner: str | None, n_ps: int) -> str | None:
+    """``--partitioner`` as the TensorFlow expression it stands for (None: no partitioner)."""
+    if partitioner is None:
+        return None
+    kind, number = partitioner_parts(partitioner)
+    call = PARTITIONERS[kind]
+    return ("tf.distribute.experimental.partitioners."
+            + call.replace("NUMBER", str(number)).replace("PS", str(n_ps)))
+
+
+def make_partitioner(partitioner: str | None, n_ps: int) -> Any:
+    """The ``variable_partitioner`` ``--partitioner`` asks for, or None."""
+    if partitioner is None:
+        return None
+    import tensorflow as tf
+
+    kind, number = partitioner_parts(partitioner)
+    partitioners = tf.distribute.experimental.partitioners
+    if kind == "min_size":   # the parameter-server tutorial's choice: <= one shard per ps
+        return partitioners.MinSizePartitioner(min_shard_bytes=number, max_shards=n_ps)
+    if kind == "max_size":
+        return partitioners.MaxSizePartitioner(max_shard_bytes=number)
+    return partitioners.FixedShardsPartitioner(num_shards=number)
+
+
+def connect(cluster: dict[str, list[str]], partitioner: str | None = None) -> tuple[Any, Any]:
+    """ParameterServerStrategy over ``cluster`` (worker and ps jobs) and its coordinator;
+    ``partitioner``: ``--partitioner`` (see ``make_partitioner``)."""
     check_kernel_usable()
     import tensorflow as tf
 
     tf.get_logger().setLevel("WARNING")   # the coordinator logs every closure at INFO
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster), rpc_layer="grpc")
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    strategy = tf.distribute.ParameterServerStrategy(
+        resolver, variable_partitioner=make_partitioner(partitioner, len(cluster["ps"])))
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
     return strategy, coordinator
 

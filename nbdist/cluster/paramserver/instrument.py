@@ -45,6 +45,9 @@ class UpdateTimer:
 
     @contextlib.contextmanager
     def hooked(self) -> Iterator[None]:
+        """Entered once per trace: a retrace (TensorFlow traces again when a tf_keras
+        optimizer made its slot variables) must not read the spans of the previous graph."""
+        self.spans.clear()
         with patched((cls, "apply_gradients", self._timed(cls.apply_gradients))
                      for cls in _optimizer_classes()):
             yield

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...backends.base import BackendStatus
 from ...hooks import tensorflow as hooks_tf
+from .context import partitioner_code
 from .health import job_name
 
 
@@ -26,6 +27,9 @@ def backend_status(cluster: Any) -> BackendStatus:
         f"kernel     TensorFlow gRPC server of the coordinator: {_coordinator_address()} "
         "(all interfaces, no authentication: see the README's security notes)",
     ]
+    code = partitioner_code(spec.partitioner, cluster.n_ps)
+    lines.append(f"variables  sharded by {code} (--partitioner)" if code else
+                 "variables  each on one parameter server, round robin (no --partitioner)")
     for job, index in cluster.tasks:
         info = cluster.info.get((job, index), {})
         alive = "alive" if cluster.alive(job, index) else "DEAD"
@@ -49,6 +53,7 @@ def backend_status(cluster: Any) -> BackendStatus:
 
 def equivalent_code(cluster: Any) -> str:
     """What the processes and the kernel run, written by hand."""
+    code = partitioner_code(cluster.spec.partitioner, cluster.n_ps)
     return "\n".join([
         "import tensorflow as tf",
         f"cluster = tf.train.ClusterSpec({json.dumps(cluster.cluster_spec)})",
@@ -57,7 +62,8 @@ def equivalent_code(cluster: Any) -> str:
         "# in the coordinator (this kernel):",
         "resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, "
         "rpc_layer='grpc')",
-        "strategy = tf.distribute.ParameterServerStrategy(resolver)",
+        "strategy = tf.distribute.ParameterServerStrategy(resolver"
+        + (f", variable_partitioner={code}" if code else "") + ")",
         "coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)",
     ])
 
