@@ -215,6 +215,14 @@ class Run:
 
         return summary(self)
 
+    @classmethod
+    def load(cls, path: str) -> Run:
+        """The Run an exported script wrote with ``--metrics PATH`` (all its workers' files):
+        ``nbdist.Run.load(PATH).plot()`` redraws its dashboard."""
+        from .jsonl import load_run
+
+        return load_run(path, cls)
+
     def plot(self, **options: Any) -> Any:
         """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
         compute times, the global lines and flagged stragglers (see ``nbdist.widgets.figure``;
