@@ -31,7 +31,7 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
               f"In[{step.number}] under tf.distribute.",
         magic_line=session.magic_line(), step_number=step.number,
         file=os.path.basename(filename), left_out=_left_out(plan),
-        keras=('os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")   # the notebook ran '
+        keras=('\nos.environ.setdefault("TF_USE_LEGACY_KERAS", "1")   # the notebook ran '
                "tf_keras as tf.keras\n") if legacy_keras else "",
         strategy=json.dumps(default), devices=session.devices or 1, epochs=spec.epochs,
         steps=spec.steps, checkpoint=_literal(spec.checkpoint),

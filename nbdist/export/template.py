@@ -21,7 +21,6 @@ nbdist's dashboard: nbdist.Run.load(PATH).plot().
 Cells not exported:
 $left_out
 """
-# ruff: noqa: F401, F811  (the notebook's cells keep their imports as they were)
 
 import argparse
 import itertools
