@@ -210,7 +210,9 @@ def train(args, data):
     if first_epoch and worker == 0:
         print(f"resumed from epoch {first_epoch} of {args.epochs} in {args.checkpoint}")
     metrics = None
-    if args.metrics:
+    if args.metrics:   # under parameter_server only the coordinator sees the steps
+        if args.strategy == "parameter_server":
+            worker, workers = 0, 1
         metrics = StepWriter(args.metrics, worker=worker, workers=workers,
                              replicas=max(1, strategy.num_replicas_in_sync // workers),
                              strategy=args.strategy, loss_scale=$loss_scale)
