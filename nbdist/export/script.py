@@ -46,7 +46,8 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
         body=indent_code(step.code, 4), returns=f"{source.loss}, {grads}",
         reduce="SUM" if global_batch else "MEAN",
         loss_scale="strategy.num_replicas_in_sync" if global_batch else "1",
-        data=spec.data, distribute=_distribute(user_ns.get(spec.data)),
+        data=spec.data, distribute=_distribute(user_ns.get(spec.data),
+                                               spec.data in _functions(plan)),
         checkpointed=", ".join(f"{n}={n}" for n in _checkpoint_candidates(plan)) or "",
     )
     return head + "".join(_cell_block(c) for c in plan.cells) + step_text
@@ -93,10 +94,20 @@ def _cell_block(cell: NotebookCell) -> str:
     return f"\n# {cell.label}\n{cell.code}\n"
 
 
-def _distribute(value: Any) -> str:
-    """How the script distributes ``--data`` (the kernel's value says what it is, when it is
-    in the kernel; under multiworker it is in the workers: a dataset, as most are)."""
-    if value is not None and callable(value) and not hasattr(value, "element_spec"):
+def _functions(plan: Plan) -> set[str]:
+    """Names whose latest definition in the exported cells is a ``def``."""
+    latest: dict[str, bool] = {}
+    for cell in plan.cells:
+        assert cell.names is not None
+        latest.update({n: n in cell.names.functions for n in cell.names.defined})
+    return {n for n, is_function in latest.items() if is_function}
+
+
+def _distribute(value: Any, defined_by_def: bool) -> str:
+    """How the script distributes ``--data``: the kernel's value says what it is; under
+    multiworker it is in the workers, and a ``def`` makes it a dataset function."""
+    if defined_by_def or value is not None and callable(value) and \
+            not hasattr(value, "element_spec"):
         return "strategy.distribute_datasets_from_function(data)"
     if value is not None and hasattr(value, "element_spec") and not hasattr(value, "batch"):
         return "data"   # a DistributedDataset the cells made with `strategy`
