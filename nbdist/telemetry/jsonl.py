@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .rows import COLUMNS, Row, row_from_record
+from .rows import COLUMNS, Row, as_row
 
 FORMAT = "nbdist-run/1"
 
@@ -76,10 +76,20 @@ def read_files(path: str) -> list[tuple[dict[str, Any], list[Row], dict[str, Any
             raise ValueError(f"{name} is not a metrics file an exported script wrote "
                              f"(its first line must have format {FORMAT!r})")
         end = records[-1] if "end" in records[-1] else None
-        rows = [row_from_record({c: r[c] for c in COLUMNS})[0]
+        rows = [as_row([math.nan if r[c] is None else float(r[c]) for c in COLUMNS])
                 for r in records[1:] if "step" in r]
         out.append((records[0], rows, end))
     return out
+
+
+class LoadsJsonLines:
+    """``Run.load`` (a base of ``Run``, so that the store's module stays small)."""
+
+    @classmethod
+    def load(cls, path: str) -> Any:
+        """The Run an exported script wrote with ``--metrics PATH`` (all its workers' files):
+        ``nbdist.Run.load(PATH).plot()`` redraws its dashboard."""
+        return load_run(path, cls)
 
 
 def load_run(path: str, run_class: Any) -> Any:
