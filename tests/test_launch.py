@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -67,3 +68,24 @@ def test_parameter_server_jobs_have_a_chief(tmp_path):
     assert done.returncode == 0, done.stderr
     tasks = sorted(p.name for p in tmp_path.glob("*.pid"))
     assert tasks == ["chief-0.pid", "ps-0.pid", "worker-0.pid"]
+
+
+def test_ctrl_c_stops_every_process(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "nbdist.launch", "--workers", "2", str(script), str(tmp_path),
+         "-1", "600"], env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    pid_files = [tmp_path / f"worker-{i}.pid" for i in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() and p.read_text() for p in pid_files):
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130 and "interrupted" in err
+    for p in pid_files:
+        pid = int(p.read_text())
+        assert not psutil.pid_exists(pid) or \
+            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

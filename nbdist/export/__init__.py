@@ -51,7 +51,10 @@ def export_magic(shell: Any, session: Any, line: str) -> str:
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     cells = ", ".join(c.label for c in [*plan.cells, plan.step])
+    job = ("--workers 2 --ps 1 {} --strategy parameter_server"
+           if (args.strategy or plan.step.strategy.name) == "parameter_server"
+           else "--workers 2 {} --strategy multiworker").format(args.file)
     print(f"nbdist: wrote {path} from {cells} ({len(plan.left_out)} cell(s) left out: listed "
-          f"in its docstring). Run it: python {args.file}; as 2 workers: python -m "
-          f"nbdist.launch --workers 2 {args.file} --strategy multiworker")
+          f"in its docstring). Run it: python {args.file}; as a local job: python -m "
+          f"nbdist.launch {job}")
     return path
