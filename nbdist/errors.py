@@ -53,3 +53,8 @@ class CheckpointError(NbdistError):
 
 class RunInterrupted(NbdistError):
     """A run stopped early (kernel interrupt or Stop button); its partial Run is kept."""
+
+
+class ExportError(NbdistError):
+    """``%distribute export`` cannot write the script: a cell it needs cannot be placed in it,
+    or the file exists."""

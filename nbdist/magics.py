@@ -104,6 +104,7 @@ Examples::
   %distribute parameter_server --ps 1    # the kernel coordinates; variables on the ps
   %distribute status                     # strategy, devices, workers, equivalent TensorFlow
   %distribute pull history --worker 1    # a worker's variable into the kernel
+  %distribute export train.py            # the step cell's training as a script
 
   %%distribute                           # scope mode: every model.fit is recorded
   model.fit(train_ds, epochs=3)
@@ -166,6 +167,11 @@ class DistributeMagics(Magics):
         from .session import current_session
 
         session = current_session(self.shell)
+        if cell is None and line.split()[:1] == ["export"]:   # its own flags: nbdist.export
+            from .export import export_magic
+
+            export_magic(self.shell, session, line)
+            return None
         if cell is None:
             args = _parse(_line_args, _cell_args, line, _LINE, _CELL)
             return self._line(args, _strategy_spec(args.what, args), session)

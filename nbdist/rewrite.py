@@ -220,7 +220,13 @@ def _check_compiles(source: str, filename: str, lines: list[str]) -> None:
         ) from None
 
 
-def _indent_cell(lines: list[str]) -> list[str]:
+def indent_code(text: str, width: int) -> str:
+    """``text`` indented by ``width`` spaces, except continuation lines of multi-line strings
+    (how ``%distribute export`` places a cell's code in a block)."""
+    return "\n".join(_indent_cell(_split_lines(text), " " * width))
+
+
+def _indent_cell(lines: list[str], indent: str = _INDENT) -> list[str]:
     """Indent every cell line by 8 spaces except continuation lines of multi-line strings.
 
     Leading tabs become spaces (AutoGraph refuses code mixing both in its indentation).
@@ -234,7 +240,7 @@ def _indent_cell(lines: list[str]) -> list[str]:
             out.append("")
         else:
             stripped = line.lstrip(" \t\f")
-            out.append(_INDENT + " " * _indent_width(line[: len(line) - len(stripped)]) + stripped)
+            out.append(indent + " " * _indent_width(line[: len(line) - len(stripped)]) + stripped)
     return out
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .backends.base import NO_WORKERS, NO_WORKERS_TO_RESTART, Backend, lab_state, status_text
-from .backends.cells import prepare_scope_cell, prepare_step_cell
+from .backends.cells import RanCell, prepare_scope_cell, prepare_step_cell
 from .backends.kernelstate import why_cannot_host
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
@@ -49,6 +49,7 @@ class Session:
         self._published: Any = None                      # the `strategy` nbdist put in user_ns
         self._plain: contextlib.ExitStack | None = None  # around a cell without %%distribute
         self._told: set[str] = set()                     # one-time notes already printed
+        self.ran_cells: list[RanCell] = []               # %%distribute cells that succeeded
 
     # -- strategy --------------------------------------------------------------------------
     def configure(self, spec: StrategySpec, keras: str | None = None) -> Backend:
@@ -174,26 +175,36 @@ class Session:
                       header: str = "") -> Run:
         """Step mode: rewrite the cell into a per-replica step and train with it."""
         backend = self.require(spec.strategy)
-        return self._run(backend.run_step_cell, prepare_step_cell, cell, spec, observers,
-                         header)
+        return self._run(backend, backend.run_step_cell, prepare_step_cell, cell, spec,
+                         observers, header)
 
     def run_scope_cell(self, cell: str, spec: RunSpec, observers: list[Any],
                        header: str = "") -> Any:
         """Scope mode: run the cell under ``strategy.scope()``; record every ``model.fit``."""
         backend = self.require(spec.strategy)
-        return self._run(backend.run_scope_cell, prepare_scope_cell, cell, spec, observers,
-                         header)
+        return self._run(backend, backend.run_scope_cell, prepare_scope_cell, cell, spec,
+                         observers, header)
 
-    def _run(self, method: Callable[[Any, list[Any]], Any], prepare: Callable[..., Any],
-             cell: str, spec: RunSpec, observers: list[Any], header: str) -> Any:
+    def _run(self, backend: Backend, method: Callable[[Any, list[Any]], Any],
+             prepare: Callable[..., Any], cell: str, spec: RunSpec, observers: list[Any],
+             header: str) -> Any:
         self._cells += 1
         prepared = prepare(cell, spec, header, self._cells)   # refuses before any Run exists
         self._in_cell = True
         try:
-            return method(prepared, [*observers, _Notify(self._changed)])
+            result = method(prepared, [*observers, _Notify(self._changed)])
+            self.ran_cells.append(RanCell(self._history_number(cell), cell, spec,
+                                          backend.spec, getattr(backend, "keras", None)))
+            return result
         finally:
             self._in_cell = False
             self._changed()
+
+    def _history_number(self, cell: str) -> int:
+        """The running cell's In[n] (IPython stores a cell before running it); 0 if it is
+        not in the history (run with store_history=False)."""
+        raw = getattr(self.shell.history_manager, "input_hist_raw", [""])
+        return len(raw) - 1 if raw[-1].rstrip().endswith(cell.rstrip()) else 0
 
     # -- cells without %%distribute --------------------------------------------------------
     def pre_run_cell(self, info: Any = None) -> None:

@@ -42,6 +42,7 @@ FILE_TIERS = {
     "test_correctness.py": "kernel",
     "test_dashboard.py": "unit",          # its notebook and real-kernel tests: kernel
     "test_devices.py": "kernel",
+    "test_export.py": "notebooks",        # its refusals in an IPython shell: kernel
     "test_fastcall.py": "kernel",
     "test_fitreduce.py": "unit",
     "test_graphview.py": "kernel",
@@ -49,6 +50,7 @@ FILE_TIERS = {
     "test_input.py": "kernel",
     "test_header.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
+    "test_launch.py": "cluster",
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
     "test_notebooks.py": "notebooks",

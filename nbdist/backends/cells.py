@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..rewrite import StepSource, register_source, rewrite_step
-from ..spec import RunSpec
+from ..spec import RunSpec, StrategySpec
 
 if TYPE_CHECKING:
     from ..data import ReadData
@@ -51,6 +51,17 @@ class ScopeCell:
     @property
     def filename(self) -> str:
         return f"<nbdist-cell-{self.number}>"
+
+
+@dataclass(frozen=True)
+class RanCell:
+    """A ``%%distribute`` cell that ran without error (what ``%distribute export`` reads)."""
+
+    number: int                # IPython's execution count: the cell is In[number]
+    text: str                  # the cell without its ``%%distribute`` line
+    spec: RunSpec
+    strategy: StrategySpec     # the session's strategy it ran under
+    keras: str | None = None   # multiworker: "legacy" when the workers ran tf_keras
 
 
 @dataclass

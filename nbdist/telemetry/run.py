@@ -7,9 +7,8 @@ once): every reader and writer uses their names. The rows live in numpy chunks
 lock and publishes the new row count last, so a reader on another thread, or a
 KeyboardInterrupt during an append, never sees half a step.
 
-The store imports none of its views: ``Run.plot`` and ``Run.to_tensorboard`` call the
-functions that ``nbdist.widgets`` and ``nbdist.telemetry.tensorboard`` register with
-``register_view`` when they are imported (``import nbdist`` imports both registrations).
+The store imports none of its views: ``Run.plot``, ``Run.to_tensorboard`` call functions that
+``nbdist.widgets``, ``telemetry.tensorboard`` register (``register_view``) when imported.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .jsonl import LoadsJsonLines
 from .rows import COLUMNS, INTEGERS, MEASURED, POSITION, Row, as_row
 from .table import ColumnTable
 
@@ -36,7 +36,7 @@ _NAN = float("nan")
 
 
 @dataclass
-class Run:
+class Run(LoadsJsonLines):
     """One ``%%distribute`` execution and everything measured during it.
 
     ``run.metrics`` is a pandas DataFrame with one row per (step, replica or worker) and the

@@ -1,0 +1,60 @@
+"""``%distribute export FILE.py``: the notebook's distributed training as a standalone script.
+
+``history`` reads the cells (IPython's input history and what the session recorded about each
+``%%distribute`` cell), ``names`` finds what each defines and reads, ``plan`` picks the cells
+the step cell needs, ``script`` writes them into ``template``. The script trains without
+nbdist; ``python -m nbdist.launch`` runs it as several workers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from ..errors import ExportError
+
+
+@magic_arguments(name="%distribute export")
+@argument("export", metavar="export")
+@argument("file", metavar="FILE.py", help="the script to write")
+@argument("--strategy", metavar="NAME",
+          help="the script's default --strategy (default: the session's)")
+@argument("--cell", type=int, metavar="N",
+          help="the step cell In[N] to export (default: the last that ran)")
+@argument("--force", action="store_true", help="overwrite FILE.py (default: refuse)")
+def _export_args(line: str) -> None:
+    """Write the session's step-cell training, with the cells it needs, as a script."""
+
+
+def export_magic(shell: Any, session: Any, line: str) -> str:
+    """``%distribute export FILE.py [--strategy NAME] [--cell N] [--force]``: validate, then
+    write the script; returns its path."""
+    from .history import notebook_cells
+    from .plan import plan_export
+    from .script import check_strategy, render
+
+    args = parse_argstring(_export_args, line)
+    path = os.path.abspath(os.path.expanduser(args.file))
+    if not path.endswith(".py"):
+        raise ExportError(f"`%distribute export {args.file}`: give a .py file name, e.g. "
+                          "`%distribute export train.py`.")
+    if os.path.exists(path) and not args.force:
+        raise ExportError(f"`%distribute export {args.file}`: {path} exists. Add --force to "
+                          "overwrite it, or give another file name.")
+    check_strategy(args.strategy)
+    plan = plan_export(notebook_cells(shell, session), args.cell)
+    legacy = plan.step.keras == "legacy" or \
+        os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
+    text = render(plan, path, shell.user_ns, args.strategy, legacy)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    cells = ", ".join(c.label for c in [*plan.cells, plan.step])
+    job = ("--workers 2 --ps 1 {} --strategy parameter_server"
+           if (args.strategy or plan.step.strategy.name) == "parameter_server"
+           else "--workers 2 {} --strategy multiworker").format(args.file)
+    print(f"nbdist: wrote {path} from {cells} ({len(plan.left_out)} cell(s) left out: listed "
+          f"in its docstring). Run it: python {args.file}; as a local job: python -m "
+          f"nbdist.launch {job}")
+    return path

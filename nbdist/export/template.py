@@ -1,0 +1,251 @@
+'''The text of an exported script, with ``$placeholders`` that ``script.render`` fills in.
+
+It is what TensorFlow's distributed-training tutorials write by hand: the strategy from
+TF_CONFIG, the step under ``strategy.run`` in a ``tf.function``, a loop over the distributed
+dataset (or steps scheduled by a ``ClusterCoordinator``), ``tf.train.CheckpointManager``.
+'''
+
+HEAD = '''\
+"""$title
+
+Exported by nbdist (`%distribute export`) from a notebook that ran it under
+`$magic_line`. The notebook's cells are below as they were typed
+(In[n] is the cell's number); the training step is In[$step_number].
+
+One process:                   python $file
+Several, with TF_CONFIG:       python -m nbdist.launch --workers 2 $file --strategy multiworker
+A Slurm or Kubernetes job runs `python $file --strategy multiworker` in each process with its
+own TF_CONFIG (see nbdist's README). --metrics PATH (with nbdist installed) writes the rows of
+nbdist's dashboard: nbdist.Run.load(PATH).plot().
+
+Cells not exported:
+$left_out
+"""
+
+import argparse
+import itertools
+import json
+import os
+import tempfile
+import time
+$keras
+import tensorflow as tf
+
+try:  # optional: --metrics writes nbdist's per-replica rows as JSON lines
+    from nbdist.metrics import StepWriter
+except ImportError:
+    StepWriter = None
+
+STRATEGIES = ("one_device", "mirrored", "central_storage", "multiworker", "parameter_server")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategy", choices=STRATEGIES, default=$strategy,
+                        help="tf.distribute strategy (default: %(default)s, the notebook's)")
+    parser.add_argument("--devices", type=int, default=$devices, metavar="N",
+                        help="mirrored, central_storage: N GPUs, else the CPU split into N "
+                             "devices (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=$epochs, metavar="N",
+                        help="(default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=$steps, metavar="N",
+                        help="steps per epoch at most (default: %(default)s = all)")
+    parser.add_argument("--checkpoint", default=$checkpoint, metavar="DIR",
+                        help="save every epoch, resume from the last one (default: %(default)s)")
+    parser.add_argument("--metrics", metavar="PATH",
+                        help="with nbdist: per-replica metrics as JSON lines (default: none)")
+    args = parser.parse_args()
+    if args.metrics and StepWriter is None:
+        parser.error("--metrics writes nbdist's rows: pip install nbdist, or drop --metrics")
+    return args
+
+
+def local_devices(n):
+    """n GPUs if there are any, else the CPU split into n logical devices."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        return [f"/gpu:{i}" for i in range(min(n or len(gpus), len(gpus)))]
+    if n and n > 1:   # only before TensorFlow initialises its devices
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * n)
+    return [d.name for d in tf.config.list_logical_devices("CPU")][: n or 1]
+
+
+def make_strategy(name, devices):
+    """The strategy, made before any other TensorFlow op (collectives need that)."""
+    if name == "multiworker":   # the cluster and this process's task come from TF_CONFIG
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "parameter_server":
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        if resolver.task_type in ("worker", "ps"):   # serve the coordinator until it is done
+            tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                 task_index=resolver.task_id,
+                                 protocol=resolver.rpc_layer or "grpc", start=True).join()
+        return tf.distribute.ParameterServerStrategy(resolver)
+    placed = local_devices(devices)
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(placed[0])
+    if name == "central_storage":
+        return tf.distribute.experimental.CentralStorageStrategy(placed)
+    return tf.distribute.MirroredStrategy(placed)
+
+
+def worker_index_and_count():
+    """This process's index among the job's workers (0: the chief), and their number."""
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    cluster, task = config.get("cluster", {}), config.get("task", {})
+    chiefs = len(cluster.get("chief", []))
+    count = chiefs + len(cluster.get("worker", [])) or 1
+    if task.get("type") == "worker":
+        return chiefs + int(task.get("index", 0)), count
+    return 0, count
+
+
+args = parse_args()
+strategy = make_strategy(args.strategy, args.devices)
+$worker_line
+'''
+
+STEP = '''
+
+def step_fn($batch):
+    """One replica's step: In[$step_number] (`$header`)."""
+$body
+    return $returns
+
+
+@tf.function
+def train_step($batch):
+    per_replica_loss, per_replica_norm = strategy.run(step_fn, args=($batch,))
+    loss = strategy.reduce(tf.distribute.ReduceOp.$reduce, per_replica_loss, axis=None)
+    return loss, per_replica_loss, per_replica_norm
+
+
+@tf.function
+def train_step_from(iterator):   # parameter_server: a step the coordinator schedules
+    return train_step(next(iterator))
+
+
+class EpochCheckpoint:
+    """--checkpoint DIR: the step's objects after each epoch; a new run resumes after the
+    last. Every worker saves (it may need collectives); only the chief writes to DIR."""
+
+    def __init__(self, directory, **objects):
+        saveable = {}
+        for name, value in objects.items():   # what tf.train.Checkpoint can save
+            try:
+                tf.train.Checkpoint(**{name: value})
+                saveable[name] = value
+            except (TypeError, ValueError):
+                pass
+        self.directory = directory
+        self.epochs_done = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.steps_done = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.checkpoint = tf.train.Checkpoint(epochs_done=self.epochs_done,
+                                              steps_done=self.steps_done, **saveable)
+        writes_to = directory if strategy.extended.should_checkpoint else tempfile.mkdtemp()
+        self.manager = tf.train.CheckpointManager(self.checkpoint, writes_to, max_to_keep=1)
+
+    def restore(self):
+        latest = tf.train.latest_checkpoint(self.directory)
+        if latest is not None:
+            self.checkpoint.restore(latest)
+        return int(self.epochs_done), int(self.steps_done)
+
+    def save(self, epochs_done, steps_done):
+        self.epochs_done.assign(epochs_done)
+        self.steps_done.assign(steps_done)
+        self.manager.save()
+
+
+def synchronous_steps(dist_dataset, max_steps):
+    """One epoch: every replica takes its slice of each global batch (strategy.run)."""
+    started = time.perf_counter()
+    for batch in itertools.islice(dist_dataset, max_steps):
+        fetched = time.perf_counter()
+        loss, per_replica_loss, per_replica_norm = train_step(batch)
+        loss = float(loss)   # waits for the step to finish
+        done = time.perf_counter()
+        yield loss, per_replica_loss, per_replica_norm, fetched - started, done - fetched
+        started = time.perf_counter()
+
+
+def coordinated_steps(coordinator, iterator, per_epoch):
+    """One epoch of steps scheduled on the workers by the coordinator (parameter_server)."""
+    started = time.perf_counter()
+    scheduled = [coordinator.schedule(train_step_from, args=(iterator,))
+                 for _ in range(per_epoch)]
+    coordinator.join()
+    seconds = (time.perf_counter() - started) / per_epoch
+    for result in scheduled:
+        loss, per_replica_loss, per_replica_norm = result.fetch()
+        yield float(loss), per_replica_loss, per_replica_norm, float("nan"), seconds
+
+
+def local_values(per_replica):
+    return [float(v) for v in strategy.experimental_local_results(per_replica)]
+
+
+def train(args, data):
+    """The notebook's step-mode loop on `data` (its --data): --epochs epochs of at most
+    --steps steps, a checkpoint after each with --checkpoint."""
+    worker, workers = worker_index_and_count()
+    if args.strategy == "parameter_server":
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        iterator = iter(coordinator.create_per_worker_dataset(data.repeat()))
+        per_epoch = args.steps or int(data.cardinality())
+
+        def epoch_steps():
+            return coordinated_steps(coordinator, iterator, per_epoch)
+    else:
+        dist_dataset = $distribute
+
+        def epoch_steps():
+            return synchronous_steps(dist_dataset, args.steps)
+    checkpoint = None
+    if args.checkpoint:
+        checkpoint = EpochCheckpoint(args.checkpoint, $checkpointed)
+    first_epoch, step = checkpoint.restore() if checkpoint else (0, 0)
+    if first_epoch and worker == 0:
+        print(f"resumed from epoch {first_epoch} of {args.epochs} in {args.checkpoint}")
+    metrics = None
+    if args.metrics:   # under parameter_server only the coordinator sees the steps
+        if args.strategy == "parameter_server":
+            worker, workers = 0, 1
+        metrics = StepWriter(args.metrics, worker=worker, workers=workers,
+                             replicas=max(1, strategy.num_replicas_in_sync // workers),
+                             strategy=args.strategy, loss_scale=$loss_scale)
+    status = "failed"
+    try:
+        for epoch in range(first_epoch, args.epochs):
+            last_loss = float("nan")
+            for loss, per_replica_loss, per_replica_norm, data_s, step_s in epoch_steps():
+                last_loss = loss
+                if metrics:
+                    metrics.write(step, epoch, local_values(per_replica_loss),
+                                  grad_norms=local_values(per_replica_norm),
+                                  step_ms=step_s * 1e3, data_ms=data_s * 1e3)
+                step += 1
+            if checkpoint:
+                checkpoint.save(epoch + 1, step)
+            if worker == 0:
+                print(f"epoch {epoch + 1}/{args.epochs}: loss {last_loss:.6g} ({step} steps)")
+        status = "done"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        if metrics:
+            metrics.close(status)
+
+
+train(args, $data)
+'''
+
+#: What the template binds at module level besides modules: a cell must not rebind these.
+TEMPLATE_NAMES = frozenset({
+    "STRATEGIES", "StepWriter", "parse_args", "local_devices", "make_strategy",
+    "worker_index_and_count", "args", "step_fn", "train_step", "train_step_from",
+    "EpochCheckpoint", "synchronous_steps", "coordinated_steps", "local_values", "train",
+})

@@ -1,0 +1,174 @@
+"""``%distribute export`` and ``python -m nbdist.launch``: the step-mode training of tutorials
+02 and 04, exported from a notebook run (nbclient), trains the same way as a script.
+
+The notebooks run the tutorials' own cells (setup, model, the first step cell) with a seed
+added before the model is built, so that the script, which runs the same cells, starts from
+the same weights; both read the same global batches (TensorFlow shards each one across the
+replicas in both), so the global loss of every step must agree whatever the replicas are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+
+import nbdist
+from nbdist.errors import ExportError
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+SEED = "tf.keras.utils.set_random_seed(7)   # the script runs this too: the same weights\n"
+
+
+def _env() -> dict[str, str]:
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(paths)),
+                TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _tutorial_cells(name: str, *snippets: str) -> list[str]:
+    """The sources of the first code cell of notebooks/<name>*.ipynb holding each snippet."""
+    nb = nbformat.read(next(NOTEBOOKS.glob(f"{name}-*.ipynb")), as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    return [next(s for s in code if all(part in s for part in snippet.split("|")))
+            for snippet in snippets]
+
+
+def _run_notebook(cells: list[str], workdir: Path) -> nbformat.NotebookNode:
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    os.environ.update({k: v for k, v in _env().items() if k in ("PYTHONPATH",)})
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(workdir)}}).execute()
+    return nb
+
+
+def _global_losses(frame: pd.DataFrame) -> np.ndarray:
+    """Each step's global loss: the sum of the replicas' losses (each / the global batch)."""
+    return frame.groupby("step")["loss"].sum().to_numpy()
+
+
+def _script(args: list[str], workdir: Path) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=workdir, env=_env(), text=True,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _export_and_check(cells: list[str], tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """Run the cells and export; return the script and the notebook run's global losses."""
+    script, losses = tmp_path / "train.py", tmp_path / "notebook_losses.csv"
+    _run_notebook([*cells, f"import nbdist\nnbdist.runs[-1].metrics.to_csv({str(losses)!r})",
+                   f"%distribute export {script}"], tmp_path)
+    # ruff's default rules: only the notebook's own lines (kept as typed) may be reported
+    lint = subprocess.run(["ruff", "check", "--isolated", "--output-format", "json",
+                           str(script)], capture_output=True, text=True)
+    lines = script.read_text().splitlines()
+    typed = {line.strip() for c in cells for line in c.splitlines()}
+    found = [(v["code"], lines[v["location"]["row"] - 1]) for v in json.loads(lint.stdout)]
+    assert all(line.strip() in typed for _, line in found), found
+    return script, _global_losses(pd.read_csv(losses))
+
+
+def test_tutorial_02_exported_trains_like_the_notebook(tmp_path):
+    start, setup, model, step = _tutorial_cells(
+        "02", "%distribute mirrored", "GLOBAL_BATCH, LR", "def make_model",
+        "--step|compute_average_loss")
+    cells = [start, setup + "\n" + SEED, model, step]
+    script, notebook = _export_and_check(cells, tmp_path)
+    assert len(notebook) == 48
+    _script(["-m", "nbdist.launch", "--workers", "2", str(script), "--strategy",
+             "multiworker", "--metrics", "workers.jsonl"], tmp_path)
+    two_workers = nbdist.Run.load(str(tmp_path / "workers.jsonl"))
+    assert (two_workers.workers, two_workers.replicas, two_workers.status) == (2, 1, "done")
+    np.testing.assert_allclose(_global_losses(two_workers.metrics), notebook, rtol=1e-4)
+    assert two_workers.plot() is not None   # the dashboard's figure of the finished job
+    # plain `python train.py`: MirroredStrategy on 4 devices, with nbdist not importable
+    out = _script(["-c", "import runpy, sys; sys.modules['nbdist'] = None; "
+                   f"sys.argv = ['train.py']; runpy.run_path({str(script)!r}, "
+                   "run_name='__main__')"], tmp_path)
+    printed = [float(v) for v in re.findall(r"epoch \d/3: loss (\S+)", out)]
+    np.testing.assert_allclose(printed, notebook[[15, 31, 47]], rtol=1e-4)
+
+
+def test_tutorial_04_exported_trains_like_the_workers(tmp_path, tf_keras):
+    start, data, step = _tutorial_cells("04", "%distribute multiworker", "def straggle",
+                                        "--step|--epochs 2")
+    data = data.replace("model = tf.keras", SEED + "model = tf.keras", 1)
+    script, notebook = _export_and_check([start, data, step], tmp_path)
+    text = script.read_text()
+    assert 'os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")' in text
+    assert "nbdist_worker, nbdist_workers = worker_index_and_count()" in text
+    _script(["-m", "nbdist.launch", "--workers", "2", str(script), "--metrics", "m.jsonl"],
+            tmp_path)
+    job = nbdist.Run.load(str(tmp_path / "m.jsonl"))
+    assert sorted(job.metrics.worker.unique()) == [0, 1]
+    np.testing.assert_allclose(_global_losses(job.metrics), notebook, rtol=1e-4)
+
+
+# -- refusals, through a real IPython shell -------------------------------------------------
+def _cell(ip, code: str):
+    return ip.run_cell(textwrap.dedent(code), store_history=True)
+
+
+def _model_and_data(ip) -> None:
+    assert _cell(ip, "import numpy as np\nimport tensorflow as tf").success
+    assert _cell(ip, """\
+        %%distribute
+        model_ex = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        opt_ex = tf.keras.optimizers.SGD(0.1)""").success
+    assert _cell(ip, "ds_ex = tf.data.Dataset.from_tensor_slices((np.ones((32, 4), 'float32'), "
+                     "np.ones((32, 1), 'float32'))).batch(8)").success
+
+
+def _step(factor: str) -> str:
+    return f"""\
+        %%distribute --step --data ds_ex
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model_ex(x) - y)) * {factor}
+        opt_ex.apply_gradients(zip(tape.gradient(loss, model_ex.trainable_variables),
+                                   model_ex.trainable_variables))"""
+
+
+@pytest.mark.kernel
+def test_a_needed_cell_with_a_shell_escape_is_named(ip, tmp_path):
+    bad = ip.execution_count
+    assert _cell(ip, "scale_ex = 0.5\n!true").success
+    _model_and_data(ip)
+    assert _cell(ip, "SCALE = scale_ex").success
+    assert _cell(ip, _step("SCALE")).success
+    target = tmp_path / "train.py"
+    err = _cell(ip, f"%distribute export {target}").error_in_exec
+    assert isinstance(err, ExportError) and not target.exists()
+    assert f"In[{bad}] defines `scale_ex`" in str(err) and "`!true`" in str(err), err
+
+    assert _cell(ip, "SCALE = 2.0").success         # now nothing needs the `!` cell
+    assert _cell(ip, _step("SCALE")).success
+    assert _cell(ip, f"%distribute export {target}").success
+    text = target.read_text()
+    assert f"In[{bad}]: defines nothing the training reads; it has IPython syntax" in text
+    assert "def step_fn(batch):" in text and "strategy.run(step_fn" in text
+    again = _cell(ip, f"%distribute export {target}").error_in_exec
+    assert isinstance(again, ExportError) and "--force" in str(again)
+    assert _cell(ip, f"%distribute export {target} --force").success
+
+
+@pytest.mark.kernel
+def test_a_name_from_nowhere_is_named(ip, tmp_path):
+    _model_and_data(ip)
+    ip.user_ns["pushed_ex"] = 1.0      # as %distribute push or a cell run without history do
+    assert _cell(ip, _step("pushed_ex")).success
+    err = _cell(ip, f"%distribute export {tmp_path / 't.py'}").error_in_exec
+    assert isinstance(err, ExportError) and "`pushed_ex` read by In[" in str(err), err
