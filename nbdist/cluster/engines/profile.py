@@ -8,13 +8,13 @@ of several clusters in a profile), or, for a controller started by hand, its
 engines registered there, in engine-id order (``--workers N``: the first N).
 
 Addresses. Each engine reports its host name, process and the IP it uses to reach the
-controller. When every engine runs on this machine (same host name, and a process with that
-pid and start time exists here), TF_CONFIG uses 127.0.0.1 and the telemetry channel binds
-127.0.0.1. Otherwise each worker is addressed by that IP (an engine on this machine by this
-machine's IP toward the others) and the channel binds the kernel's IP toward the engines: the
-workers must be able to open TCP connections to it (its messages are HMAC-signed; nothing on
-it is trusted without the session key). TF_CONFIG ports are chosen on each engine's host by
-asking an engine there.
+controller, and its kernel instance and namespaces (``hosts``). When every engine shares this
+process's network stack, TF_CONFIG uses 127.0.0.1 and the telemetry channel binds
+127.0.0.1. Otherwise each worker is addressed by that IP (an engine in this process's network
+stack by this machine's IP toward the others) and the channel binds the kernel's IP toward
+the engines: the workers must be able to open TCP connections to it (its messages are
+HMAC-signed; nothing on it is trusted without the session key). TF_CONFIG ports are chosen on
+each engine's host by asking an engine there.
 
 Stopping. TensorFlow allows one MultiWorkerMirroredStrategy per process (a second one in the
 same process, with a new TF_CONFIG, hangs: checked with TF 2.21), and a parameter_server
@@ -48,7 +48,7 @@ from ...hooks.ipyparallel import client_config
 from .. import tfconfig
 from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
-from .hosts import is_local, is_loopback, worker_hosts
+from .hosts import is_local, is_loopback, shares_network, worker_hosts
 from .lookup import find_cluster, resolve_profile
 
 log = logging.getLogger("nbdist.cluster")
@@ -108,7 +108,8 @@ class ProfileEngines:
         if any(d["used"] for d in self.idents):
             self._restart_spent()
         self.local = [is_local(d) for d in self.idents]
-        self.hosts, self.channel_host = worker_hosts(self.idents, self.local)
+        self.hosts, self.channel_host = worker_hosts(
+            self.idents, [shares_network(d) for d in self.idents])
 
     def _controller_host(self) -> str:
         cfg = client_config(self.client)
@@ -186,8 +187,9 @@ class ProfileEngines:
         return [f"{host}:{ports[i]}" for i, host in enumerate(self.hosts)]
 
     def describe(self) -> str:
-        where = ("on this machine" if all(self.local) else
-                 f"on {len(set(d['host'] for d in self.idents))} host(s)")
+        places = {(d["host"], d.get("boot_id"), d.get("netns")) for d in self.idents}
+        where = ("on this machine" if all(shares_network(d) for d in self.idents) else
+                 f"on {len(places)} host(s) {', '.join(sorted({p[0] for p in places}))}")
         return (f"{len(self.ids)} engines {list(self.ids)} of ipyparallel profile "
                 f"{self.name!r} ({self.profile_dir}), {where}; not started by nbdist")
 

@@ -1,0 +1,102 @@
+"""Several hosts: `%distribute ... --cluster PROFILE` over simulated hosts (tests/hostbed.py).
+
+One bed of 3 network namespaces (each its own address; host1 and host2 their own hostname and
+PID space, the third this machine's hostname and PID space: a container-like host that a
+hostname check took for this machine, issue 14 item 6) and one ipcluster
+whose controller listens on the bridge address serve the module; ipcluster's own launcher
+places one engine on each host, so nbdist's stop restarts the remote engines for real. The
+kernel (this process) stays on this machine, as a notebook would. A host is partitioned by
+taking its link down. Skipped with the reason where network namespaces cannot be made (not
+root, no iproute2).
+"""
+
+import re
+
+import pytest
+from helpers import run_ok
+
+import nbdist
+from nbdist.cluster.multiworker.backend import live_clusters
+from nbdist.session import current_session
+
+hostbed = pytest.importorskip("hostbed")
+
+SETUP = """%%distribute
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH = 48
+rng = np.random.default_rng(nbdist_worker)
+xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
+ys = xs.sum(axis=1, keepdims=True)
+ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True)
+long_ds = ds.repeat()
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.SGD(0.05)
+"""
+
+STEP = """%%distribute --step --data {data} {flags}
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+@pytest.fixture(scope="module")
+def bed(ip):
+    reason = hostbed.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    ip.run_line_magic("distribute", "stop")
+    with hostbed.HostBed(3, shared=(2,)) as the_bed:
+        the_bed.start_cluster()
+        try:
+            yield the_bed
+        finally:
+            ip.run_line_magic("distribute", "stop")
+            ip.run_line_magic("distribute", "mirrored --devices 4")
+    assert live_clusters() == []
+
+
+def cluster():
+    return current_session().backend
+
+
+def test_multiworker_over_three_hosts_addresses_status_push_pull_step_and_fit(
+        ip, bed, tf_keras, capsys):
+    ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
+    mw = cluster()
+    hosts = [info["host"] for info in mw.info]
+    assert sorted(hosts) == bed.hostnames
+    workers = mw.info[0]["tf_config"]["cluster"]["worker"]
+    # their own addresses, also the host named like this machine (not 127.0.0.1)
+    assert sorted(a.rsplit(":", 1)[0] for a in workers) == bed.ips
+    assert mw.channel.address[0] == bed.bridge_ip                       # reachable from them
+    ip.run_line_magic("distribute", "status")
+    out = capsys.readouterr().out
+    assert f"on 3 host(s) {', '.join(sorted(bed.hostnames))}" in out, out
+    for i, host in enumerate(hosts):
+        assert re.search(rf"worker {i} +alive, pid \d+ on {host}", out), out
+
+    ip.user_ns["offset"] = 10
+    ip.run_line_magic("distribute", "push offset")
+    run_ok(ip, "%%distribute\nimport socket\nwhere = (offset + nbdist_worker, "
+               "socket.gethostname())")
+    ip.run_line_magic("distribute", "pull where --worker 2")
+    assert ip.user_ns["where"] == (12, hosts[2])
+
+    run_ok(ip, SETUP)
+    run_ok(ip, STEP.format(data="ds", flags="--epochs 2"))
+    run = nbdist.runs[-1]
+    frame = run.metrics
+    assert run.status == "done" and run.steps_done == 16
+    assert frame.groupby("worker").size().to_dict() == {0: 16, 1: 16, 2: 16}
+    assert frame.loc[frame.step == 15, "loss"].nunique() == 3     # each host's own batch
+    assert (frame.allreduce_ms.dropna() > 0).all()
+
+    run_ok(ip, "%%distribute\nmodel.compile(optimizer='sgd', loss='mse')\n"
+               "history = model.fit(ds, epochs=1, verbose=0)")
+    fit = nbdist.runs[-1]
+    assert fit.mode == "fit" and fit.status == "done"
+    assert fit.metrics.groupby("worker").size().to_dict() == {0: 8, 1: 8, 2: 8}
