@@ -8,7 +8,7 @@ namespace joined to it by a veth pair with its own address (.11, .12, ...), opti
 this machine's hostname and PID space (only their network is theirs): the case where names
 and pids cannot tell hosts apart.
 
-``start_cluster`` runs ``ipcluster start --daemonize`` in a profile whose controller listens on
+``start_cluster`` runs ``ipcluster start`` in a profile whose controller listens on
 the bridge address and whose engine command places each engine on a host that has none (so
 ``ipcluster``'s own launcher starts, stops and restarts the remote engines: nbdist's
 ``%distribute stop`` and ``restart`` restart them for real). The kernel and the controller stay
@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = "nbd"
@@ -146,6 +147,7 @@ class HostBed:
         self.ips: list[str] = []
         self.workdir = ""
         self.profile_dir = ""
+        self.ipcluster_process: subprocess.Popen | None = None
 
     def __enter__(self) -> HostBed:
         try:
@@ -223,8 +225,8 @@ class HostBed:
 
     # -- an ipyparallel cluster with engines on the hosts ----------------------------------
     def start_cluster(self, engines: int | None = None, env: dict | None = None) -> str:
-        """``ipcluster start --daemonize``: controller on the bridge address, one engine on
-        each of the first ``engines`` hosts. Returns the profile directory."""
+        """``ipcluster start``: controller on the bridge address, one engine on each of the
+        first ``engines`` hosts. Returns the profile directory."""
         engines = self.n if engines is None else engines
         self.profile_dir = profile = os.path.join(self.workdir, "profile")
         os.makedirs(profile, exist_ok=True)
@@ -235,28 +237,51 @@ class HostBed:
                     "c.HeartMonitor.period = 500\nc.HeartMonitor.max_heartmonitor_misses = 20\n")
         with open(os.path.join(profile, "ipcluster_config.py"), "w") as f:
             f.write(f"c.EngineLauncher.engine_cmd = [{wrapper!r}]\n"
-                    "c.LocalEngineSetLauncher.delay = 0.3\n")
-        done = self.ipcluster("start", "--daemonize", f"--n={engines}", env=env)
-        if done.returncode != 0:
-            raise RuntimeError(f"ipcluster start failed: {done.stderr[-2000:]}")
-        return profile
+                    "c.LocalEngineSetLauncher.delay = 0.1\n")
+        # In the foreground, as this process's child: ipcluster then reaps the engine
+        # processes it stops at once (an orphan waits for the machine's init, which may be slow)
+        log = open(os.path.join(self.workdir, "ipcluster.log"), "ab")
+        self.ipcluster_process = subprocess.Popen(
+            [sys.executable, "-m", "ipyparallel.cluster", "start", f"--n={engines}",
+             f"--profile-dir={profile}"], env=self._env(env), stdout=log, stderr=log,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        cluster_file = os.path.join(profile, "security", "cluster-.json")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.ipcluster_process.poll() is not None:
+                with open(os.path.join(self.workdir, "ipcluster.log")) as f:
+                    raise RuntimeError(f"ipcluster start failed: {f.read()[-2000:]}")
+            try:
+                with open(cluster_file) as f:
+                    if (json.load(f).get("engines") or {}).get("sets"):
+                        return profile
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("ipcluster start wrote no cluster file with engines within 90 s")
+
+    def _env(self, env: dict | None = None) -> dict:
+        return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
 
     def ipcluster(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        full_env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
         return subprocess.run([sys.executable, "-m", "ipyparallel.cluster", *args,
-                               f"--profile-dir={self.profile_dir}"], env=full_env,
+                               f"--profile-dir={self.profile_dir}"], env=self._env(env),
                               capture_output=True, text=True, timeout=90)
 
     def _write_engine_wrapper(self) -> str:
-        """An engine command that takes a host with no engine (the launcher's pid is kept
-        through ``exec``, so ipcluster signals the process on the host)."""
+        """An engine command that takes a host with no engine. It stays the parent of what
+        runs on the host, so that ipcluster's signals reach the engine: SIGTERM is passed on
+        (``unshare --fork`` ignores it), then the host's processes are killed half a second later
+        (an engine blocked in TensorFlow does not run its SIGTERM handler)."""
         hosts = [self.on_host(i, [sys.executable, "-m", "ipyparallel.engine"])
                  for i in range(self.n)]
         path = os.path.join(self.workdir, ENGINE_WRAPPER)
         state = os.path.join(self.workdir, "engines.json")
         with open(path, "w") as f:
             f.write(f"""#!{sys.executable}
-import fcntl, json, os, sys, time
+import fcntl, json, os, signal, subprocess, sys, time
+import psutil
 HOSTS = {hosts!r}
 STATE = {state!r}
 def alive(pid):
@@ -279,7 +304,23 @@ while True:
     if time.monotonic() > deadline:
         sys.exit("no host without an engine")
     time.sleep(0.2)
-os.execvp(argv[0], argv)
+child = subprocess.Popen(argv)
+def engine():
+    top = psutil.Process(child.pid)
+    if top.name() != "unshare":
+        return [top]
+    return [g for c in top.children() for g in c.children()]
+def forward(sig, frame):
+    for p in engine():
+        p.send_signal(sig)
+    if sig == signal.SIGTERM:
+        try:
+            child.wait(0.5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+signal.signal(signal.SIGTERM, forward)
+signal.signal(signal.SIGINT, forward)
+sys.exit(child.wait())
 """)
         os.chmod(path, 0o755)
         return path
@@ -289,6 +330,13 @@ os.execvp(argv[0], argv)
             self.ipcluster("stop")
         except (subprocess.TimeoutExpired, OSError):
             pass
+        if self.ipcluster_process is not None:
+            self.ipcluster_process.terminate()
+            try:
+                self.ipcluster_process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.ipcluster_process.kill()
+                self.ipcluster_process.wait()
         for name in os.listdir(os.path.join(self.profile_dir, "security")) \
                 if os.path.isdir(os.path.join(self.profile_dir, "security")) else []:
             if name.startswith("cluster-") and name.endswith(".json"):

@@ -11,11 +11,13 @@ root, no iproute2).
 """
 
 import re
+import time
 
 import pytest
-from helpers import run_ok
+from helpers import once_running, run_err, run_ok
 
 import nbdist
+from nbdist.cluster.failures import WorkerUnreachable
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.session import current_session
 
@@ -100,3 +102,39 @@ def test_multiworker_over_three_hosts_addresses_status_push_pull_step_and_fit(
     fit = nbdist.runs[-1]
     assert fit.mode == "fit" and fit.status == "done"
     assert fit.metrics.groupby("worker").size().to_dict() == {0: 8, 1: 8, 2: 8}
+
+
+def test_a_partitioned_host_ends_the_cell_and_stop_restart_are_quick(ip, bed, capsys):
+    """A host's link goes down mid-run: the cell ends naming the host, the worker and its last
+    step; `%distribute restart` and `stop` return while the host is still unreachable and
+    nothing nbdist used is left running on the reachable hosts."""
+    ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
+    run_ok(ip, SETUP)
+    hosts = [info["host"] for info in cluster().info]
+    victim = hosts.index("host2")
+    used = {i: set(bed.processes_on(i)) for i in range(bed.n)}
+    try:
+        thread, cut = once_running(lambda: bed.partition(1), min_rows=30)
+        err = run_err(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+        ended = time.monotonic()
+        thread.join()
+        print(f"partition -> error {ended - cut[0]:.1f} s: {err}")
+        last = int(nbdist.runs[-1].metrics.query("worker == @victim").step.max())
+        assert isinstance(err, WorkerUnreachable), repr(err)
+        assert f"worker {victim} on host2 ({bed.ips[1]}) is unreachable" in str(err), err
+        seen = int(re.search(r"last step seen: (\d+)", str(err)).group(1))
+        assert seen in (last, last + 1), (last, err)   # rows may trail the heartbeat
+        assert ended - cut[0] <= 10
+        started = time.monotonic()
+        with pytest.raises(WorkerUnreachable, match="host2 .* still does not answer"):
+            ip.run_line_magic("distribute", "restart")
+        restart_s = time.monotonic() - started
+        started = time.monotonic()
+        ip.run_line_magic("distribute", "stop")
+        stop_s = time.monotonic() - started
+        print(f"restart {restart_s:.1f} s, stop {stop_s:.1f} s:", capsys.readouterr())
+        assert restart_s <= 5 and stop_s <= 5
+        for i in (0, 2):   # the reachable hosts: what nbdist used there is gone
+            assert not {p for p in used[i] if hostbed._alive(p)}, (i, used[i])
+    finally:
+        bed.heal(1)

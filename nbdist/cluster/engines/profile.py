@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -55,8 +56,12 @@ log = logging.getLogger("nbdist.cluster")
 
 #: Seconds to wait for a cluster's engines to register (after a start or a restart).
 REGISTER_TIMEOUT_S = 60.0
-#: Seconds the engines nbdist used get to exit before their sets are restarted.
-QUIT_WAIT_S = 3.0
+#: Seconds the engines nbdist used get to run the quit function before they are killed.
+QUIT_WAIT_S = 1.0
+#: Seconds their nannies get to kill them before their sets are restarted.
+KILL_WAIT_S = 0.5
+#: Engine ids nbdist restarted away, per profile directory: never chosen again.
+_RETIRED: dict[str, set[int]] = {}
 
 
 class ProfileEngines:
@@ -76,7 +81,8 @@ class ProfileEngines:
         self.client: Any = None
         self.ids: list[int] = []          # engine id of worker i
         self.idents: list[dict[str, Any]] = []
-        self.local: list[bool] = []
+        self.local: list[bool] = []      # its pid is a process of this machine
+        self.remote: list[bool] = []     # it does not share this process's network stack
         self.hosts: list[str] = []
         self.channel_host = "127.0.0.1"
         self.exiting = False              # set at interpreter exit: no restart then
@@ -108,8 +114,9 @@ class ProfileEngines:
         if any(d["used"] for d in self.idents):
             self._restart_spent()
         self.local = [is_local(d) for d in self.idents]
-        self.hosts, self.channel_host = worker_hosts(
-            self.idents, [shares_network(d) for d in self.idents])
+        self.remote = [not shares_network(d) for d in self.idents]
+        self.hosts, self.channel_host = worker_hosts(self.idents,
+                                                     [not r for r in self.remote])
 
     def _controller_host(self) -> str:
         cfg = client_config(self.client)
@@ -118,21 +125,27 @@ class ProfileEngines:
             host = cfg.get("location") or "127.0.0.1"
         return host
 
+    def _usable_ids(self) -> list[int]:
+        """Registered engines, less those nbdist restarted away (the controller lists a
+        killed engine until its heartbeats are missed, seconds later)."""
+        return sorted(set(self.client.ids) - _RETIRED.get(self.profile_dir, set()))
+
     def _wait_for_engines(self, at_least: int = 1) -> None:
         want = max(at_least, min(self.expected_engines(), self.wanted or 10**6), 1)
-        try:
-            self.client.wait_for_engines(want, timeout=self.timeout, interactive=False)
-        except Exception:  # TimeoutError; fewer engines may still be enough
-            if len(self.client.ids) < max(at_least, 1):
+        deadline = time.monotonic() + self.timeout
+        while len(self._usable_ids()) < want and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if len(self._usable_ids()) < want:   # fewer engines may still be enough
+            if len(self._usable_ids()) < max(at_least, 1):
                 raise ClusterStartError(
-                    f"--cluster {self.name}: only {len(self.client.ids)} engine(s) registered "
+                    f"--cluster {self.name}: only {len(self._usable_ids())} engine(s) registered "
                     f"with the controller within {self.timeout:.0f} s. Start engines, e.g. "
                     f"`ipcluster engines --profile-dir {self.profile_dir} --n 2 --daemonize`, "
                     "and check their logs in the profile's log/ directory."
                 ) from None
 
     def _choose(self) -> None:
-        available = sorted(self.client.ids)
+        available = self._usable_ids()
         if self.wanted is not None and self.wanted > len(available):
             raise ConfigError(
                 f"{self.asked}: the cluster of profile {self.name!r} has "
@@ -166,11 +179,8 @@ class ProfileEngines:
         self._choose()
 
     def _restart(self) -> None:
-        before = set(self.client.ids)
+        _RETIRED.setdefault(self.profile_dir, set()).update(self.client.ids)
         self.cluster.restart_engines_sync()
-        deadline = time.monotonic() + self.timeout
-        while set(self.client.ids) & before and time.monotonic() < deadline:
-            time.sleep(0.1)   # the controller unregisters the old engines
 
     def task_addresses(self) -> list[str]:
         """Each engine's address for a TensorFlow server: its host, a port free there (asked
@@ -255,18 +265,29 @@ class ProfileEngines:
         return []
 
     def _quit_used(self, quit_fn: Any) -> None:
-        """Make the used engines exit at once (quicker than ipyparallel's SIGTERM/SIGKILL,
-        and it works for a worker blocked in TensorFlow, which the restart then kills)."""
+        """Make the used engines exit at once (quicker than ipyparallel's SIGTERM/SIGKILL):
+        ``quit_fn`` on each; a worker blocked in TensorFlow never runs it, so those that have
+        not answered within QUIT_WAIT_S are killed by their nanny (SIGKILL). An engine on a
+        host that cannot be reached is left to the restart (its launcher). The controller
+        lists killed engines until their heartbeats are missed: they are retired instead."""
         if quit_fn is None:
             return
+        asked = {}
         for eid in self.ids:
             try:
-                self.client[eid].apply_async(quit_fn)
+                asked[eid] = self.client[eid].apply_async(quit_fn)
             except Exception as err:  # a dead engine: the restart handles it
                 log.debug("could not ask engine %s to quit: %s", eid, err)
         deadline = time.monotonic() + QUIT_WAIT_S
-        while set(self.ids) & set(self.client.ids) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while not all(ar.ready() for ar in asked.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        blocked = [eid for eid, ar in asked.items() if not ar.ready()]
+        if blocked:
+            try:
+                self.client.send_signal(signal.SIGKILL, targets=blocked, block=False)
+            except Exception as err:
+                log.debug("could not signal engines %s: %s", blocked, err)
+            time.sleep(KILL_WAIT_S)
 
     def _release(self) -> None:
         try:

@@ -34,6 +34,7 @@ from .dispatch import Dispatcher
 from .keras_choice import resolve_keras
 from .monitor import ClusterMonitor
 from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
+from .reach import refuse_restart_while_lost, watch_remote
 
 #: Default bound on each collective (seconds): a peer that is gone cannot hang the others.
 COLLECTIVE_TIMEOUT_S = 120.0
@@ -128,6 +129,7 @@ class MultiWorkerCluster(ClusterLifecycle):
                                             f"MultiWorkerMirroredStrategy: {cause}") from cause
                 raise cause
             self.info = [outcomes[i]["value"] for i in range(self.n)]
+            self.dispatcher.reach = self.reach = watch_remote(engines, self.info)
             self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)
                                     if engines.local[i]}
             engines.remember_processes()
@@ -155,6 +157,7 @@ class MultiWorkerCluster(ClusterLifecycle):
     def restarted(self) -> MultiWorkerCluster:
         """A fresh cluster with the same settings (this one is stopped first)."""
         self.stop()
+        refuse_restart_while_lost(getattr(self, "reach", None))   # set once started
         fresh = MultiWorkerCluster(self.spec, self.runs, self.keras_choice,
                                    self.collective_timeout)
         fresh.start()
