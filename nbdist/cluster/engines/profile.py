@@ -51,6 +51,7 @@ from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
 from .hosts import is_local, is_loopback, shares_network, worker_hosts
 from .lookup import find_cluster, resolve_profile
+from .retired import retire, retired
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -60,8 +61,6 @@ REGISTER_TIMEOUT_S = 60.0
 QUIT_WAIT_S = 1.0
 #: Seconds their nannies get to kill them before their sets are restarted.
 KILL_WAIT_S = 0.5
-#: Engine ids nbdist restarted away, per profile directory: never chosen again.
-_RETIRED: dict[str, set[int]] = {}
 
 
 class ProfileEngines:
@@ -126,9 +125,8 @@ class ProfileEngines:
         return host
 
     def _usable_ids(self) -> list[int]:
-        """Registered engines, less those nbdist restarted away (the controller lists a
-        killed engine until its heartbeats are missed, seconds later)."""
-        return sorted(set(self.client.ids) - _RETIRED.get(self.profile_dir, set()))
+        """Registered engines, less those nbdist restarted away (``retired``)."""
+        return sorted(set(self.client.ids) - retired(self.client, self.profile_dir))
 
     def _wait_for_engines(self, at_least: int = 1) -> None:
         want = max(at_least, min(self.expected_engines(), self.wanted or 10**6), 1)
@@ -179,7 +177,7 @@ class ProfileEngines:
         self._choose()
 
     def _restart(self) -> None:
-        _RETIRED.setdefault(self.profile_dir, set()).update(self.client.ids)
+        retire(self.client, self.profile_dir, self.client.ids)
         self.cluster.restart_engines_sync()
 
     def task_addresses(self) -> list[str]:
