@@ -22,6 +22,7 @@ is kept until ``python3 tests/hostbed.py down``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -32,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +41,7 @@ PREFIX = "nbd"
 #: Beds started by hand record themselves here (kept until `hostbed.py down`).
 KEEP_DIR = "/run/nbdist-hostbed"
 ENGINE_WRAPPER = "ipengine-on-a-free-host"
+PR_SET_CHILD_SUBREAPER = 36   # prctl(2)
 
 
 def skip_reason() -> str | None:
@@ -148,6 +151,7 @@ class HostBed:
         self.workdir = ""
         self.profile_dir = ""
         self.ipcluster_process: subprocess.Popen | None = None
+        self._reaping: threading.Event | None = None
 
     def __enter__(self) -> HostBed:
         try:
@@ -239,7 +243,10 @@ class HostBed:
             f.write(f"c.EngineLauncher.engine_cmd = [{wrapper!r}]\n"
                     "c.LocalEngineSetLauncher.delay = 0.1\n")
         # In the foreground, as this process's child: ipcluster then reaps the engine
-        # processes it stops at once (an orphan waits for the machine's init, which may be slow)
+        # processes it stops at once (an orphan waits for the machine's init, which may be
+        # slow: ~2 s here). Engine launchers orphaned by another process (a kernel that
+        # restarted engines, then exited) come to this one and are reaped too.
+        self._reap_orphaned_launchers()
         log = open(os.path.join(self.workdir, "ipcluster.log"), "ab")
         self.ipcluster_process = subprocess.Popen(
             [sys.executable, "-m", "ipyparallel.cluster", "start", f"--n={engines}",
@@ -260,6 +267,31 @@ class HostBed:
                 pass
             time.sleep(0.2)
         raise RuntimeError("ipcluster start wrote no cluster file with engines within 90 s")
+
+    def _reap_orphaned_launchers(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            return
+        self._reaping = threading.Event()
+        state = os.path.join(self.workdir, "engines.json")
+
+        def reap() -> None:
+            while not self._reaping.wait(0.1):
+                try:
+                    with open(state) as f:
+                        pids = list(json.load(f).values())
+                except (OSError, ValueError):
+                    continue
+                for pid in pids:
+                    try:   # only our own orphaned launchers: never a subprocess' child
+                        with open(f"/proc/{pid}/stat") as f:
+                            fields = f.read().rsplit(")", 1)[1].split()
+                        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+                            os.waitpid(pid, os.WNOHANG)
+                    except (OSError, ValueError):
+                        pass
+
+        threading.Thread(target=reap, name="hostbed-reaper", daemon=True).start()
 
     def _env(self, env: dict | None = None) -> dict:
         return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
@@ -330,6 +362,9 @@ sys.exit(child.wait())
             self.ipcluster("stop")
         except (subprocess.TimeoutExpired, OSError):
             pass
+        if self._reaping is not None:
+            self._reaping.set()
+            ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         if self.ipcluster_process is not None:
             self.ipcluster_process.terminate()
             try:
