@@ -6,9 +6,8 @@ channel where they can reach it (fresh HMAC key), ``compat.check_engines`` on ea
 importable, same TensorFlow and nbdist versions as the kernel), then ``worker.setup`` on every
 engine at once with its TF_CONFIG (ports free on each engine's host): each connects back to the
 channel and creates MultiWorkerMirroredStrategy, whose collectives are bounded by
-``collective_timeout``. Cells run on every worker through ``Dispatcher``; ``stop`` kills local
-engines and restarts a user's.
-"""
+``collective_timeout``. Cells run on every worker through ``Dispatcher`` (``reach`` watches
+workers on other hosts); ``stop`` kills local engines and restarts a user's."""
 
 from __future__ import annotations
 
