@@ -46,6 +46,7 @@ FILE_TIERS = {
     "test_fastcall.py": "kernel",
     "test_fitreduce.py": "unit",
     "test_graphview.py": "kernel",
+    "test_hostbed.py": "cluster",
     "test_import.py": "unit",
     "test_input.py": "kernel",
     "test_header.py": "unit",

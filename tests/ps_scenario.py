@@ -396,7 +396,28 @@ def ps_restart_scenario(ip):
     out["resumed_first_step"] = int(resumed.metrics.step.min()) if len(resumed.metrics) else None
 
 
-SCENARIOS = {"main": main_scenario, "faults": fault_scenario, "profile": profile_scenario,
+def hostbed_scenario(ip):
+    """parameter_server on the engines of tests/hostbed.py's hosts (profile dir in
+    NBDIST_HOSTBED_PROFILE): 2 workers and 1 parameter server on 3 hosts."""
+    import nbdist
+
+    profile_dir = os.environ["NBDIST_HOSTBED_PROFILE"]
+    _, out["start_error"] = cell(ip, "%distribute parameter_server --workers 2 --ps 1 "
+                                     f"--cluster {profile_dir}")
+    c = cluster()
+    out["cluster_spec"] = c.cluster_spec
+    out["hosts"] = {f"{job} {index}": c.info[(job, index)].get("host") for job, index in c.tasks}
+    out["status"] = status(ip)
+    _, out["setup_error"] = cell(ip, SETUP)
+    _, out["step_error"] = cell(ip, STEP.format(data="ds", flags="--epochs 5"))
+    out["step_run"] = frame_summary(nbdist.runs[-1])
+    started = time.monotonic()
+    ip.run_line_magic("distribute", "stop")
+    out["stop_s"] = time.monotonic() - started
+
+
+SCENARIOS = {"main": main_scenario, "hostbed": hostbed_scenario, "faults": fault_scenario,
+             "profile": profile_scenario,
              "ps_restart": ps_restart_scenario,
              "input": lambda ip: input_scenario(ip, out, cell, status),
              "tutorial": lambda ip: tutorial_scenario(ip, out, cell, status)}

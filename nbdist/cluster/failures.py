@@ -36,6 +36,10 @@ class WorkerHung(ClusterError):
     """A worker stopped answering (no heartbeat): stopped by a signal, or swapping."""
 
 
+class WorkerUnreachable(ClusterError):
+    """A worker's host stopped answering on the network (a partition, or the host is down)."""
+
+
 class KerasUnsupported(NbdistError):
     """Keras 3 ``model.fit`` under a multi-worker strategy (keras-team/keras#20585)."""
 

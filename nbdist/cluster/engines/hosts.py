@@ -1,8 +1,15 @@
 """Where the workers of an existing ipyparallel cluster are, and how they reach each other.
 
-Used by ``profile`` (``%distribute multiworker --cluster PROFILE``): engines on this machine
-get 127.0.0.1 in TF_CONFIG; with remote engines every worker gets an address the others can
-reach, and the telemetry channel binds this machine's address toward them.
+Used by ``profile`` (``%distribute multiworker --cluster PROFILE``): engines that share this
+process's network stack get 127.0.0.1 in TF_CONFIG; otherwise every worker gets an address the
+others can reach, and the telemetry channel binds this machine's address toward them.
+
+Locality is decided by what the kernel of the operating system says, never by host names
+alone: an engine shares the network stack when it runs on the same kernel instance (Linux
+boot id) in the same network namespace (a container or a network namespace keeps the host
+name but not the loopback interface), and its pids are this machine's when it is in the same
+PID namespace too. Without that information (not Linux) the host name, pid and process start
+time decide.
 """
 
 from __future__ import annotations
@@ -13,12 +20,28 @@ from typing import Any
 
 import psutil
 
-from ..inengine.identity import route_ip
+from ..inengine.identity import namespaces, route_ip
 from .base import ClusterStartError
 
 
+def _same(ident: dict[str, Any], *keys: str) -> bool | None:
+    """Whether ``ident`` has this process's values of ``keys`` (None: unknown on a side)."""
+    mine = namespaces()
+    if any(mine[k] is None or ident.get(k) is None for k in keys):
+        return None
+    return all(mine[k] == ident[k] for k in keys)
+
+
+def shares_network(ident: dict[str, Any]) -> bool:
+    """True if the engine described by ``ident`` reaches this process over loopback."""
+    same = _same(ident, "boot_id", "netns")
+    return is_local(ident) if same is None else same
+
+
 def is_local(ident: dict[str, Any]) -> bool:
-    """True if the engine described by ``ident`` is a process of this machine."""
+    """True if the engine described by ``ident`` is a process this one can see by its pid."""
+    if _same(ident, "boot_id", "pidns") is False:
+        return False
     if ident["host"] != socket.gethostname():
         return False
     try:
@@ -36,7 +59,8 @@ def is_loopback(ip: str | None) -> bool:
 
 
 def worker_hosts(idents: list[dict[str, Any]], local: list[bool]) -> tuple[list[str], str]:
-    """Each worker's TF_CONFIG host, and the address the telemetry channel binds."""
+    """Each worker's TF_CONFIG host, and the address the telemetry channel binds (``local``:
+    which engines share this process's network stack)."""
     if all(local):
         return ["127.0.0.1"] * len(idents), "127.0.0.1"
     remote_ips = [d["ip"] for d, here in zip(idents, local, strict=True)

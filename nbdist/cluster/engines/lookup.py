@@ -43,8 +43,10 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
     pattern = f"cluster-{cluster_id}.json" if cluster_id is not None else "cluster-*.json"
     running = {}
     for path in sorted(glob.glob(os.path.join(profile_dir, "security", pattern))):
-        try:
-            cluster = ipp.Cluster.from_file(path, log=log)
+        found_id = os.path.basename(path)[len("cluster-"):-len(".json")]
+        try:   # by profile dir: its ipcluster_config.py (launcher settings) is loaded too
+            cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=found_id,
+                                            log=log)
         except Exception as err:  # a stale or unreadable cluster file
             log.debug("skipping cluster file %s: %s", path, err)
             continue

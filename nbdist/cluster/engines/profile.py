@@ -8,13 +8,13 @@ of several clusters in a profile), or, for a controller started by hand, its
 engines registered there, in engine-id order (``--workers N``: the first N).
 
 Addresses. Each engine reports its host name, process and the IP it uses to reach the
-controller. When every engine runs on this machine (same host name, and a process with that
-pid and start time exists here), TF_CONFIG uses 127.0.0.1 and the telemetry channel binds
-127.0.0.1. Otherwise each worker is addressed by that IP (an engine on this machine by this
-machine's IP toward the others) and the channel binds the kernel's IP toward the engines: the
-workers must be able to open TCP connections to it (its messages are HMAC-signed; nothing on
-it is trusted without the session key). TF_CONFIG ports are chosen on each engine's host by
-asking an engine there.
+controller, and its kernel instance and namespaces (``hosts``). When every engine shares this
+process's network stack, TF_CONFIG uses 127.0.0.1 and the telemetry channel binds
+127.0.0.1. Otherwise each worker is addressed by that IP (an engine in this process's network
+stack by this machine's IP toward the others) and the channel binds the kernel's IP toward
+the engines: the workers must be able to open TCP connections to it (its messages are
+HMAC-signed; nothing on it is trusted without the session key). TF_CONFIG ports are chosen on
+each engine's host by asking an engine there.
 
 Stopping. TensorFlow allows one MultiWorkerMirroredStrategy per process (a second one in the
 same process, with a new TF_CONFIG, hangs: checked with TF 2.21), and a parameter_server
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -48,15 +49,18 @@ from ...hooks.ipyparallel import client_config
 from .. import tfconfig
 from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
-from .hosts import is_local, is_loopback, worker_hosts
+from .hosts import is_local, is_loopback, shares_network, worker_hosts
 from .lookup import find_cluster, resolve_profile
+from .retired import retire, retired
 
 log = logging.getLogger("nbdist.cluster")
 
 #: Seconds to wait for a cluster's engines to register (after a start or a restart).
 REGISTER_TIMEOUT_S = 60.0
-#: Seconds the engines nbdist used get to exit before their sets are restarted.
-QUIT_WAIT_S = 3.0
+#: Seconds the engines nbdist used get to run the quit function before they are killed.
+QUIT_WAIT_S = 1.0
+#: Seconds their nannies get to kill them before their sets are restarted.
+KILL_WAIT_S = 0.5
 
 
 class ProfileEngines:
@@ -76,7 +80,8 @@ class ProfileEngines:
         self.client: Any = None
         self.ids: list[int] = []          # engine id of worker i
         self.idents: list[dict[str, Any]] = []
-        self.local: list[bool] = []
+        self.local: list[bool] = []      # its pid is a process of this machine
+        self.remote: list[bool] = []     # it does not share this process's network stack
         self.hosts: list[str] = []
         self.channel_host = "127.0.0.1"
         self.exiting = False              # set at interpreter exit: no restart then
@@ -108,7 +113,9 @@ class ProfileEngines:
         if any(d["used"] for d in self.idents):
             self._restart_spent()
         self.local = [is_local(d) for d in self.idents]
-        self.hosts, self.channel_host = worker_hosts(self.idents, self.local)
+        self.remote = [not shares_network(d) for d in self.idents]
+        self.hosts, self.channel_host = worker_hosts(self.idents,
+                                                     [not r for r in self.remote])
 
     def _controller_host(self) -> str:
         cfg = client_config(self.client)
@@ -117,21 +124,26 @@ class ProfileEngines:
             host = cfg.get("location") or "127.0.0.1"
         return host
 
+    def _usable_ids(self) -> list[int]:
+        """Registered engines, less those nbdist restarted away (``retired``)."""
+        return sorted(set(self.client.ids) - retired(self.client, self.profile_dir))
+
     def _wait_for_engines(self, at_least: int = 1) -> None:
         want = max(at_least, min(self.expected_engines(), self.wanted or 10**6), 1)
-        try:
-            self.client.wait_for_engines(want, timeout=self.timeout, interactive=False)
-        except Exception:  # TimeoutError; fewer engines may still be enough
-            if len(self.client.ids) < max(at_least, 1):
+        deadline = time.monotonic() + self.timeout
+        while len(self._usable_ids()) < want and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if len(self._usable_ids()) < want:   # fewer engines may still be enough
+            if len(self._usable_ids()) < max(at_least, 1):
                 raise ClusterStartError(
-                    f"--cluster {self.name}: only {len(self.client.ids)} engine(s) registered "
+                    f"--cluster {self.name}: only {len(self._usable_ids())} engine(s) registered "
                     f"with the controller within {self.timeout:.0f} s. Start engines, e.g. "
                     f"`ipcluster engines --profile-dir {self.profile_dir} --n 2 --daemonize`, "
                     "and check their logs in the profile's log/ directory."
                 ) from None
 
     def _choose(self) -> None:
-        available = sorted(self.client.ids)
+        available = self._usable_ids()
         if self.wanted is not None and self.wanted > len(available):
             raise ConfigError(
                 f"{self.asked}: the cluster of profile {self.name!r} has "
@@ -165,11 +177,8 @@ class ProfileEngines:
         self._choose()
 
     def _restart(self) -> None:
-        before = set(self.client.ids)
+        retire(self.client, self.profile_dir, self.client.ids)
         self.cluster.restart_engines_sync()
-        deadline = time.monotonic() + self.timeout
-        while set(self.client.ids) & before and time.monotonic() < deadline:
-            time.sleep(0.1)   # the controller unregisters the old engines
 
     def task_addresses(self) -> list[str]:
         """Each engine's address for a TensorFlow server: its host, a port free there (asked
@@ -186,8 +195,9 @@ class ProfileEngines:
         return [f"{host}:{ports[i]}" for i, host in enumerate(self.hosts)]
 
     def describe(self) -> str:
-        where = ("on this machine" if all(self.local) else
-                 f"on {len(set(d['host'] for d in self.idents))} host(s)")
+        places = {(d["host"], d.get("boot_id"), d.get("netns")) for d in self.idents}
+        where = ("on this machine" if all(shares_network(d) for d in self.idents) else
+                 f"on {len(places)} host(s) {', '.join(sorted({p[0] for p in places}))}")
         return (f"{len(self.ids)} engines {list(self.ids)} of ipyparallel profile "
                 f"{self.name!r} ({self.profile_dir}), {where}; not started by nbdist")
 
@@ -253,18 +263,29 @@ class ProfileEngines:
         return []
 
     def _quit_used(self, quit_fn: Any) -> None:
-        """Make the used engines exit at once (quicker than ipyparallel's SIGTERM/SIGKILL,
-        and it works for a worker blocked in TensorFlow, which the restart then kills)."""
+        """Make the used engines exit at once (quicker than ipyparallel's SIGTERM/SIGKILL):
+        ``quit_fn`` on each; a worker blocked in TensorFlow never runs it, so those that have
+        not answered within QUIT_WAIT_S are killed by their nanny (SIGKILL). An engine on a
+        host that cannot be reached is left to the restart (its launcher). The controller
+        lists killed engines until their heartbeats are missed: they are retired instead."""
         if quit_fn is None:
             return
+        asked = {}
         for eid in self.ids:
             try:
-                self.client[eid].apply_async(quit_fn)
+                asked[eid] = self.client[eid].apply_async(quit_fn)
             except Exception as err:  # a dead engine: the restart handles it
                 log.debug("could not ask engine %s to quit: %s", eid, err)
         deadline = time.monotonic() + QUIT_WAIT_S
-        while set(self.ids) & set(self.client.ids) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while not all(ar.ready() for ar in asked.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        blocked = [eid for eid, ar in asked.items() if not ar.ready()]
+        if blocked:
+            try:
+                self.client.send_signal(signal.SIGKILL, targets=blocked, block=False)
+            except Exception as err:
+                log.debug("could not signal engines %s: %s", blocked, err)
+            time.sleep(KILL_WAIT_S)
 
     def _release(self) -> None:
         try:

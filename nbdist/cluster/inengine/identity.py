@@ -25,6 +25,24 @@ def route_ip(host: str) -> str:
         return "127.0.0.1"
 
 
+def namespaces() -> dict[str, str | None]:
+    """This process's kernel instance (Linux boot id) and its network and PID namespaces:
+    two processes with equal values share a network stack (loopback reaches the other) or
+    see each other's pids. None where the system does not tell (not Linux)."""
+    def read(path: str, link: bool = False) -> str | None:
+        try:
+            if link:
+                return os.readlink(path)
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    return {"boot_id": read("/proc/sys/kernel/random/boot_id"),
+            "netns": read("/proc/self/ns/net", link=True),
+            "pidns": read("/proc/self/ns/pid", link=True)}
+
+
 def identify(controller_host: str) -> dict[str, Any]:
     """Who and where this engine is, and whether nbdist already used its process."""
     host = socket.gethostname()
@@ -35,7 +53,7 @@ def identify(controller_host: str) -> dict[str, Any]:
     return {
         "host": host, "pid": os.getpid(), "started": psutil.Process().create_time(),
         "ip": route_ip(controller_host), "host_ip": host_ip,
-        "used": _SPENT or worker.is_worker() or ps_server.serving(),
+        "used": _SPENT or worker.is_worker() or ps_server.serving(), **namespaces(),
     }
 
 

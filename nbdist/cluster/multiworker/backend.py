@@ -6,9 +6,8 @@ channel where they can reach it (fresh HMAC key), ``compat.check_engines`` on ea
 importable, same TensorFlow and nbdist versions as the kernel), then ``worker.setup`` on every
 engine at once with its TF_CONFIG (ports free on each engine's host): each connects back to the
 channel and creates MultiWorkerMirroredStrategy, whose collectives are bounded by
-``collective_timeout``. Cells run on every worker through ``Dispatcher``; ``stop`` kills local
-engines and restarts a user's.
-"""
+``collective_timeout``. Cells run on every worker through ``Dispatcher`` (``reach`` watches
+workers on other hosts); ``stop`` kills local engines and restarts a user's."""
 
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ from .dispatch import Dispatcher
 from .keras_choice import resolve_keras
 from .monitor import ClusterMonitor
 from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
+from .reach import refuse_restart_while_lost, watch_remote
 
 #: Default bound on each collective (seconds): a peer that is gone cannot hang the others.
 COLLECTIVE_TIMEOUT_S = 120.0
@@ -128,6 +128,7 @@ class MultiWorkerCluster(ClusterLifecycle):
                                             f"MultiWorkerMirroredStrategy: {cause}") from cause
                 raise cause
             self.info = [outcomes[i]["value"] for i in range(self.n)]
+            self.dispatcher.reach = self.reach = watch_remote(engines, self.info)
             self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)
                                     if engines.local[i]}
             engines.remember_processes()
@@ -155,6 +156,7 @@ class MultiWorkerCluster(ClusterLifecycle):
     def restarted(self) -> MultiWorkerCluster:
         """A fresh cluster with the same settings (this one is stopped first)."""
         self.stop()
+        refuse_restart_while_lost(getattr(self, "reach", None))   # set once started
         fresh = MultiWorkerCluster(self.spec, self.runs, self.keras_choice,
                                    self.collective_timeout)
         fresh.start()

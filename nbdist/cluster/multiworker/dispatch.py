@@ -78,6 +78,7 @@ class Dispatcher:
         self.monitor = monitor
         self.signal_workers = signal_workers
         self.pids = pids or {}
+        self.reach: Any = None   # reach.ReachWatch: workers on other hosts
 
     def call(self, fn: Callable[..., Any], args: list[tuple[Any, ...]],
              observers: list[Any] = (), quiet: bool = False,
@@ -149,6 +150,8 @@ class Dispatcher:
         if dead:
             survivors = self._let_survivors_finish(results, dead, output)
             raise WorkerDied(_died_message(dead, self.pids, survivors, self.monitor))
+        if self.reach is not None:
+            self.reach.check(self.monitor, results)
         now = time.time()
         for health in self.monitor.health:
             silent = health.silent_for(now)

@@ -37,8 +37,8 @@ def backend_status(cluster: Any) -> BackendStatus:
                 else "holds variables; workers pull them and push updates")
         steps = (f", {cluster.steps_by_worker.get(index, 0)} steps run"
                  if job == "worker" else "")
-        lines.append(f"{job_name(job):<16} {index}  {alive}, pid {info.get('pid')}, "
-                     f"{cluster.cluster_spec[job][index]}{steps}: {role}")
+        lines.append(f"{job_name(job):<16} {index}  {alive}, pid {info.get('pid')} on "
+                     f"{info.get('host')}, {cluster.cluster_spec[job][index]}{steps}: {role}")
     if cluster.dead_workers:
         lines.append("note       a worker died during a run: ClusterCoordinator re-ran its steps "
                      "on the others; restart the kernel before using another strategy")
