@@ -53,7 +53,7 @@ AGGREGATES = {
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 REPLICA_WIDTH, AGGREGATE_WIDTH = 1.3, 2.6
-_TOP, _BOTTOM, _GAP = 78, 48, 40          # px: title and notes, x axis title, panel titles
+_TOP, _NOTE, _BOTTOM, _GAP = 58, 15, 48, 40   # px: title, a note line, step title, panel title
 
 
 def has_data(series: RunSeries, metric: str) -> bool:
@@ -94,9 +94,10 @@ def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -
     """The plotly layout: ``panels`` stacked top to bottom on one step axis, legend right."""
     heights = [PANELS[p].height for p in panels]
     plot_h = sum(heights) + _GAP * (len(panels) - 1)
+    top = _TOP + _NOTE * len(notes)
     out: dict[str, Any] = {
-        "height": _TOP + plot_h + _BOTTOM, "autosize": True, "template": "plotly_white",
-        "margin": {"l": 64, "r": 12, "t": _TOP, "b": _BOTTOM}, "uirevision": "nbdist",
+        "height": top + plot_h + _BOTTOM, "autosize": True, "template": "plotly_white",
+        "margin": {"l": 64, "r": 12, "t": top, "b": _BOTTOM}, "uirevision": "nbdist",
         "hovermode": "x unified", "hoversubplots": "axis",
         "hoverlabel": {"font": {"size": 11}, "namelength": -1},
         "legend": {"x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top",
@@ -107,6 +108,7 @@ def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -
                   "title": {"text": "step", "standoff": 6}, "rangemode": "nonnegative",
                   # at least steps 0-10 on the axis: early ticks are whole steps, never 0.5
                   "autorangeoptions": {"include": [0, 10]}, "hoverformat": ",.0f",
+                  "tickformat": ",~g",
                   "showspikes": True, "spikemode": "across", "spikesnap": "cursor",
                   "spikethickness": 1, "spikedash": "dot", "spikecolor": "#888",
                   "zeroline": False},
