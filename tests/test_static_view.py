@@ -80,8 +80,9 @@ def test_static_svg_speaks_the_dashboard_language() -> None:
     # aggregates: thick and dark, each with its own dash; replicas thin
     widths = [float(w) for w in re.findall(r'<polyline [^>]*stroke-width="([\d.]+)"', svg)]
     assert sorted(set(widths)) == [1.3, 2.6]
-    dashes = set(re.findall(r'<polyline [^>]*stroke-dasharray="([\d,]+)"', svg))
-    assert len(dashes) == 2                      # all-reduce dashed, host step time dotted
+    looks = set(re.findall(r'<polyline fill="none" stroke="(#[0-9a-f]+)" stroke-width="2.6"'
+                           r'( stroke-dasharray="[\d,]+")?', svg))
+    assert len(looks) == 3          # loss black, all-reduce black dashed, host step time grey
     # panel titles with units, bus bandwidth in GB/s, the step axis once
     assert "gradient all-reduce time (ms) · bus bandwidth 0.5 GB/s" in texts
     assert texts.count("step") == 1 and texts.count("ms") == 2
@@ -97,6 +98,20 @@ def test_static_svg_ticks_are_whole_steps_and_readable_log_labels() -> None:
     assert [round(10 ** t, 6) for t in _ticks(-1.2, 3.3, True)] == [0.1, 1, 10, 100, 1000]
     assert [round(10 ** t, 6) for t in _ticks(0.1, 1.5, True)] == [2, 5, 10, 20]
     assert _ticks(0, 3.4, False, integer=True) == [0, 1, 2, 3]
+
+
+def test_run_plot_ticks_log_axes_by_decades_or_1_2_5() -> None:
+    from nbdist.widgets.figure import run_figure
+    from nbdist.widgets.panels import log_dtick
+
+    assert log_dtick(1.7, 14) == "D2" and log_dtick(0.01, 100) == 1
+    run = Run(id=8, mode="step", strategy="mirrored", replicas=2, total_steps=40)
+    for s in range(40):   # compute times over four decades, all-reduce times within one
+        run.record_step(s, 0, loss=[1.0, 1.0], grad_norm=[1.0, 1.0], step_ms=4.0,
+                        allreduce_ms=[2.0, 3.0], compute_ms=[10.0 ** (s / 10 - 2)] * 2)
+    run.finish("done")
+    layout = run_figure(run)["layout"]
+    assert layout["yaxis3"]["dtick"] == "D2" and layout["yaxis4"]["dtick"] == 1
 
 
 def test_static_fit_figure_leaves_out_what_fit_cannot_measure() -> None:

@@ -17,6 +17,7 @@ from .panels import (
     aggregate_line,
     axis_names,
     choose_panels,
+    log_dtick,
     replica_line,
     straggler_marks,
 )
@@ -176,9 +177,23 @@ def run_figure(run: Run, smoothing: float = 0.0, **options: Any) -> dict[str, An
     for note in fig["layout"]["annotations"]:
         if note.get("name") == "title:allreduce_ms" and math.isfinite(bw):
             note["text"] += f" · bus bandwidth {bw / 1e9:.3g} GB/s"
+    _readable_log_ticks(fig)
     if smoothing:
         fig["data"] = smoothed(fig["data"], smoothing)
     return fig
+
+
+def _readable_log_ticks(fig: dict[str, Any]) -> None:
+    """Each log axis ticked by ``panels.log_dtick`` over the values drawn on it."""
+    for name, axis in fig["layout"].items():
+        if name.startswith("yaxis") and axis.get("type") == "log":
+            ys = [np.asarray(t["y"], dtype=np.float64) for t in fig["data"]
+                  if t.get("yaxis") == "y" + name[5:] and len(t.get("y", ()))]
+            ys = [y[np.isfinite(y) & (y > 0)] for y in ys]
+            ys = [y for y in ys if len(y)]
+            if ys:
+                axis["dtick"] = log_dtick(min(float(y.min()) for y in ys),
+                                          max(float(y.max()) for y in ys))
 
 
 def ema(y: np.ndarray, weight: float) -> np.ndarray:

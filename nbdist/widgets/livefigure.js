@@ -63,12 +63,24 @@ function makeQueue(div, smoother) {
       }
       if (updates.size) await smoother.changed(updates);
       if (smoothing !== null) await smoother.set(smoothing);
+      await readableLogTicks();
     } catch (err) {
       console.error("nbdist live figure:", err);
     } finally {
       busy = false;
       if (added.length || pending.size || weight !== null) schedule();
     }
+  }
+  // Log axes: 1-2-5 in each decade, or decades only once an axis spans more than 2.5 of
+  // them (panels.log_dtick): never a crowd of labels. plotly writes autoranges to layout.
+  async function readableLogTicks() {
+    const update = {};
+    for (const [name, axis] of Object.entries(div.layout || {})) {
+      if (!name.startsWith("yaxis") || axis.type !== "log" || !axis.range) continue;
+      const dtick = Math.abs(axis.range[1] - axis.range[0]) > 2.5 ? 1 : "D2";
+      if (axis.dtick !== dtick) update[`${name}.dtick`] = dtick;
+    }
+    if (Object.keys(update).length) await Plotly.relayout(div, update);
   }
   function schedule() {
     if (scheduled) return;

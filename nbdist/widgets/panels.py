@@ -9,6 +9,7 @@ says why. plotly dicts only (no plotly import).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ class Aggregate:
 AGGREGATES = {
     "loss": Aggregate("loss", "mean of replicas", "solid", "#111111"),
     "allreduce_ms": Aggregate("allreduce_ms", "slowest replica's all-reduce", "dash", "#111111"),
-    "step_ms": Aggregate("time", "host step time (whole step)", "dot", "#111111"),
+    "step_ms": Aggregate("time", "host step time (whole step)", "solid", "#777777"),
     # drawn once a step has some (SyncBatchNormalization...): not a line in every run
     "other_collective_ms": Aggregate("allreduce_ms", "other collectives, slowest replica",
                                      "dashdot", "#555555"),
@@ -54,6 +55,15 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#7f7f7f", "#bcbd22", "#17becf")
 REPLICA_WIDTH, AGGREGATE_WIDTH = 1.3, 2.6
 _TOP, _NOTE, _BOTTOM, _GAP = 58, 15, 48, 40   # px: title, a note line, step title, panel title
+
+
+def log_dtick(lo: float, hi: float) -> Any:
+    """plotly's dtick for a log axis over [lo, hi] (values): decades when it spans more than
+    2.5 of them, else 1-2-5 in each decade ("D2"; labelled in full with tickformat "~g").
+    livefigure.js applies the same rule while a run grows."""
+    if not (lo > 0 and hi > lo):
+        return "D2"
+    return 1 if math.log10(hi / lo) > 2.5 else "D2"
 
 
 def has_data(series: RunSeries, metric: str) -> bool:
@@ -127,7 +137,8 @@ def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -
         out[name] = {"domain": [max(0.0, lo), min(1.0, hi)], "anchor": "x",
                      "type": "log" if spec.log else "linear", "zeroline": False,
                      # log axes: 1, 2, 5, 10... labelled in full, never a lone "4" above "10"
-                     "tickformat": "~g", "nticks": 4 if spec.log else 6,
+                     "tickformat": "~g", "nticks": 6,
+                     **({"dtick": "D2"} if spec.log else {}),
                      "title": {"text": spec.unit, "standoff": 4}}
         text = spec.title if panel != "time" or per_replica else "step time per worker"
         out["annotations"].append({
