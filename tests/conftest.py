@@ -40,7 +40,9 @@ FILE_TIERS = {
     "test_cluster_shutdown.py": "cluster",
     "test_cluster_unit.py": "unit",       # its magic-line tests: kernel
     "test_correctness.py": "kernel",
-    "test_dashboard.py": "unit",          # its notebook and real-kernel tests: kernel
+    "test_dashboard_kernel.py": "kernel",
+    "test_dashboard_series.py": "unit",
+    "test_dashboard_widget.py": "unit",
     "test_devices.py": "kernel",
     "test_export.py": "notebooks",        # its refusals in an IPython shell: kernel
     "test_fastcall.py": "kernel",

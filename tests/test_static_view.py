@@ -55,10 +55,93 @@ def test_static_bundle_is_svg_plotly_json_and_text_and_stays_small() -> None:
     assert svg.startswith("<svg") and svg.count("<polyline") >= 8 * 4
     assert "Run 7 · mirrored · 8 replica(s) · 20000 step(s) · done" in svg
     assert "Run 7" in bundle["text/plain"]
-    names = [t["name"] for t in bundle[PLOTLY_MIME]["data"] if t.get("xaxis") == "x"]
+    names = [t["name"] for t in bundle[PLOTLY_MIME]["data"] if t.get("yaxis") == "y"]
     assert names[:2] == ["replica 0", "replica 1"]
     # Ten of these in one notebook stay under 2 MB (the points are capped, float32).
     assert len(json.dumps(bundle)) < 150_000
+
+
+def _texts(svg: str) -> list[str]:
+    from html import unescape
+
+    return [unescape(re.sub(r"<[^>]+>", "", t))
+            for t in re.findall(r"<text [^>]*>(.*?)</text>", svg)]
+
+
+def test_static_svg_speaks_the_dashboard_language() -> None:
+    run = _run(300, replicas=2)
+    run.allreduce_bytes = 1_000_000
+    svg = static_bundle(run)["image/svg+xml"]
+    texts = _texts(svg)
+    # the legend names every line once: the replicas, then each aggregate by what it is
+    for name in ("replica 0", "replica 1", "mean of replicas", "slowest replica's all-reduce",
+                 "host step time (whole step)"):
+        assert texts.count(name) == 1, name
+    # aggregates: thick and dark, each with its own dash; replicas thin
+    widths = [float(w) for w in re.findall(r'<polyline [^>]*stroke-width="([\d.]+)"', svg)]
+    assert sorted(set(widths)) == [1.3, 2.6]
+    looks = set(re.findall(r'<polyline fill="none" stroke="(#[0-9a-f]+)" stroke-width="2.6"'
+                           r'( stroke-dasharray="[\d,]+")?', svg))
+    assert len(looks) == 3          # loss black, all-reduce black dashed, host step time grey
+    # panel titles with units, bus bandwidth in GB/s, the step axis once
+    assert "gradient all-reduce time (ms) · bus bandwidth 0.5 GB/s" in texts
+    assert texts.count("step") == 1 and texts.count("ms") == 2
+
+
+def test_static_svg_ticks_are_whole_steps_and_readable_log_labels() -> None:
+    svg = static_bundle(_run(3))["image/svg+xml"]
+    steps = re.findall(r'<text [^>]*font-size="10" text-anchor="middle"[^>]*>([^<]*)</text>', svg)
+    assert steps == ["0", "2", "4", "6", "8", "10"]      # steps 0..10 at least, whole numbers
+    from nbdist.widgets.svgplot import _ticks
+
+    # log axes: decades over a wide range, 1-2-5 within a decade or two, never 1..9
+    assert [round(10 ** t, 6) for t in _ticks(-1.2, 3.3, True)] == [0.1, 1, 10, 100, 1000]
+    assert [round(10 ** t, 6) for t in _ticks(0.1, 1.5, True)] == [2, 5, 10, 20]
+    assert _ticks(0, 3.4, False, integer=True) == [0, 1, 2, 3]
+
+
+def test_run_plot_ticks_log_axes_by_decades_or_1_2_5() -> None:
+    from nbdist.widgets.figure import run_figure
+    from nbdist.widgets.panels import log_dtick
+
+    assert log_dtick(1.7, 14) == "D2" and log_dtick(0.01, 100) == 1
+    run = Run(id=8, mode="step", strategy="mirrored", replicas=2, total_steps=40)
+    for s in range(40):   # compute times over four decades, all-reduce times within one
+        run.record_step(s, 0, loss=[1.0, 1.0], grad_norm=[1.0, 1.0], step_ms=4.0,
+                        allreduce_ms=[2.0, 3.0], compute_ms=[10.0 ** (s / 10 - 2)] * 2)
+    run.finish("done")
+    layout = run_figure(run)["layout"]
+    assert layout["yaxis3"]["dtick"] == "D2" and layout["yaxis4"]["dtick"] == 1
+
+
+def test_static_fit_figure_leaves_out_what_fit_cannot_measure() -> None:
+    run = Run(id=3, mode="fit", strategy="mirrored", replicas=2)
+    for s in range(20):
+        run.record_step(s, 0, loss=[1.0 / (s + 1)], step_ms=5.0, replica=-1)
+    run.finish("done")
+    bundle = static_bundle(run)
+    texts = _texts(bundle["image/svg+xml"])
+    assert "loss" in texts and "step time per worker (ms)" in texts      # the panels drawn
+    assert not any(t.startswith(("gradient norm", "gradient all-reduce")) for t in texts)
+    assert any("model.fit reports the loss and the step time" in t for t in texts)
+    layout = bundle[PLOTLY_MIME]["layout"]
+    assert "yaxis3" not in layout and layout["yaxis2"]["type"] == "log"
+
+
+def test_run_plot_smoothing_draws_the_average_over_the_faint_raw_line() -> None:
+    import numpy as np
+
+    from nbdist.widgets.figure import ema, run_figure
+
+    assert np.allclose(ema(np.array([1.0, 1.0, 1.0]), 0.9), 1.0)   # debiased: no ramp up
+    assert np.allclose(ema(np.array([0.0, 2.0]), 0.5), [0.0, 4 / 3])
+    fig = run_figure(_run(50), smoothing=0.6)
+    loss = [t for t in fig["data"] if t.get("yaxis") == "y" and t["name"] == "replica 0"]
+    smooth, raw = loss
+    assert raw["opacity"] < 0.5 and raw["hoverinfo"] == "skip" and not raw["showlegend"]
+    assert np.allclose(smooth["y"], ema(raw["y"], 0.6))
+    with pytest.raises(ValueError, match="smoothing must be in"):
+        run_figure(_run(5), smoothing=1.0)
 
 
 def test_quiet_tensorflow_hides_info_even_if_tensorflow_resets_its_level(caplog) -> None:

@@ -12,113 +12,79 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .panels import (
+    AGGREGATES,
+    aggregate_line,
+    axis_names,
+    choose_panels,
+    log_dtick,
+    replica_line,
+    straggler_marks,
+)
+from .panels import layout as panel_layout
 from .series import RunSeries
 
 if TYPE_CHECKING:
     from ..telemetry.run import Run
 
-# (metric, row, col, panel title)
-PANELS = (
-    ("loss", 1, 1, "loss"),
-    ("grad_norm", 1, 2, "gradient norm"),
-    ("allreduce_ms", 2, 1, "allreduce (ms)"),
-    ("time", 2, 2, "compute time per replica (ms)"),
-)
-_AXIS = {"loss": ("x", "y"), "grad_norm": ("x2", "y2"), "allreduce_ms": ("x3", "y3"),
-         "time": ("x4", "y4")}
-_GLOBAL = {"loss": ("loss", "mean of replicas"),              # series -> (panel, label)
-           "allreduce_ms": ("allreduce_ms", "slowest replica"),
-           "step_ms": ("time", "host step time"),
-           # drawn once a step has some (SyncBatchNormalization...): not a line in every run
-           "other_collective_ms": ("allreduce_ms", "other collectives, slowest replica")}
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf")
 STRAGGLER_TRACE = "stragglers"
 
 
-def _color(i: int) -> str:
-    return _PALETTE[i % len(_PALETTE)]
-
-
 class FigureModel:
-    """Builds the figure's traces and the incremental updates for a RunSeries."""
+    """Builds the figure's traces and the incremental updates for a RunSeries. The panels are
+    chosen once, at the first ``layout()`` (``panels.choose_panels``)."""
 
-    def __init__(self, series: RunSeries, title: str = ""):
+    def __init__(self, series: RunSeries, title: str = "", strategy: str = "",
+                 final: bool = False):
         self.series = series
         self.title = title
+        self.strategy, self.final = strategy, final
+        self.panels: list[str] = []
+        self.notes: list[str] = []
+        self.axes: dict[str, str] = {}                 # panel -> y axis
         self.index: dict[tuple[str, Any], int] = {}    # (metric, key or None) -> trace index
         self.sent: dict[tuple[str, Any], int] = {}     # decimator version last sent
-        self._traces: list[dict[str, Any]] = []
         self._straggler_marks: tuple = ()
 
     # -- building --------------------------------------------------------------------------
-    def layout(self) -> dict[str, Any]:
-        from plotly.subplots import make_subplots
+    def _choose(self) -> None:
+        if not self.panels:
+            self.panels, self.notes = choose_panels(self.series, self.strategy, self.final)
+            self.axes = axis_names(self.panels)
 
-        time_title = ("compute time per replica (ms)" if self.series.per_replica
-                      else "step time per worker (ms)")
-        titles = [p[3] if p[0] != "time" else time_title for p in PANELS]
-        base = make_subplots(rows=2, cols=2, subplot_titles=titles, horizontal_spacing=0.08,
-                             vertical_spacing=0.14)
-        layout = base.layout.to_plotly_json()
-        layout.update(
-            height=560, margin={"l": 50, "r": 20, "t": 60, "b": 40}, template="plotly_white",
-            legend={"orientation": "h", "y": -0.08}, uirevision="nbdist",
-            title={"text": self.title, "x": 0.01, "font": {"size": 13}},
-        )
-        for axis in ("yaxis3", "yaxis4"):              # first steps include tracing: log scale
-            layout[axis]["type"] = "log"
-        for axis in ("xaxis3", "xaxis4"):
-            layout[axis]["title"] = {"text": "step"}
-        layout["updatemenus"] = [{                      # client-side: works while the cell runs
-            "type": "buttons", "direction": "right", "showactive": True, "active": 0,
-            "x": 1.0, "y": 1.13, "xanchor": "right", "yanchor": "bottom",  # clear of the title
-            "font": {"size": 10},
-            "buttons": [
-                {"label": "loss: linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
-                {"label": "log", "method": "relayout", "args": [{"yaxis.type": "log"}]},
-            ],
-        }]
-        return layout
+    def layout(self) -> dict[str, Any]:
+        self._choose()
+        return panel_layout(self.panels, self.title, self.notes, self.series.per_replica)
 
     def new_traces(self) -> list[dict[str, Any]]:
         """Trace dicts for series that have no trace yet (appended after the existing ones)."""
+        self._choose()
         out = []
         if not self.index and self.series.keys:
-            out.append(self._add(("marks", None), {
-                "type": "scatter", "mode": "markers", "name": STRAGGLER_TRACE,
-                "marker": {"symbol": "x", "size": 11, "color": "#d62728", "line": {"width": 2}},
-                "xaxis": "x4", "yaxis": "y4", "x": np.empty(0), "y": np.empty(0),
-                "hovertemplate": "%{text}<extra>straggler</extra>", "text": [],
-            }))
-        for i, key in enumerate(self.series.plotted_keys()):
-            label = self.series.label(key)
-            for metric, *_ in PANELS:
-                if (metric, key) in self.index:
-                    continue
-                xa, ya = _AXIS[metric]
-                out.append(self._add((metric, key), {
-                    "type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
-                    "showlegend": metric == "loss", "xaxis": xa, "yaxis": ya,
-                    "line": {"width": 1, "color": _color(i)}, "opacity": 0.75,
-                    "x": np.empty(0), "y": np.empty(0),
-                }))
-        if self.series.keys:
-            for name, (panel, label) in _GLOBAL.items():
-                if (name, None) in self.index or (
-                        name == "other_collective_ms" and not self.series.other_collectives):
-                    continue
-                xa, ya = _AXIS[panel]
-                if name == "loss" and self.series.loss_scale > 1:
-                    label = "global loss (sum of replicas)"
-                dash = "dot" if name == "other_collective_ms" else "solid"
-                out.append(self._add((name, None), {
-                    "type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
-                    "xaxis": xa, "yaxis": ya,
-                    "line": {"width": 3, "color": "#222222", "dash": dash},
-                    "x": np.empty(0), "y": np.empty(0),
-                }))
+            out.append(self._add(("marks", None), straggler_marks(self.axes["time"])))
+        keys = self.series.plotted_keys()
+        for metric in self.panels:     # panel by panel: the shared hover lists them so
+            for i, key in enumerate(keys):
+                if (metric, key) not in self.index:
+                    out.append(self._add((metric, key), replica_line(
+                        self.series.label(key), i, metric, self.axes[metric],
+                        legend=metric == self.panels[0])))
+            for name, agg in AGGREGATES.items():
+                if agg.panel == metric and (name, None) not in self.index and self._drawn(name):
+                    out.append(self._add((name, None), aggregate_line(
+                        name, self.axes[metric], self._label(name))))
         return out
+
+    def _drawn(self, name: str) -> bool:
+        return bool(self.series.keys) and (
+            name != "other_collective_ms" or self.series.other_collectives)
+
+    def _label(self, name: str) -> str | None:
+        if name == "loss" and self.series.loss_scale > 1:
+            return "global loss (sum of replicas)"
+        if name == "loss" and not self.series.per_replica:
+            return "loss (as fit reports it)"
+        return None
 
     def _add(self, ident: tuple[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
         self.index[ident] = len(self.index)
@@ -197,14 +163,62 @@ def series_of(run: Run, **options: Any) -> RunSeries:
     return series
 
 
-def run_figure(run: Run, **options: Any) -> dict[str, Any]:
-    """``run`` drawn as a plotly figure dict (numpy arrays; options go to ``RunSeries``)."""
+def run_figure(run: Run, smoothing: float = 0.0, **options: Any) -> dict[str, Any]:
+    """``run`` drawn as a plotly figure dict (numpy arrays; options go to ``RunSeries``).
+    ``smoothing`` in [0, 1): each line's exponential moving average drawn over the faint raw
+    line, as TensorBoard's smoothing slider does (0: raw lines only)."""
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"smoothing must be in [0, 1) (0: off, 0.6: TensorBoard's default), "
+                         f"got {smoothing!r}")
     series = series_of(run, **options)
-    fig = figure_dict(FigureModel(series, run_title(run, series)))
+    model = FigureModel(series, run_title(run, series), strategy=run.strategy, final=True)
+    fig = figure_dict(model)
     bw = series.bus_bandwidth(run.allreduce_bytes)
-    if math.isfinite(bw):
-        fig["layout"]["annotations"][2]["text"] += f" · bus bw {bw / 1e9:.3g} GB/s"
+    for note in fig["layout"]["annotations"]:
+        if note.get("name") == "title:allreduce_ms" and math.isfinite(bw):
+            note["text"] += f" · bus bandwidth {bw / 1e9:.3g} GB/s"
+    _readable_log_ticks(fig)
+    if smoothing:
+        fig["data"] = smoothed(fig["data"], smoothing)
     return fig
+
+
+def _readable_log_ticks(fig: dict[str, Any]) -> None:
+    """Each log axis ticked by ``panels.log_dtick`` over the values drawn on it."""
+    for name, axis in fig["layout"].items():
+        if name.startswith("yaxis") and axis.get("type") == "log":
+            ys = [np.asarray(t["y"], dtype=np.float64) for t in fig["data"]
+                  if t.get("yaxis") == "y" + name[5:] and len(t.get("y", ()))]
+            ys = [y[np.isfinite(y) & (y > 0)] for y in ys]
+            ys = [y for y in ys if len(y)]
+            if ys:
+                axis["dtick"] = log_dtick(min(float(y.min()) for y in ys),
+                                          max(float(y.max()) for y in ys))
+
+
+def ema(y: np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard's smoothing: a debiased exponential moving average (NaN points skipped)."""
+    out = np.full(len(y), math.nan)
+    last, n = 0.0, 0
+    for i, v in enumerate(np.asarray(y, dtype=np.float64).tolist()):
+        if math.isfinite(v):
+            n += 1
+            last = last * weight + (1 - weight) * v
+            out[i] = float(f"{last / (1 - weight ** n):.12g}")   # a flat line stays flat
+    return out
+
+
+def smoothed(traces: list[dict[str, Any]], weight: float) -> list[dict[str, Any]]:
+    """``traces`` with each line's values smoothed, and its raw values drawn faint after all
+    of them (no legend entry, no hover), as the live figure's smoothing slider does."""
+    out, faint = [], []
+    for t in traces:
+        if t.get("mode") != "lines":
+            out.append(t)
+            continue
+        out.append({**t, "y": ema(t.get("y", np.empty(0)), weight)})
+        faint.append({**t, "opacity": 0.2, "hoverinfo": "skip", "showlegend": False})
+    return out + faint
 
 
 def static_figure(run: Run, **options: Any) -> Any:

@@ -32,39 +32,55 @@ function decode(value, buffers) {
 // Messages are coalesced: a restyle carries each trace's whole series, so only the latest
 // value per (trace, property) is drawn, once per animation frame. Drawing every message as it
 // comes would queue work faster than a busy page draws it and starve its clicks (Stop).
-function makeQueue(div) {
+function makeQueue(div, smoother) {
   let Plotly = null, scheduled = false, busy = false;
   let added = [];                 // traces to add, in order
+  let weight = null;              // a new smoothing weight to apply
   let pending = new Map();        // trace index -> {prop: value}
   async function flush() {
     scheduled = false;
     if (!Plotly || busy) return;
     busy = true;
     try {
-      const traces = added, updates = pending;
+      const traces = added, updates = pending, smoothing = weight;
       added = [];
       pending = new Map();
-      if (traces.length) await Plotly.addTraces(div, traces);
-      const n = div.data ? div.data.length : 0;
+      weight = null;
+      if (traces.length) await smoother.added(traces);
+      const n = smoother.base;
       const byProps = new Map();      // one restyle per set of properties
       for (const [t, props] of updates) {
         if (t >= n) continue;
         const key = Object.keys(props).sort().join(",");
         if (!byProps.has(key)) byProps.set(key, { traces: [], values: [] });
         byProps.get(key).traces.push(t);
-        byProps.get(key).values.push(props);
+        byProps.get(key).values.push(smoother.smooth(t, props));
       }
       for (const { traces: idx, values } of byProps.values()) {
         const update = {};
         for (const prop of Object.keys(values[0])) update[prop] = values.map(v => v[prop]);
         await Plotly.restyle(div, update, idx);
       }
+      if (updates.size) await smoother.changed(updates);
+      if (smoothing !== null) await smoother.set(smoothing);
+      await readableLogTicks();
     } catch (err) {
       console.error("nbdist live figure:", err);
     } finally {
       busy = false;
-      if (added.length || pending.size) schedule();
+      if (added.length || pending.size || weight !== null) schedule();
     }
+  }
+  // Log axes: 1-2-5 in each decade, or decades only once an axis spans more than 2.5 of
+  // them (panels.log_dtick): never a crowd of labels. plotly writes autoranges to layout.
+  async function readableLogTicks() {
+    const update = {};
+    for (const [name, axis] of Object.entries(div.layout || {})) {
+      if (!name.startsWith("yaxis") || axis.type !== "log" || !axis.range) continue;
+      const dtick = Math.abs(axis.range[1] - axis.range[0]) > 2.5 ? 1 : "D2";
+      if (axis.dtick !== dtick) update[`${name}.dtick`] = dtick;
+    }
+    if (Object.keys(update).length) await Plotly.relayout(div, update);
   }
   function schedule() {
     if (scheduled) return;
@@ -73,6 +89,7 @@ function makeQueue(div) {
   }
   return {
     ready(P) { Plotly = P; schedule(); },
+    smooth(w) { weight = w; schedule(); },
     push(msg, buffers) {
       if (msg.type === "add_traces") {
         added.push(...msg.traces);
@@ -90,12 +107,129 @@ function makeQueue(div) {
   };
 }
 
+// TensorBoard's smoothing: a debiased exponential moving average, NaN points skipped.
+export function ema(y, weight) {
+  const out = new Float64Array(y.length);
+  let last = 0, n = 0;
+  for (let i = 0; i < y.length; i++) {
+    const v = y[i];
+    if (v === null || !Number.isFinite(v)) { out[i] = NaN; continue; }
+    n += 1;
+    last = last * weight + (1 - weight) * v;
+    out[i] = Number((last / (1 - Math.pow(weight, n))).toPrecision(12));  // a flat line stays flat
+  }
+  return out;
+}
+
+// plotly's typed-array JSON ({dtype, bdata: base64}) as a typed array; other values as they are.
+const TYPED = { f8: Float64Array, f4: Float32Array, i4: Int32Array, u4: Uint32Array,
+                i2: Int16Array, u2: Uint16Array, i1: Int8Array, u1: Uint8Array };
+function typed(value) {
+  if (!value || typeof value !== "object" || !("bdata" in value)) return value;
+  const bytes = Uint8Array.from(atob(value.bdata), c => c.charCodeAt(0));
+  return new (TYPED[value.dtype] || Float64Array)(bytes.buffer);
+}
+
+// Smoothing: the kernel's traces keep indices [0, base) and, for lines, show the smoothed
+// values; each line's raw values are drawn faint after them (no legend, no hover). Off at 0.
+function makeSmoother(div) {
+  let Plotly = null, weight = 0;
+  const raw = [];                 // per kernel trace: {x, y, line}
+  const copies = [];              // copies[j] = index of the kernel trace drawn raw at base + j
+  const base = () => raw.length;
+  function keep(traces) {
+    for (const t of traces) raw.push({ x: typed(t.x) || [], y: typed(t.y) || [],
+                                       line: t.mode === "lines" });
+  }
+  async function sync() {
+    if (copies.length) await Plotly.deleteTraces(div, copies.map((_, j) => base() + j));
+    copies.length = 0;
+    const lines = [];
+    raw.forEach((r, i) => { if (r.line) lines.push(i); });
+    if (!lines.length) return;
+    await Plotly.restyle(div, { y: lines.map(i => weight ? ema(raw[i].y, weight) : raw[i].y) },
+                         lines);
+    if (!weight) return;
+    const faint = lines.map(i => {
+      const t = div.data[i];
+      copies.push(i);
+      return { type: "scatter", mode: "lines", name: t.name, legendgroup: t.legendgroup,
+               showlegend: false, hoverinfo: "skip", xaxis: t.xaxis, yaxis: t.yaxis,
+               line: t.line, opacity: 0.2, x: raw[i].x, y: raw[i].y };
+    });
+    await Plotly.addTraces(div, faint);
+  }
+  return {
+    ready(P, traces) { Plotly = P; keep(traces); },
+    get base() { return base(); },
+    async set(w) { weight = w; await sync(); },
+    // new kernel traces go before the raw copies
+    async added(traces) {
+      const at = traces.map((_, j) => base() + j);
+      keep(traces);
+      await Plotly.addTraces(div, traces, at);
+      if (weight) await sync();
+    },
+    // a kernel update of trace i: remember the raw values, draw them smoothed
+    smooth(i, props) {
+      if (i >= raw.length) return props;
+      if ("x" in props) raw[i].x = props.x;
+      if ("y" in props) raw[i].y = props.y;
+      return weight && raw[i].line && "y" in props ? { ...props, y: ema(props.y, weight) } : props;
+    },
+    async changed(indices) {
+      const js = [], ys = [], xs = [];
+      copies.forEach((i, j) => {
+        if (!indices.has(i)) return;
+        js.push(base() + j);
+        xs.push(raw[i].x);
+        ys.push(raw[i].y);
+      });
+      if (js.length) await Plotly.restyle(div, { x: xs, y: ys }, js);
+    },
+  };
+}
+
+const SMOOTHING_KEY = "nbdist.dashboard.smoothing";
+
+function smoothingControl(onChange) {
+  const bar = document.createElement("div");
+  bar.className = "nbdist-figure-controls";
+  bar.style.cssText = "display:flex;justify-content:flex-end;align-items:center;gap:6px;" +
+    "font:12px sans-serif;color:#444;padding:2px 8px 0 0";
+  const label = document.createElement("label");
+  label.textContent = "Smoothing";
+  const slider = document.createElement("input");
+  Object.assign(slider, { type: "range", min: "0", max: "0.99", step: "0.01",
+                          className: "nbdist-smoothing",
+                          title: "Exponential moving average of every line (as in " +
+                                 "TensorBoard); the raw line stays, faint. 0: off" });
+  slider.style.width = "140px";
+  const value = document.createElement("span");
+  value.style.cssText = "min-width:2.5em;font-variant-numeric:tabular-nums";
+  let saved = 0;
+  try { saved = Number(globalThis.localStorage?.getItem(SMOOTHING_KEY)) || 0; } catch (e) { }
+  slider.value = String(saved);
+  value.textContent = saved.toFixed(2);
+  label.htmlFor = slider.id = `nbdist-smoothing-${Math.random().toString(36).slice(2)}`;
+  slider.addEventListener("input", () => {
+    const w = Number(slider.value);
+    value.textContent = w.toFixed(2);
+    try { globalThis.localStorage?.setItem(SMOOTHING_KEY, String(w)); } catch (e) { }
+    onChange(w);
+  });
+  bar.append(label, slider, value);
+  return { bar, initial: saved };
+}
+
 async function render({ model, el }) {
   const div = document.createElement("div");
   div.className = "nbdist-live-figure";
   div.style.width = "100%";
-  el.appendChild(div);
-  const queue = makeQueue(div);     // messages that arrive while plotly.js loads wait here
+  const smoother = makeSmoother(div);
+  const control = smoothingControl(w => queue.smooth(w));
+  el.append(control.bar, div);
+  const queue = makeQueue(div, smoother);   // messages that arrive while plotly.js loads wait
   let Plotly = null;
   const onMessage = (msg, buffers) => queue.push(msg, buffers);
   model.on("msg:custom", onMessage);
@@ -107,9 +241,26 @@ async function render({ model, el }) {
     return () => model.off("msg:custom", onMessage);
   }
   const fig = model.get("figure");
-  await Plotly.newPlot(div, fig.data, fig.layout, { responsive: true, displaylogo: false });
+  // The output area's width, followed: plotly measures once (700 px when the view is not
+  // attached yet) and then only on window resizes, while the output area also changes with
+  // side panels. The height stays the figure's (it depends on the panels drawn).
+  const width = () => Math.floor(div.getBoundingClientRect().width);
+  await Plotly.newPlot(div, fig.data, { ...fig.layout, width: width() || undefined },
+                       { displaylogo: false });
+  let last = width();
+  const resize = new ResizeObserver(() => {
+    const w = width();
+    if (w && Math.abs(w - last) > 1) {
+      last = w;
+      Plotly.relayout(div, { width: w });
+    }
+  });
+  resize.observe(div);
+  smoother.ready(Plotly, fig.data);
   queue.ready(Plotly);
+  if (control.initial) queue.smooth(control.initial);
   return () => {
+    resize.disconnect();
     model.off("msg:custom", onMessage);
     Plotly.purge(div);
   };

@@ -50,7 +50,7 @@ class RunView:
             straggler_factor=owner.straggler_factor, straggler_min_ms=owner.straggler_min_ms,
             loss_scale=run.loss_scale,
         )
-        self.model = FigureModel(self.series)
+        self.model = FigureModel(self.series, strategy=run.strategy)
         self.n_rows = 0
         self.fig: Any = None
         self.box: Any = None

@@ -2,42 +2,51 @@
 
 GitHub, nbviewer and nbconvert show a notebook's ``image/svg+xml`` outputs without running
 any script, and drawing takes milliseconds with no browser. Only what the dashboard's figure
-uses is drawn: scatter traces (lines, markers) on subplot axes (linear or log), subplot titles
-from the annotations, the figure title and a legend. numpy only.
+uses is drawn, in its look (``panels``): scatter traces (lines with their dash, markers) on
+panels stacked over one shared x axis (linear or log y), panel titles and notes from the
+annotations and the title, axis titles, and a legend on the right. numpy only.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from html import escape
 from typing import Any
 
 import numpy as np
 
-WIDTH, HEIGHT = 960, 560
-_LEFT, _RIGHT, _TOP, _BOTTOM = 60, 20, 56, 70       # margins (px) around the subplot grid
+WIDTH = 960
 _FONT = 'font-family="sans-serif"'
+_DASH = {"dash": "7,4", "dot": "2,3", "dashdot": "7,3,2,3", "longdash": "12,4"}
 
 
 def _fmt(v: float) -> str:
     if v == 0:
         return "0"
-    if abs(v) >= 1e4 or abs(v) < 1e-3:
+    if abs(v) >= 1e5 or abs(v) < 1e-3:
         return f"{v:.0e}".replace("e+0", "e").replace("e-0", "e-")
     return f"{v:.4g}"
 
 
-def _ticks(lo: float, hi: float, log: bool) -> list[float]:
-    """Tick positions in axis units (log10 of the value on a log axis)."""
-    if log:
-        decades = [float(e) for e in range(math.floor(lo), math.ceil(hi) + 1) if lo <= e <= hi]
-        if len(decades) >= 2:
-            return decades
-        return [math.log10(v) for v in _ticks(10 ** lo, 10 ** hi, False) if v > 0]
-    span = hi - lo or 1.0
-    raw = span / 4
+def _nice(span: float, count: int, integer: bool = False) -> float:
+    raw = span / count or 1.0
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    return max(step, 1.0) if integer else step
+
+
+def _ticks(lo: float, hi: float, log: bool, integer: bool = False) -> list[float]:
+    """Tick positions in axis units (log10 of the value on a log axis): decades, or 1-2-5
+    within a few decades, never a crowd of minor labels; whole numbers on an integer axis."""
+    if log:
+        for mantissas in ((1.0,), (1.0, 2.0, 5.0)):
+            ticks = [e + math.log10(m) for e in range(math.floor(lo), math.ceil(hi) + 1)
+                     for m in mantissas if lo <= e + math.log10(m) <= hi]
+            if len(ticks) >= 3 or (mantissas != (1.0,) and len(ticks) >= 2):
+                return ticks
+        return [math.log10(v) for v in _ticks(10 ** lo, 10 ** hi, False) if v > 0]
+    step = _nice(hi - lo or 1.0, 5, integer)
     first = math.ceil(lo / step) * step
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
@@ -51,24 +60,49 @@ def _arrays(trace: dict[str, Any], log: bool) -> tuple[np.ndarray, np.ndarray]:
     return x[ok], (np.log10(y[ok]) if log else y[ok])
 
 
-class _Axes:
-    def __init__(self, layout: dict[str, Any], xname: str, yname: str):
-        xa, ya = layout.get(xname, {}), layout.get(yname, {})
-        x0, x1 = xa.get("domain", (0, 1))
-        y0, y1 = ya.get("domain", (0, 1))
-        w, h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
-        self.left, self.right = _LEFT + x0 * w, _LEFT + x1 * w
-        self.top, self.bottom = _TOP + (1 - y1) * h, _TOP + (1 - y0) * h
-        self.log = ya.get("type") == "log"
-        self.xtitle = (xa.get("title") or {}).get("text", "")
-        self.xr = self.yr = (0.0, 1.0)
+def _rich(text: str) -> str:
+    """Annotation text as SVG text content: <b> kept as bold, other tags dropped."""
+    parts = re.split(r"(</?b>)", str(text))
+    out, bold = [], False
+    for part in parts:
+        if part in ("<b>", "</b>"):
+            bold = part == "<b>"
+        elif part:
+            plain = escape(re.sub(r"<[^>]+>", "", part))
+            out.append(f'<tspan font-weight="bold">{plain}</tspan>' if bold else plain)
+    return "".join(out)
 
-    def fit(self, series: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        xs = [x for x, _ in series if len(x)]
-        ys = [y for _, y in series if len(y)]
-        if xs:
-            lo, hi = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
-            self.xr = (lo, hi if hi > lo else lo + 1)
+
+class _Frame:
+    """Pixel geometry of the figure: margins, plot area, legend column."""
+
+    def __init__(self, layout: dict[str, Any], legend_w: float):
+        margin = layout.get("margin", {})
+        self.height = float(layout.get("height", 560))
+        self.left, self.top = float(margin.get("l", 60)), float(margin.get("t", 60))
+        self.bottom = self.height - float(margin.get("b", 50))
+        self.right = WIDTH - float(margin.get("r", 12)) - legend_w
+
+    def px(self, xp: float, yp: float) -> tuple[float, float]:    # paper -> pixels
+        return (self.left + xp * (self.right - self.left),
+                self.bottom - yp * (self.bottom - self.top))
+
+
+class _Axes:
+    def __init__(self, layout: dict[str, Any], yname: str, frame: _Frame, xr: tuple):
+        xa, ya = layout.get("xaxis", {}), layout.get(yname, {})
+        y0, y1 = ya.get("domain", (0, 1))
+        self.left, self.top = frame.px(0, y1)
+        self.right, self.bottom = frame.px(1, y0)
+        self.log = ya.get("type") == "log"
+        axis_id = "y" + yname[5:]
+        self.is_bottom = xa.get("anchor", "y") == axis_id
+        self.xtitle = (xa.get("title") or {}).get("text", "") if self.is_bottom else ""
+        self.ytitle = (ya.get("title") or {}).get("text", "")
+        self.xr, self.yr = xr, (0.0, 1.0)
+
+    def fit(self, ys: list[np.ndarray]) -> None:
+        ys = [y for y in ys if len(y)]
         if ys:
             lo, hi = min(float(y.min()) for y in ys), max(float(y.max()) for y in ys)
             pad = (hi - lo) * 0.05 or (0.5 if self.log else abs(lo) * 0.1 or 1.0)
@@ -81,7 +115,7 @@ class _Axes:
 
     def frame(self) -> list[str]:
         out = [f'<rect x="{self.left:.1f}" y="{self.top:.1f}" width="{self.right - self.left:.1f}"'
-               f' height="{self.bottom - self.top:.1f}" fill="none" stroke="#bbb"/>']
+               f' height="{self.bottom - self.top:.1f}" fill="none" stroke="#ccc"/>']
         for v in _ticks(*self.yr, self.log):
             _, py = self.px(np.array([self.xr[0]]), np.array([v]))
             label = _fmt(10 ** v if self.log else v)
@@ -89,27 +123,44 @@ class _Axes:
                        f'y2="{py[0]:.1f}" stroke="#eee"/><text x="{self.left - 4:.1f}" '
                        f'y="{py[0] + 3:.1f}" font-size="10" text-anchor="end" {_FONT}>'
                        f"{label}</text>")
-        for v in _ticks(*self.xr, False):
+        for v in _ticks(*self.xr, False, integer=True):
             px, _ = self.px(np.array([v]), np.array([self.yr[0]]))
-            out.append(f'<text x="{px[0]:.1f}" y="{self.bottom + 12:.1f}" font-size="10" '
-                       f'text-anchor="middle" {_FONT}>{_fmt(v)}</text>')
+            out.append(f'<line x1="{px[0]:.1f}" x2="{px[0]:.1f}" y1="{self.top:.1f}" '
+                       f'y2="{self.bottom:.1f}" stroke="#f2f2f2"/>')
+            if self.is_bottom:
+                out.append(f'<text x="{px[0]:.1f}" y="{self.bottom + 12:.1f}" font-size="10" '
+                           f'text-anchor="middle" {_FONT}>{_fmt(v)}</text>')
         if self.xtitle:
-            out.append(f'<text x="{(self.left + self.right) / 2:.1f}" y="{self.bottom + 25:.1f}"'
+            out.append(f'<text x="{(self.left + self.right) / 2:.1f}" y="{self.bottom + 27:.1f}"'
                        f' font-size="11" text-anchor="middle" {_FONT}>'
                        f"{escape(self.xtitle)}</text>")
+        if self.ytitle:
+            mid = (self.top + self.bottom) / 2
+            out.append(f'<text x="{self.left - 44:.1f}" y="{mid:.1f}" font-size="11" '
+                       f'text-anchor="middle" transform="rotate(-90 {self.left - 44:.1f} '
+                       f'{mid:.1f})" {_FONT}>{escape(self.ytitle)}</text>')
         return out
+
+
+def _stroke(trace: dict[str, Any]) -> tuple[str, str]:
+    """(colour, extra stroke attributes: width, dash) of a line trace."""
+    line = trace.get("line") or {}
+    color = escape(str(line.get("color") or (trace.get("marker") or {}).get("color") or "#444"))
+    dash = _DASH.get(str(line.get("dash", "solid")))
+    extra = f'stroke-width="{line.get("width", 1)}"' + (
+        f' stroke-dasharray="{dash}"' if dash else "")
+    return color, extra
 
 
 def _trace_svg(trace: dict[str, Any], axes: _Axes, x: np.ndarray, y: np.ndarray) -> str:
     if not len(x):
         return ""
     px, py = axes.px(x, y)
-    line = trace.get("line") or {}
-    color = escape(str(line.get("color") or (trace.get("marker") or {}).get("color") or "#444"))
+    color, extra = _stroke(trace)
     name = escape(str(trace.get("name", "")))
     if "lines" in trace.get("mode", "lines"):
         points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px, py, strict=True))
-        return (f'<polyline fill="none" stroke="{color}" stroke-width="{line.get("width", 1)}" '
+        return (f'<polyline fill="none" stroke="{color}" {extra} stroke-linejoin="round" '
                 f'stroke-opacity="{trace.get("opacity", 1)}" points="{points}">'
                 f"<title>{name}</title></polyline>")
     return "".join(f'<path d="M{a - 4:.1f},{b - 4:.1f}l8,8m0,-8l-8,8" stroke="{color}" '
@@ -121,51 +172,55 @@ def figure_svg(figure: dict[str, Any]) -> str:
     """The figure (``{"data": [...], "layout": {...}}``, numpy arrays or lists) as SVG text."""
     layout = figure.get("layout", {})
     data = figure.get("data", [])
-    axes: dict[tuple[str, str], _Axes] = {}
-    for trace in data:
-        xa, ya = trace.get("xaxis", "x"), trace.get("yaxis", "y")
-        key = (xa, ya)
-        if key not in axes:
-            axes[key] = _Axes(layout, "xaxis" + xa[1:], "yaxis" + ya[1:])
-    arrays = [_arrays(t, axes[(t.get("xaxis", "x"), t.get("yaxis", "y"))].log) for t in data]
-    for key, ax in axes.items():
-        ax.fit([a for t, a in zip(data, arrays, strict=True)
-                if (t.get("xaxis", "x"), t.get("yaxis", "y")) == key])
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-           f'viewBox="0 0 {WIDTH} {HEIGHT}" class="nbdist-static-figure">',
-           f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>']
+    shown = sorted((t for t in data if t.get("showlegend", True) and t.get("name")
+                    and len(t.get("y", ()))), key=lambda t: t.get("legendrank", 1000))
+    legend_w = 40 + 6.2 * max((len(str(t["name"])) for t in shown), default=0)
+    frame = _Frame(layout, legend_w if shown else 0)
+    ynames = {t.get("yaxis", "y") for t in data}
+    logs = {y: layout.get("yaxis" + y[1:], {}).get("type") == "log" for y in ynames}
+    arrays = [_arrays(t, logs[t.get("yaxis", "y")]) for t in data]
+    xs = [x for x, _ in arrays if len(x)]
+    lo = min([0.0, *(float(x.min()) for x in xs)])
+    hi = max([10.0, *(float(x.max()) for x in xs)])  # as the live axis: steps 0-10 at least
+    axes = {y: _Axes(layout, "yaxis" + y[1:], frame, (lo, hi)) for y in sorted(ynames)}
+    for y, ax in axes.items():
+        ax.fit([a[1] for t, a in zip(data, arrays, strict=True) if t.get("yaxis", "y") == y])
+    height = frame.height
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" '
+           f'viewBox="0 0 {WIDTH} {height:.0f}" class="nbdist-static-figure">',
+           f'<rect width="{WIDTH}" height="{height:.0f}" fill="white"/>']
     title = (layout.get("title") or {}).get("text", "")
     if title:
-        out.append(f'<text x="10" y="18" font-size="13" {_FONT}>{escape(title)}</text>')
+        out.append(f'<text x="6" y="18" font-size="14" fill="#222" {_FONT}>{_rich(title)}</text>')
     for ann in layout.get("annotations", ()):
-        x = _LEFT + ann.get("x", 0) * (WIDTH - _LEFT - _RIGHT)
-        y = _TOP + (1 - ann.get("y", 1)) * (HEIGHT - _TOP - _BOTTOM) - 6
-        out.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="12" text-anchor="middle" '
-                   f'{_FONT}>{escape(str(ann.get("text", "")))}</text>')
+        x, y = frame.px(ann.get("x", 0), ann.get("y", 1))
+        anchor = {"left": "start", "right": "end"}.get(ann.get("xanchor"), "middle")
+        y += (-5 if ann.get("yanchor", "bottom") == "bottom" else 12) - ann.get("yshift", 0)
+        font = ann.get("font") or {}
+        size, color = font.get("size", 12), font.get("color", "#222")
+        lines = str(ann.get("text", "")).split("<br>")
+        for i, line in enumerate(lines):
+            out.append(f'<text x="{x:.1f}" y="{y - (len(lines) - 1 - i) * (size + 3):.1f}" '
+                       f'font-size="{size}" fill="{color}" text-anchor="{anchor}" {_FONT}>'
+                       f"{_rich(line)}</text>")
     for ax in axes.values():
         out += ax.frame()
     for trace, (x, y) in zip(data, arrays, strict=True):
-        out.append(_trace_svg(trace, axes[(trace.get("xaxis", "x"), trace.get("yaxis", "y"))],
-                              x, y))
-    out += _legend([t for t in data if t.get("showlegend", True) and t.get("name")])
+        out.append(_trace_svg(trace, axes[trace.get("yaxis", "y")], x, y))
+    out += _legend(shown, frame.right + 14, frame.top + 8)
     out.append("</svg>")
     return "\n".join(s for s in out if s)
 
 
-def _legend(traces: list[dict[str, Any]]) -> list[str]:
-    out, x, y = [], float(_LEFT), HEIGHT - 16.0
+def _legend(traces: list[dict[str, Any]], x: float, y: float) -> list[str]:
+    out = []
     for trace in traces:
-        name = str(trace["name"])
-        color = escape(str((trace.get("line") or {}).get("color")
-                           or (trace.get("marker") or {}).get("color") or "#444"))
-        width = 30 + 6.5 * len(name)
-        if x + width > WIDTH - _RIGHT:
-            x, y = float(_LEFT), y - 16
-        sample = (f'<line x1="{x:.0f}" x2="{x + 20:.0f}" y1="{y - 4:.0f}" y2="{y - 4:.0f}" '
-                  f'stroke="{color}" stroke-width="3"/>' if "lines" in trace.get("mode", "lines")
-                  else f'<path d="M{x + 6:.0f},{y - 8:.0f}l8,8m0,-8l-8,8" stroke="{color}" '
+        color, extra = _stroke(trace)
+        sample = (f'<line x1="{x:.0f}" x2="{x + 26:.0f}" y1="{y - 4:.0f}" y2="{y - 4:.0f}" '
+                  f'stroke="{color}" {extra}/>' if "lines" in trace.get("mode", "lines")
+                  else f'<path d="M{x + 9:.0f},{y - 8:.0f}l8,8m0,-8l-8,8" stroke="{color}" '
                        'stroke-width="2"/>')
-        out.append(f'{sample}<text x="{x + 24:.0f}" y="{y:.0f}" font-size="11" {_FONT}>'
-                   f"{escape(name)}</text>")
-        x += width
+        out.append(f'{sample}<text x="{x + 32:.0f}" y="{y:.0f}" font-size="11" {_FONT}>'
+                   f"{escape(str(trace['name']))}</text>")
+        y += 17
     return out

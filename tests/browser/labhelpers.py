@@ -64,3 +64,24 @@ def doc_shot(locator, name: str, config) -> Path:
         DOCS.mkdir(exist_ok=True)
         shutil.copyfile(path, DOCS / path.name)
     return path
+
+
+def shot_of(locator, name: str) -> Path:
+    """A screenshot of one element as it is now (a live dashboard never stands still, so not
+    ``locator.screenshot``, which waits for the element to be stable), within the viewport."""
+    path = ARTIFACTS / f"{name}.png"
+    locator.scroll_into_view_if_needed()
+    box = locator.bounding_box()
+    view = locator.page.viewport_size
+    top = max(0.0, box["y"])
+    clip = {"x": max(0.0, box["x"]), "y": top, "width": min(box["width"], view["width"]),
+            "height": min(box["y"] + box["height"], view["height"]) - top}
+    locator.page.screenshot(path=str(path), clip=clip)
+    return path
+
+
+def dismiss_news(page) -> None:
+    """Answer JupyterLab's "notified about news?" toast, which covers outputs in screenshots."""
+    button = page.locator(".jp-toast-button", has_text="No")
+    if button.count():
+        button.first.click()

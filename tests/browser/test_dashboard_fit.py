@@ -5,7 +5,8 @@ following the fit's steps, then the notebook saved and opened again shows the fi
 import json
 import re
 
-from labhelpers import RUN_ALL_NOWAIT, shot, write_notebook
+from figurechecks import check_fit_panels
+from labhelpers import RUN_ALL_NOWAIT, dismiss_news, shot, shot_of, write_notebook
 
 STEPS = 3 * 40      # epochs x batches
 
@@ -53,13 +54,18 @@ def test_fit_shows_its_progress_and_time_left_and_the_saved_notebook_reopens(
     page.wait_for_function(
         f"() => /step [1-9][0-9]*\\/{STEPS}/.test("
         "document.querySelector('.nbdist-status-item').textContent)", timeout=30_000)
+    check_fit_panels(page)
+    dismiss_news(page)
     shot(page, "dashboard-fit-live")
+    shot_of(page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1).locator(
+        ".jp-OutputArea"), "dashboard-fit-live-output")
 
     page.wait_for_function(f"() => !({FIT_RUNNING})()", timeout=120_000)
     training = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
     training.locator(".jp-RenderedPlotly, .jp-RenderedSVG").first.wait_for(timeout=30_000)
     assert f"step {STEPS}/{STEPS} (epoch 3/3)" in training.inner_text()
     shot(page, "dashboard-fit-final")
+    shot_of(training.locator(".jp-OutputArea"), "dashboard-fit-final-output")
 
     # Saved, the notebook holds the final figure, not the widgets; opened again in a new
     # page it draws it, with no widget model to look for.

@@ -16,7 +16,16 @@ Two traps of the harness (measured; neither is the dashboard's doing):
 import re
 import time
 
-from labhelpers import COUNT_POINTS, RUN_ALL_NOWAIT, doc_shot, shot, write_notebook
+from figurechecks import check_final_figure, check_live_figure
+from labhelpers import (
+    COUNT_POINTS,
+    RUN_ALL_NOWAIT,
+    dismiss_news,
+    doc_shot,
+    shot,
+    shot_of,
+    write_notebook,
+)
 
 # Stop ends the run long before this (~100-200 steps/s here): the margin is for a slow machine.
 TOTAL_STEPS = 10_000
@@ -72,6 +81,7 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
         lab_server, lab_page, browser, request):
     name = write_notebook(lab_server["dir"], "dashboard.ipynb", CELLS)
     page = lab_page.open_notebook(name)
+    page.set_viewport_size({"width": 1400, "height": 1500})    # the whole dashboard in view
     page.evaluate(RUN_ALL_NOWAIT)
     page.wait_for_function(f"() => ({COUNT_POINTS})() > 20", timeout=120_000)
     assert page.evaluate(TRAINING)
@@ -94,6 +104,10 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
     status = page.locator(".nbdist-status-item").text_content()
     assert re.search(rf"step \d+/{TOTAL_STEPS}", status), status
     doc_shot(page.locator(".nbdist-dashboard"), "dashboard", request.config)
+    dismiss_news(page)
+    training = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
+    check_live_figure(page)
+    shot_of(training.locator(".jp-OutputArea"), "dashboard-live-smoothed")
     # Saved during the run (as autosave does), the file holds the live widget view.
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     saved = lab_server["dir"] / name
@@ -135,11 +149,11 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
     assert 0 < steps < TOTAL_STEPS
     # The run ended: its widgets gave way to the static final figure (no widget model needed
     # to show it again) and the summary, which says "stopped".
-    training = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
     assert "stopped" in training.locator(".jp-OutputArea").inner_text()
     assert training.locator(".nbdist-dashboard").count() == 0
-    assert training.locator(".jp-RenderedPlotly, .jp-RenderedSVG").count() == 1
+    check_final_figure(training)
     shot(page, "dashboard-final")
+    shot_of(training.locator(".jp-OutputArea"), "dashboard-final-output")
 
     # The copy saved during the run, opened with a new kernel that never had its widgets:
     # the view says which run it was instead of "Error displaying widget: model not found".

@@ -1,0 +1,186 @@
+"""The dashboard figure's look: which panels a run can fill, their layout, the line styles.
+
+One visual language for the live figure, ``run.plot()`` and the static SVG: the panels are
+stacked on one shared step axis (hover shows every panel at the hovered step), each replica
+or worker is a thin coloured line, and each aggregate is a dark line with its own dash and its
+own name in the legend. Panels a run cannot fill are left out, and a line under the title
+says why. plotly dicts only (no plotly import).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .series import RunSeries
+
+
+@dataclass(frozen=True)
+class Panel:
+    metric: str          # RunSeries per-key metric drawn in it
+    title: str
+    unit: str            # the y axis title
+    log: bool            # first steps include tracing: a log axis keeps the rest readable
+    height: int          # px
+    short: str           # in the shared hover, after each value
+
+
+PANELS = {p.metric: p for p in (
+    Panel("loss", "loss", "", False, 190, "loss"),
+    Panel("grad_norm", "gradient norm", "", False, 150, "grad norm"),
+    Panel("allreduce_ms", "gradient all-reduce time", "ms", True, 150, "all-reduce"),
+    Panel("time", "compute time per replica", "ms", True, 150, "time"),
+)}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    panel: str
+    label: str
+    dash: str
+    color: str
+
+
+#: Per-step lines (RunSeries global series): one dark line each, told apart by dash and name.
+AGGREGATES = {
+    "loss": Aggregate("loss", "mean of replicas", "solid", "#111111"),
+    "allreduce_ms": Aggregate("allreduce_ms", "slowest replica's all-reduce", "dash", "#111111"),
+    "step_ms": Aggregate("time", "host step time (whole step)", "solid", "#777777"),
+    # drawn once a step has some (SyncBatchNormalization...): not a line in every run
+    "other_collective_ms": Aggregate("allreduce_ms", "other collectives, slowest replica",
+                                     "dashdot", "#555555"),
+}
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf")
+REPLICA_WIDTH, AGGREGATE_WIDTH = 1.3, 2.6
+_TOP, _NOTE, _BOTTOM, _GAP = 58, 15, 48, 40   # px: title, a note line, step title, panel title
+
+
+def log_dtick(lo: float, hi: float) -> Any:
+    """plotly's dtick for a log axis over [lo, hi] (values): decades when it spans more than
+    2.5 of them, else 1-2-5 in each decade ("D2"; labelled in full with tickformat "~g").
+    livefigure.js applies the same rule while a run grows."""
+    if not (lo > 0 and hi > lo):
+        return "D2"
+    return 1 if math.log10(hi / lo) > 2.5 else "D2"
+
+
+def has_data(series: RunSeries, metric: str) -> bool:
+    return any(dec.raw for (m, key), dec in series.series.items() if m == metric and key)
+
+
+def choose_panels(series: RunSeries, strategy: str, final: bool) -> tuple[list[str], list[str]]:
+    """(panels to draw, one line per panel left out saying why). Live (``final`` False) a
+    panel stays while its data may still come (all-reduce times come on timed steps only)."""
+    if not series.per_replica:
+        return ["loss", "time"], ["model.fit reports the loss and the step time: gradient "
+                                  "norms and all-reduce times are measured in --step cells"]
+    shown, notes = ["loss"], []
+    if has_data(series, "grad_norm"):
+        shown.append("grad_norm")
+    else:
+        notes.append("no gradient norm: the step cell has no `grads` (or name them with "
+                     "--grads NAME)")
+    ranks = series.replicas * series.workers
+    if has_data(series, "allreduce_ms") or (
+            not final and ranks > 1 and strategy != "parameter_server"):
+        shown.append("allreduce_ms")
+    elif ranks == 1:
+        notes.append("no all-reduce: one replica has nothing to reduce")
+    elif strategy == "parameter_server":
+        notes.append("no all-reduce: parameter servers apply each worker's gradients")
+    else:
+        notes.append("no all-reduce time was measured in this step")
+    return [*shown, "time"], notes
+
+
+def axis_names(panels: list[str]) -> dict[str, str]:
+    """panel -> its y axis id ("y", "y2"...); every panel shares the x axis "x"."""
+    return {p: "y" if i == 0 else f"y{i + 1}" for i, p in enumerate(panels)}
+
+
+def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -> dict:
+    """The plotly layout: ``panels`` stacked top to bottom on one step axis, legend right."""
+    heights = [PANELS[p].height for p in panels]
+    plot_h = sum(heights) + _GAP * (len(panels) - 1)
+    top = _TOP + _NOTE * len(notes)
+    out: dict[str, Any] = {
+        "height": top + plot_h + _BOTTOM, "autosize": True, "template": "plotly_white",
+        "margin": {"l": 64, "r": 12, "t": top, "b": _BOTTOM}, "uirevision": "nbdist",
+        "hovermode": "x unified", "hoversubplots": "axis",
+        "hoverlabel": {"font": {"size": 11}, "namelength": -1},
+        "legend": {"x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top",
+                   "font": {"size": 11}, "tracegroupgap": 3},
+        "title": {"text": title, "x": 0.005, "xanchor": "left", "y": 0.995,
+                  "yanchor": "top", "yref": "container", "font": {"size": 14}},
+        "xaxis": {"anchor": f"y{len(panels)}" if len(panels) > 1 else "y", "domain": [0, 1],
+                  "title": {"text": "step", "standoff": 6}, "rangemode": "nonnegative",
+                  # at least steps 0-10 on the axis: early ticks are whole steps, never 0.5
+                  "autorangeoptions": {"include": [0, 10]}, "hoverformat": ",.0f",
+                  "tickformat": ",~g",
+                  "showspikes": True, "spikemode": "across", "spikesnap": "cursor",
+                  "spikethickness": 1, "spikedash": "dot", "spikecolor": "#888",
+                  "zeroline": False},
+        "annotations": [{      # why a panel is not drawn: one line each, under the title
+            "name": "notes", "text": "<br>".join(notes), "x": 0, "xref": "paper",
+            "xanchor": "left", "y": 1, "yref": "paper", "yanchor": "bottom", "yshift": 24,
+            "align": "left", "showarrow": False, "font": {"size": 11, "color": "#666"},
+        }] if notes else [],
+    }
+    top = plot_h
+    for panel, axis, h in zip(panels, axis_names(panels).values(), heights, strict=True):
+        spec = PANELS[panel]
+        lo, hi = (top - h) / plot_h, top / plot_h
+        top -= h + _GAP
+        name = "yaxis" + axis[1:]
+        out[name] = {"domain": [max(0.0, lo), min(1.0, hi)], "anchor": "x",
+                     "type": "log" if spec.log else "linear", "zeroline": False,
+                     # log axes: 1, 2, 5, 10... labelled in full, never a lone "4" above "10"
+                     "tickformat": "~g", "nticks": 6,
+                     **({"dtick": "D2"} if spec.log else {}),
+                     "title": {"text": spec.unit, "standoff": 4}}
+        text = spec.title if panel != "time" or per_replica else "step time per worker"
+        out["annotations"].append({
+            "name": f"title:{panel}", "text": f"<b>{text}</b>" + (
+                f" ({spec.unit})" if spec.unit else ""),
+            "x": 0, "xref": "paper", "xanchor": "left", "y": min(1.0, hi), "yref": "paper",
+            "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
+    out["updatemenus"] = [{          # client-side: works while the cell runs
+        "type": "buttons", "direction": "right", "showactive": True, "active": 0,
+        "x": 1.0, "xanchor": "right", "y": 1.0, "yanchor": "bottom", "pad": {"b": 2},
+        "font": {"size": 10},        # above the loss panel, below plotly's mode bar
+        "buttons": [
+            {"label": "loss: linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+            {"label": "log", "method": "relayout", "args": [{"yaxis.type": "log"}]},
+        ],
+    }]
+    return out
+
+
+def _hover(panel: str) -> str:
+    spec = PANELS[panel]
+    unit = f" {spec.unit}" if spec.unit else ""
+    return f"%{{y:.4g}}{unit} <span style='color:#888'>{spec.short}</span>"
+
+
+def replica_line(label: str, index: int, panel: str, yaxis: str, legend: bool
+                 ) -> dict[str, Any]:
+    return {"type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
+            "showlegend": legend, "xaxis": "x", "yaxis": yaxis,
+            "line": {"width": REPLICA_WIDTH, "color": PALETTE[index % len(PALETTE)]},
+            "opacity": 0.8, "hovertemplate": _hover(panel)}
+
+
+def aggregate_line(name: str, yaxis: str, label: str | None = None) -> dict[str, Any]:
+    agg = AGGREGATES[name]
+    label = label or agg.label
+    return {"type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
+            "xaxis": "x", "yaxis": yaxis, "hovertemplate": _hover(agg.panel),
+            "line": {"width": AGGREGATE_WIDTH, "color": agg.color, "dash": agg.dash}}
+
+
+def straggler_marks(yaxis: str) -> dict[str, Any]:
+    return {"type": "scatter", "mode": "markers", "name": "stragglers", "legendrank": 2000,
+            "marker": {"symbol": "x", "size": 11, "color": "#d62728", "line": {"width": 2}},
+            "xaxis": "x", "yaxis": yaxis, "hovertemplate": "%{text}", "text": []}

@@ -1,0 +1,71 @@
+"""What the dashboard plots, computed from a Run (RunSeries, Decimator); run.to_tensorboard()."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dashboard_helpers import make_run
+
+from nbdist.widgets.decimator import Decimator
+from nbdist.widgets.series import RunSeries, bus_bandwidth
+
+NAN = math.nan
+
+
+def test_decimator_keeps_bounded_means_and_skips_nan() -> None:
+    dec = Decimator(2000)
+    x = np.arange(100_000, dtype=float)
+    for chunk in np.array_split(x, 37):
+        dec.extend(chunk, np.where(chunk % 2 == 0, chunk * 3, np.nan))
+    px, py = dec.points()
+    assert 1000 <= len(px) <= 2000
+    assert np.all(np.isfinite(py)) and np.allclose(py, 3 * px)   # bucket means of y = 3x
+    assert px[0] < 100 and px[-1] > 99_000
+    assert dec.raw == 50_000
+
+
+def test_bus_bandwidth_follows_nccl_tests() -> None:
+    assert bus_bandwidth(1e6, 4, 0.002) == pytest.approx(1e6 * 2 * 3 / 4 / 0.002)
+    assert math.isnan(bus_bandwidth(1e6, 1, 0.002))     # one rank: nothing crosses a bus
+    assert math.isnan(bus_bandwidth(0, 4, 0.002))
+    assert math.isnan(bus_bandwidth(1e6, 4, NAN))
+
+
+def test_straggler_needs_factor_and_margin() -> None:
+    run = make_run(100, slow=3)
+    series = RunSeries(replicas=4)
+    series.ingest(run.rows_since(0))
+    [s] = series.stragglers()
+    assert s.key == (0, 3) and s.ratio == pytest.approx(3.0)
+    lenient = RunSeries(replicas=4, straggler_factor=4.0)
+    lenient.ingest(run.rows_since(0))
+    assert lenient.stragglers() == []
+    two = RunSeries(replicas=2)                          # leave-one-out median works for N=2
+    two.ingest(make_run(30, replicas=2, slow=1).rows_since(0))
+    assert [s.key for s in two.stragglers()] == [(0, 1)]
+
+
+def test_to_tensorboard_writes_one_series_per_replica(tmp_path: Path) -> None:
+    tf = pytest.importorskip("tensorflow")
+    run = make_run(40, replicas=2, every=10)
+    run.finish("done")
+    root = run.to_tensorboard(str(tmp_path))
+    assert root.parent == tmp_path and root.name.startswith("run1-")
+    found: dict[str, dict[str, list]] = {}
+    for event_file in root.rglob("events.out.tfevents.*"):
+        series = found.setdefault(event_file.parent.relative_to(root).as_posix(), {})
+        for event in tf.compat.v1.train.summary_iterator(str(event_file)):
+            for value in event.summary.value:
+                assert value.metadata.plugin_data.plugin_name in ("", "scalars")
+                series.setdefault(value.tag, []).append(
+                    (event.step, float(tf.make_ndarray(value.tensor))))
+    assert sorted(found) == ["global", "replica_0", "replica_1"]
+    for r in (0, 1):
+        loss = dict(found[f"replica_{r}"]["loss"])
+        assert len(loss) == 40 and loss[9] == pytest.approx(0.1 + 0.1 * r)
+        assert [s for s, _ in found[f"replica_{r}"]["allreduce_ms"]] == [0, 10, 20, 30]
+    assert len(found["global"]["step_ms"]) == 40
+    assert dict(found["global"]["loss"])[0] == pytest.approx(1.05)
