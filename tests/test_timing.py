@@ -143,6 +143,8 @@ def test_the_gradient_allreduce_is_the_optimizers_else_the_largest():
 def test_the_dashboard_draws_other_collectives_beside_the_gradient_allreduce():
     from nbdist.telemetry.run import Run
 
+    ALLREDUCE = "slowest replica's all-reduce"
+
     def run_with(other_ms):
         run = Run(id=1, mode="step", strategy="mirrored", replicas=2)
         for step in range(20):
@@ -153,12 +155,13 @@ def test_the_dashboard_draws_other_collectives_beside_the_gradient_allreduce():
         run.finish("done")
         return run.plot()
 
-    def allreduce_panel(fig):
-        return {t.name: t for t in fig.data if t.xaxis == "x3"}
+    def allreduce_panel(fig):      # the panel (y axis) of the slowest replica's all-reduce
+        [axis] = {t.yaxis for t in fig.data if t.name == ALLREDUCE}
+        return {t.name: t for t in fig.data if t.yaxis == axis}
 
     sync = allreduce_panel(run_with(4.0))
-    assert set(sync) == {"replica 0", "replica 1", "slowest replica",
+    assert set(sync) == {"replica 0", "replica 1", ALLREDUCE,
                          "other collectives, slowest replica"}
     assert set(sync["other collectives, slowest replica"].y) == {8.0}
-    assert set(sync["slowest replica"].y) == {2.0}      # the gradient all-reduce alone
+    assert set(sync[ALLREDUCE].y) == {2.0}      # the gradient all-reduce alone
     assert "other collectives, slowest replica" not in allreduce_panel(run_with(0.0))
