@@ -167,6 +167,8 @@ class StepRunner(StepLoop):
             while left is None or left > 0:
                 timed = pacer.due(step)
                 wanted = 1 if timed else sizer.size()
+                if not timed and pacer.every > 0 and pacer.next > step:   # end before it
+                    wanted = min(wanted, pacer.next - step)
                 wanted = wanted if left is None else min(wanted, left)
                 traced = timed not in self._compiled
                 ran, call_ms = self._group(step, epoch, iterator, wanted, timed)
