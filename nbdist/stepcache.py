@@ -21,6 +21,7 @@ objects it compares with, which the traced step holds anyway.
 
 from __future__ import annotations
 
+import functools
 import symtable
 import types
 from collections import OrderedDict
@@ -130,17 +131,22 @@ def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return all(va is vb and sa == sb for (va, sa), (vb, sb) in zip(a[2], b[2], strict=True))
 
 
-def _global_names(source: StepSource) -> set[str]:
+def _global_names(source: StepSource) -> frozenset[str]:
+    return _globals_of(source.source, source.factory_name, source.step_name)
+
+
+@functools.lru_cache(maxsize=32)
+def _globals_of(text: str, factory_name: str, step_name: str) -> frozenset[str]:
     """The names the generated step function (and what it nests) looks up as globals."""
-    top = symtable.symtable(source.source, source.filename, "exec")
-    factory = next(t for t in top.get_children() if t.get_name() == source.factory_name)
+    top = symtable.symtable(text, "<nbdist-step>", "exec")
+    factory = next(t for t in top.get_children() if t.get_name() == factory_name)
     found: set[str] = set()
-    todo = [t for t in factory.get_children() if t.get_name() == source.step_name]
+    todo = [t for t in factory.get_children() if t.get_name() == step_name]
     while todo:
         table = todo.pop()
         found.update(s.get_name() for s in table.get_symbols() if s.is_global())
         todo.extend(table.get_children())
-    return found
+    return frozenset(found)
 
 
 def _reach(names: list[str], namespace: dict[str, Any], out: dict[str, tuple[Any, ...]],

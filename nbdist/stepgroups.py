@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .errors import ConfigError
+
 
 def stack_replicas(strategy: Any, out: dict[str, Any]) -> Any:
     """A step's outputs as one [metrics, replicas] float64 tensor: one host fetch, not one per
@@ -108,3 +110,14 @@ class CallSizer:
 
 GROUPED_NOTE = ("data_ms is not measured with --steps-per-call: the batches are read inside the "
                 "compiled call; step_ms is the time between the steps' in-graph timestamps")
+
+
+def refuse_grouped_steps(spec: Any, family: str) -> None:
+    """For a family whose steps are scheduled one by one (parameter_server): refuse
+    ``--steps-per-call`` before anything runs rather than ignore it."""
+    if spec.steps_per_call != 1:
+        raise ConfigError(
+            f"--steps-per-call {spec.steps_per_call} groups steps into one call of "
+            f"strategy.run, but {family} schedules each step on a worker by itself "
+            "(ClusterCoordinator.schedule). Drop --steps-per-call here; it applies to "
+            "one_device, mirrored, central_storage, multiworker and tpu.")
