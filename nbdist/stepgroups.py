@@ -17,6 +17,7 @@ between calls), measured on the run's first calls (3 of one step, 3 of 8 steps).
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from .errors import ConfigError
@@ -76,23 +77,28 @@ class CallSizer:
     def __init__(self, setting: int | str):
         self.auto = setting == "auto"
         self.k = 1 if self.auto else int(setting)
-        self._times: dict[int, list[float]] = {1: [], self.probe: []}
+        self._one: list[float] = []                      # ms of calls of one step
+        self._many: list[tuple[int, float]] = []         # (steps, ms) of longer calls
         self.measured: tuple[float, float] | None = None   # (dispatch ms, compute ms per step)
 
     def size(self) -> int:
         if not self.auto or self.measured is not None:
             return self.k
-        return 1 if len(self._times[1]) < self.samples else self.probe
+        return 1 if len(self._one) < self.samples else self.probe
 
     def observe(self, steps: int, call_ms: float) -> None:
-        """A call (not the one that traced) of ``steps`` untimed steps took ``call_ms``."""
-        if not self.auto or self.measured is not None or steps not in self._times:
+        """A call (not the one that traced) of ``steps`` untimed steps took ``call_ms`` (a
+        call the timing or the data cut short counts with its own length)."""
+        if not self.auto or self.measured is not None:
             return
-        self._times[steps].append(call_ms)
-        if len(self._times[self.probe]) < self.samples:
+        if steps == 1:
+            self._one.append(call_ms)
+        else:
+            self._many.append((steps, call_ms))
+        if len(self._one) < self.samples or len(self._many) < self.samples:
             return
-        one, many = min(self._times[1]), min(self._times[self.probe])
-        compute = max((many - one) / (self.probe - 1), 1e-3)
+        one = min(self._one)
+        compute = max(statistics.median((ms - one) / (n - 1) for n, ms in self._many), 1e-3)
         dispatch = max(one - compute, 0.0)
         wanted = math.ceil(dispatch * (1 - self.target) / (self.target * compute))
         longest = max(1, math.floor(self.max_call_ms / compute))
@@ -101,8 +107,12 @@ class CallSizer:
 
     def note(self) -> str | None:
         """For the Run: what ``auto`` chose and why."""
-        if self.measured is None:
+        if not self.auto:
             return None
+        if self.measured is None:
+            return ("--steps-per-call auto: the run ended before the group size was measured "
+                    f"({self.samples} calls of one step and {self.samples} longer ones are "
+                    "needed), so it ran short calls; with more steps it picks K itself")
         dispatch, compute = self.measured
         return (f"--steps-per-call auto chose {self.k} steps per call (measured {dispatch:.2f} "
                 f"ms to dispatch a call, {compute:.2f} ms per step)")
