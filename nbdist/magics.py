@@ -83,9 +83,8 @@ def _line_args(line: str) -> None:
 @argument("--show-code", action="store_true", help="print the generated step (default: off)")
 @argument("--timing-every", type=int, metavar="K",
           help="time the allreduce every K steps, 0: never (default: auto, <1%% cost)")
-@argument("--steps-per-call", default="1", metavar="K|auto",
-          help="step mode: steps per compiled call; auto: enough that dispatch is <5%% of a "
-               "call, at most 100 ms of steps (default: 1)")
+@argument("--steps-per-call", default="1", metavar="K",
+          help="step mode: K steps a call; auto: K for dispatch <5%% of a call (default: 1)")
 @argument("--graph", action="store_true",
           help="draw the compiled step's dataflow graph after the run (default: off)")
 @argument("--checkpoint", metavar="DIR",
