@@ -41,25 +41,28 @@ def compile_group(strategy: Any, replica_fn: Any, keys: list[str]) -> Any:
     def train_steps(arg: Any) -> Any:
         iterator, n = arg
 
-        def body(i: Any, rows: Any, stamps: Any, more: Any) -> Any:
+        def body(i: Any, rows: Any, stamps: Any, last: Any, more: Any) -> Any:
             optional = iterator.get_next_as_optional()
 
             def step() -> Any:
                 out = strategy.run(replica_fn, args=(optional.get_value(),))
                 keys[:] = list(out)
                 row = stack_replicas(strategy, out)
-                with tf.control_dependencies([row]):
+                with tf.control_dependencies([row, last]):   # after this step and the last
                     stamp = tf.timestamp()
-                return i + 1, rows.write(i, row), stamps.write(i + 1, stamp)
+                return i + 1, rows.write(i, row), stamps.write(i + 1, stamp), stamp
 
-            i, rows, stamps = tf.cond(optional.has_value(), step, lambda: (i, rows, stamps))
-            return i, rows, stamps, optional.has_value()
+            i, rows, stamps, last = tf.cond(optional.has_value(), step,
+                                            lambda: (i, rows, stamps, last))
+            return i, rows, stamps, last, optional.has_value()
 
         rows = tf.TensorArray(tf.float64, size=0, dynamic_size=True)
-        stamps = tf.TensorArray(tf.float64, size=0, dynamic_size=True).write(0, tf.timestamp())
-        count, rows, stamps, _ = tf.while_loop(
-            lambda i, rows, stamps, more: tf.logical_and(i < n, more), body,
-            (tf.constant(0), rows, stamps, tf.constant(True)))
+        start = tf.timestamp()
+        stamps = tf.TensorArray(tf.float64, size=0, dynamic_size=True).write(0, start)
+        # one iteration at a time: the steps run in order, as with one step per call
+        count, rows, stamps, _, _ = tf.while_loop(
+            lambda i, rows, stamps, last, more: tf.logical_and(i < n, more), body,
+            (tf.constant(0), rows, stamps, start, tf.constant(True)), parallel_iterations=1)
         return rows.stack(), stamps.stack(), count
 
     return tf.function(train_steps)
