@@ -75,15 +75,17 @@ def symbolic_inputs(structure: Any) -> Any:
 
 
 def call_building_optimizers(
-    make_fn: Callable[[], Callable[[Any], Any]], arg: Any, strategy: Any
+    make_fn: Callable[[], Callable[[Any], Any]], arg: Any, strategy: Any,
+    first_call: Callable[[Any, Any], Any] | None = None,
 ) -> tuple[Callable[[Any], Any], Any]:
     """First call of a compiled step: build any Keras optimizer or model it would build (under
-    ``strategy``'s scope), then run it.
+    ``strategy``'s scope), then run it (or ``first_call(fn, arg)``: e.g. only trace it).
 
     Returns the compiled function that ran and its result. After an aborted trace the function
     is compiled afresh, because variables created before the abort would otherwise linger in the
     half-finished tf.function.
     """
+    call = first_call or (lambda fn, a: fn(a))
     tf_logger = logging.getLogger("tensorflow")
     for _ in range(8):  # one retry per optimizer or model the step uses
         fn = make_fn()
@@ -93,7 +95,7 @@ def call_building_optimizers(
         tf_logger.setLevel(max(level, logging.WARNING))
         try:
             with building_prebuild(pending):
-                return fn, fn(arg)
+                return fn, call(fn, arg)
         except _NeedsBuild:
             pass
         except Exception:  # MirroredStrategy may wrap a replica thread's exception
@@ -106,7 +108,7 @@ def call_building_optimizers(
                 if not obj.built:   # each replica thread of the trace may have asked
                     build()
     fn = make_fn()
-    return fn, fn(arg)
+    return fn, call(fn, arg)
 
 
 def unsynced_batchnorm(found: list[str]) -> contextlib.AbstractContextManager[None]:

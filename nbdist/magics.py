@@ -83,6 +83,8 @@ def _line_args(line: str) -> None:
 @argument("--show-code", action="store_true", help="print the generated step (default: off)")
 @argument("--timing-every", type=int, metavar="K",
           help="time the allreduce every K steps, 0: never (default: auto, <1%% cost)")
+@argument("--steps-per-call", default="1", metavar="K",
+          help="step mode: K steps a call; auto: K for dispatch <5%% of a call (default: 1)")
 @argument("--graph", action="store_true",
           help="draw the compiled step's dataflow graph after the run (default: off)")
 @argument("--checkpoint", metavar="DIR",
@@ -184,6 +186,7 @@ class DistributeMagics(Magics):
             step=args.step, data=args.data, epochs=args.epochs, steps=args.steps,
             loss=args.loss, grads=args.grads, show_code=args.show_code,
             timing_every=args.timing_every, strategy=strategy, checkpoint=args.checkpoint,
+            steps_per_call=args.steps_per_call,
         )
         header = f"%%distribute {line}".strip()
         from .widgets.dashboard import observer_for

@@ -7,14 +7,18 @@ nothing. After their first call both are called through ``fastcall.FastCall``, w
 ``tf.function``'s per-call argument binding. It iterates the distributed dataset
 (``data.distributed_input``: the ``--data`` dataset distributed with the strategy, a dataset
 function given to ``distribute_datasets_from_function``, or the user's own), runs
-``strategy.run`` and appends every step's per-replica numbers to a ``Run``. What ends a run
-(stop, interrupt, error, checkpoint resume) is ``steploop.StepLoop``'s, shared with the
-parameter-server loop.
+``strategy.run`` and appends every step's per-replica numbers to a ``Run``. With
+``--steps-per-call`` each call runs several steps (``stepgroups``). A later run of the same,
+unchanged cell reuses the traced variants (``stepcache``, the backend's ``StepCache``). What
+ends a run (stop, interrupt, error, checkpoint resume) is ``steploop.StepLoop``'s, shared with
+the parameter-server loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import time
 from collections.abc import Iterator
@@ -24,10 +28,14 @@ from typing import Any, ClassVar
 from .fastcall import FastCall
 from .hooks.tensorflow import quiet_retracing_warning
 from .kerashooks import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
+from .pacing import TimingPacer
+from .stepcache import StepCache, TracedStep, cell_key, depends_on
+from .stepgroups import GROUPED_NOTE, CallSizer, compile_group, stack_replicas
 from .steploop import StepLoop
 from .strategies import StrategyHandle
 from .telemetry.collectives import T_GRAD_START, split_timing
 from .telemetry.probe import StepProbe
+from .telemetry.run import Run
 
 
 @dataclass
@@ -35,13 +43,24 @@ class StepRunner(StepLoop):
     """Runs a rewritten step cell over a dataset under a strategy, recording into ``run``."""
 
     handle: StrategyHandle = field(kw_only=True)
+    cache: StepCache | None = field(default=None, kw_only=True)   # the backend's traced steps
     _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> FastCall of it
+    _functions: dict[bool, Any] = field(default_factory=dict)  # timed? -> its tf.function
     _timed_probe: StepProbe | None = None
     _keys: dict[bool, list[str]] = field(default_factory=dict)   # rows of the step's output
+    _trace_notes: list[str] = field(default_factory=list)      # the Run's notes from tracing
+    _announced: set[bool] = field(default_factory=set)         # variants told to observers
+    _first_step: int = 0
     fast_calls: ClassVar[bool] = True   # call the traced step through nbdist.fastcall
 
+    @property
+    def grouped(self) -> bool:
+        """Several steps per compiled call (``--steps-per-call``, ``stepgroups``)."""
+        return self.spec.steps_per_call != 1
+
     def _compile(self, timed: bool) -> Any:
-        """A fresh tf.function running the step on every replica and stacking the results."""
+        """A fresh tf.function running the step on every replica and stacking the results:
+        one step of a distributed batch, or (``grouped``) up to n steps of an iterator."""
         import tensorflow as tf
 
         probe = StepProbe(timed=timed, loss_name=self.spec.loss, grads_name=self.spec.grads)
@@ -53,16 +72,12 @@ class StepRunner(StepLoop):
         keys = self._keys.setdefault(timed, [])
 
         def train_step(dist_batch: Any) -> Any:
-            # One [metrics, replicas] float64 tensor: one host fetch per step, not one per
-            # metric (float64 keeps tf.timestamp's precision; float32 losses convert exactly).
             out = strategy.run(replica_fn, args=(dist_batch,))
             keys[:] = list(out)
-            return tf.stack([
-                tf.cast(tf.stack(strategy.experimental_local_results(v)), tf.float64)
-                for v in out.values()
-            ])
+            return stack_replicas(strategy, out)
 
-        compiled = tf.function(train_step)
+        compiled = (compile_group(strategy, replica_fn, keys) if self.grouped
+                    else tf.function(train_step))
         # Each cell compiles a fresh tf.function of this same code, and FastCall's calls do not
         # count as calls for TensorFlow, so after a few cells it would warn about "frequent
         # retracing" of train_step: wrong here, and noise in the user's output.
@@ -70,14 +85,58 @@ class StepRunner(StepLoop):
         if not timed:
             return compiled
 
-        def call_timed(dist_batch: Any) -> Any:
+        def call_timed(arg: Any) -> Any:
             with probe.hooked():   # the hook only matters while (re)tracing, but is cheap
-                return compiled(dist_batch)
+                return compiled(arg)
+
+        def trace_timed(arg: Any) -> Any:
+            with probe.hooked():
+                return compiled.get_concrete_function(arg)
 
         call_timed.tf_function = compiled   # type: ignore[attr-defined] # for on_traced
+        call_timed.trace = trace_timed      # type: ignore[attr-defined]
         return call_timed
 
+    # -- a traced step kept for the next run of the same cell (``stepcache``) ---------------
+    def execute(self) -> Run:
+        if self.cache is None:
+            return super().execute()
+        key = cell_key(self.source, self.grouped)
+        entry = self.cache.find(key, self._depends())
+        if entry is not None:
+            self._adopt(entry)
+        try:
+            run = super().execute()
+        except BaseException:
+            self.cache.forget(key)
+            raise
+        if run.status in ("done", "stopped") and self._compiled:
+            self.cache.keep(key, TracedStep(
+                dict(self._compiled), dict(self._functions), self._keys, self._timed_probe,
+                self._factory, self.source.filename, list(self._trace_notes), self._depends()))
+        else:
+            self.cache.forget(key)
+        return run
+
+    def _depends(self) -> Any:
+        return depends_on(self.source, self.user_ns, self.handle.strategy, self.dataset)
+
+    def _adopt(self, entry: TracedStep) -> None:
+        self._compiled.update(entry.compiled)
+        self._functions.update(entry.functions)
+        self._keys, self._timed_probe, self._factory = entry.keys, entry.timed_probe, entry.factory
+        # errors map to cell lines through the traced code's file name: keep it, with this text
+        self.source = dataclasses.replace(self.source, filename=entry.filename)
+        self.source.register()
+        self._trace_notes = list(entry.notes)
+        for text in entry.notes:
+            self.run.note(text)
+
+    # -- the loops -------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
+        if self.grouped:
+            self._loop_groups(first_epoch, first_step)
+            return
         dist_ds = self.dataset   # distributed already (data.distributed_input)
         step = first_step
         pacer = TimingPacer(self.spec.timing_every)
@@ -96,6 +155,39 @@ class StepRunner(StepLoop):
             if self.checkpoint is not None:
                 self.checkpoint.save(epoch + 1, step)
 
+    def _loop_groups(self, first_epoch: int, first_step: int) -> None:
+        """``--steps-per-call``: calls of several steps; a timed step is a call of its own;
+        stop, checkpoints and epochs at call boundaries (a call never spans two epochs)."""
+        sizer, pacer = CallSizer(self.spec.steps_per_call), TimingPacer(self.spec.timing_every)
+        self.run.note(GROUPED_NOTE)
+        step = self._first_step = first_step
+        for epoch in range(first_epoch, self.spec.epochs):
+            self._epoch = epoch
+            iterator, left = iter(self.dataset), self.spec.steps
+            while left is None or left > 0:
+                timed = pacer.due(step)
+                wanted = 1 if timed else sizer.size()
+                if not timed and pacer.every > 0 and pacer.next > step:   # end before it
+                    wanted = min(wanted, pacer.next - step)
+                wanted = wanted if left is None else min(wanted, left)
+                traced = timed not in self._compiled
+                ran, call_ms = self._group(step, epoch, iterator, wanted, timed)
+                if ran and not traced:
+                    pacer.observe(step, call_ms / ran, timed)
+                    if not timed:
+                        sizer.observe(ran, call_ms)
+                step += ran
+                left = None if left is None else left - ran
+                self.notify()
+                if self.should_stop():
+                    return
+                if ran < wanted:   # the data ended
+                    break
+            if self.checkpoint is not None:
+                self.checkpoint.save(epoch + 1, step)
+        if sizer.note():
+            self.run.note(sizer.note())
+
     def _done(self) -> None:
         every = self.spec.timing_every
         probe = self._timed_probe
@@ -106,81 +198,77 @@ class StepRunner(StepLoop):
         elif every is None or every > 0:
             self.run.note("no all_reduce was seen in the step, so allreduce_ms is not measured")
 
+    # -- calls -----------------------------------------------------------------------------
+    def _call(self, timed: bool, arg: Any) -> Any:
+        """Call the compiled variant (traced first if it is not yet)."""
+        fn = self._compiled.get(timed)
+        if fn is None:
+            fn = self._trace(timed, arg)
+        elif timed not in self._announced:   # traced by an earlier run of this cell
+            self._announced.add(timed)
+            self.traced(self._functions[timed], arg, timed)
+        return fn(arg)
+
+    def _trace(self, timed: bool, arg: Any) -> Any:
+        """Compile and trace a variant for ``arg`` (building any Keras optimizer or model it
+        needs first), keep it, tell the observers that want it (``--graph``, checkpoints)."""
+        replicas = self.handle.strategy.num_replicas_in_sync
+        unsynced: list[str] = []
+        with unsynced_batchnorm(unsynced) if replicas > 1 else contextlib.nullcontext():
+            fn, _ = call_building_optimizers(lambda: self._compile(timed), arg,
+                                             self.handle.strategy, first_call=_trace_only)
+        if unsynced:
+            self._trace_notes.append(unsynced_batchnorm_note(unsynced, replicas))
+            self.run.note(self._trace_notes[-1])
+        tf_function = getattr(fn, "tf_function", fn)
+        self._functions[timed] = tf_function
+        self._compiled[timed] = (FastCall(tf_function, arg, fallback=fn)
+                                 if self.fast_calls else fn)
+        self._announced.add(timed)
+        self.traced(tf_function, arg, timed)   # e.g. `%%distribute --graph`
+        return self._compiled[timed]
+
     def _one_step(self, step: int, epoch: int, batch: Any, data_ms: float, timed: bool) -> float:
         start = time.perf_counter()
-        fn = self._compiled.get(timed)
-        if fn is not None:
-            out = fn(batch)
-        else:  # first call: traces, and may have to build a Keras optimizer first
-            replicas = self.handle.strategy.num_replicas_in_sync
-            unsynced: list[str] = []
-            with unsynced_batchnorm(unsynced) if replicas > 1 else contextlib.nullcontext():
-                fn, out = call_building_optimizers(
-                    lambda: self._compile(timed), batch, self.handle.strategy)
-            if unsynced:
-                self.run.note(unsynced_batchnorm_note(unsynced, replicas))
-            tf_function = getattr(fn, "tf_function", fn)
-            self._compiled[timed] = (FastCall(tf_function, batch, fallback=fn)
-                                     if self.fast_calls else fn)
-            self.traced(tf_function, batch, timed)   # e.g. `%%distribute --graph`
+        out = self._call(timed, batch)
         values = dict(zip(self._keys[timed], out.numpy(), strict=True))
         step_ms = (time.perf_counter() - start) * 1e3
+        self._record(step, epoch, values, step_ms, data_ms, timed)
+        return step_ms
+
+    def _group(self, step: int, epoch: int, iterator: Any, wanted: int,
+               timed: bool) -> tuple[int, float]:
+        """One call of up to ``wanted`` steps; returns how many ran and the call's ms."""
+        start = time.perf_counter()
+        arg = (iterator, _steps_tensor(wanted))
+        if step == self._first_step:
+            # Every variant is traced before any of them runs on the iterator: a trace after
+            # a call that read from it made deleting the iterator take 15-80 s here.
+            for variant in (False, True) if self.spec.timing_every != 0 else (False,):
+                if variant not in self._compiled:
+                    self._trace(variant, arg)
+        rows, stamps, count = self._call(timed, arg)
+        rows, stamps, ran = rows.numpy(), stamps.numpy(), int(count)
+        call_ms = (time.perf_counter() - start) * 1e3
+        keys = self._keys[timed]
+        for i in range(ran):
+            values = dict(zip(keys, rows[i], strict=True))
+            self._record(step + i, epoch, values, (stamps[i + 1] - stamps[i]) * 1e3,
+                         math.nan, timed, wall_time=float(stamps[i + 1]))
+        return ran, call_ms
+
+    def _record(self, step: int, epoch: int, values: dict[str, Any], step_ms: float,
+                data_ms: float, timed: bool, wall_time: float | None = None) -> None:
         timing = split_timing(values) if T_GRAD_START in values else {}
         self.run.record_step(
             step, epoch,
             loss=values["loss"].tolist(),
             grad_norm=values["grad_norm"].tolist() if "grad_norm" in values else None,
-            step_ms=step_ms, data_ms=data_ms, **timing,
+            step_ms=step_ms, data_ms=data_ms, wall_time=wall_time, **timing,
         )
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
-        return step_ms
-
-
-class TimingPacer:
-    """Decides which steps run the timed variant.
-
-    ``every=K`` times exactly every K-th step (0: never). ``every=None`` (the default) is
-    automatic: the timed step is slower (its timestamps serialise the step; on a tiny MLP here
-    ~1.9 ms more than a 2.3 ms untimed step), so timed steps are spaced so that their extra
-    cost stays under ``budget`` of the run's time: at least every 5th step apart, and at most
-    every 100th step or every ``max_gap_ms`` of training, whichever is more steps (on a step
-    of a millisecond, sampling every 100th step would spend several percent on timing).
-    """
-
-    budget = 0.01
-    min_gap = 5
-    max_gap = 100         # still sample the allreduce at least this often (in steps)...
-    max_gap_ms = 500.0    # ...or this often in time, for steps too quick for the budget
-
-    def __init__(self, every: int | None):
-        self.auto = every is None
-        self.every = self.min_gap if every is None else every
-        self.next = 0
-        self.plain_ms: float | None = None
-        self.timed_ms: float | None = None
-
-    def due(self, step: int) -> bool:
-        return self.every > 0 and step >= self.next
-
-    def observe(self, step: int, step_ms: float, timed: bool) -> None:
-        if timed:
-            self.timed_ms = _ema(self.timed_ms, step_ms)
-        else:
-            self.plain_ms = _ema(self.plain_ms, step_ms)
-        if not timed or self.every <= 0:
-            return
-        gap = self.every
-        if self.auto and self.plain_ms and self.timed_ms:
-            extra = max(0.0, self.timed_ms - self.plain_ms)
-            longest = max(self.max_gap, math.ceil(self.max_gap_ms / self.plain_ms))
-            gap = max(gap, min(longest, math.ceil(extra / (self.budget * self.plain_ms))))
-        self.next = step + gap
-
-
-def _ema(previous: float | None, value: float, weight: float = 0.2) -> float:
-    return value if previous is None else (1 - weight) * previous + weight * value
 
 
 def _timed_batches(dist_ds: Any, max_steps: int | None) -> Iterator[tuple[Any, float]]:
@@ -196,3 +284,17 @@ def _timed_batches(dist_ds: Any, max_steps: int | None) -> Iterator[tuple[Any, f
         count += 1
         yield batch, (time.perf_counter() - start) * 1e3
 
+
+
+@functools.lru_cache(maxsize=64)
+def _steps_tensor(n: int) -> Any:
+    """``n`` as the int32 tensor a grouped call takes (one trace for every group size)."""
+    import tensorflow as tf
+
+    return tf.constant(n, tf.int32)
+
+
+def _trace_only(fn: Any, arg: Any) -> Any:
+    """Trace a compiled variant for ``arg`` without running it."""
+    trace = getattr(fn, "trace", None) or fn.get_concrete_function
+    return trace(arg)

@@ -192,6 +192,7 @@ class RunSpec:
     timing_every: int | None = None   # None: automatic (see runner.TimingPacer)
     strategy: StrategySpec | None = None
     checkpoint: str | None = None     # --checkpoint DIR (see nbdist.checkpoint)
+    steps_per_call: int | str = 1     # K, or "auto" (see nbdist.stepgroups)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -217,6 +218,10 @@ class RunSpec:
                 f"--timing-every {self.timing_every}: give 0 (never time the allreduce), "
                 "1 (every step) or k (every k-th step)."
             )
+        object.__setattr__(self, "steps_per_call", _steps_per_call(self.steps_per_call))
+        if self.steps_per_call != 1 and not self.step:
+            raise ConfigError("--steps-per-call groups the steps of step mode; add --step "
+                              "--data NAME, or drop it.")
         if self.checkpoint is not None and not self.checkpoint.strip():
             raise ConfigError("--checkpoint needs a directory, e.g. `--checkpoint ckpt/run1`.")
         for flag in ("data", "loss", "grads"):
@@ -238,3 +243,16 @@ class RunSpec:
         return cls(**{**data, "strategy": None if strategy is None
                       else StrategySpec.from_dict(strategy)})
 
+
+
+def _steps_per_call(value: Any) -> int | str:
+    """``--steps-per-call``: a whole number of steps of at least 1, or ``auto``."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return "auto"
+    if text.isascii() and text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ConfigError(
+        f"--steps-per-call {value!r}: give how many steps one compiled call runs, a whole "
+        "number of at least 1 (1: one step per call, the default), or `auto` to choose it from "
+        "the measured time per call and per step, e.g. `--steps-per-call 8`.")

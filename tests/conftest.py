@@ -63,10 +63,12 @@ FILE_TIERS = {
     "test_patching.py": "unit",
     "test_private_apis.py": "unit",
     "test_picker.py": "kernel",
+    "test_rerun.py": "kernel",
     "test_rewrite.py": "unit",
     "test_setup_commands.py": "unit",    # its JupyterLab launch: notebooks
     "test_spec.py": "unit",
     "test_static_view.py": "unit",        # its notebook and quickstart tests: kernel
+    "test_steps_per_call.py": "kernel",
     "test_strategy_object.py": "kernel",
     "test_tiers.py": "unit",
     "test_timing.py": "kernel",           # its tests of the host-side arithmetic: unit

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..spec import StrategySpec
+from ..stepcache import StepCache
 from ..strategies import StrategyHandle
 from ..telemetry.run import Run, RunList
 from .base import NO_WORKERS, NO_WORKERS_TO_RESTART, BackendStatus, refuse_keras_choice
@@ -30,6 +31,7 @@ class LocalBackend:
         self.runs = runs
         self.shell = shell
         self.handle: StrategyHandle | None = None
+        self.traced_steps = StepCache()   # steps traced under this strategy, for re-runs
 
     @classmethod
     def create(cls, spec: StrategySpec, runs: RunList, shell: Any,
@@ -51,6 +53,7 @@ class LocalBackend:
         self.handle = build_strategy(self.spec)
 
     def stop(self) -> list[int]:
+        self.traced_steps.clear()
         return []   # nothing to stop: logical devices stay until the kernel restarts
 
     def restarted(self) -> LocalBackend:
@@ -104,7 +107,8 @@ class LocalBackend:
         if inputs.note:
             run.note(inputs.note)
         runner = StepRunner(cell.source, user_ns, cell.spec, run, observers=observers,
-                            checkpoint=inputs.checkpoint, dataset=inputs.dataset, handle=h)
+                            checkpoint=inputs.checkpoint, dataset=inputs.dataset, handle=h,
+                            cache=self.traced_steps)
         return runner.execute()
 
     def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:

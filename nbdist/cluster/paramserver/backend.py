@@ -25,6 +25,7 @@ from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
 from ...hooks.keras import atomic_variable_updates
 from ...spec import StrategySpec
+from ...stepgroups import refuse_grouped_steps
 from ...telemetry.run import Run, RunList
 from ...tflogs import worker_environment
 from ..engines import make as make_engines
@@ -236,6 +237,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
 
     def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
         """Schedule the step on the workers (async) until --epochs/--steps are done."""
+        refuse_grouped_steps(cell.spec, "parameter_server")
         self._usable()
         user_ns = self._user_ns()
         # the checkpoint is saved from here, the coordinator: it reads the PS variables

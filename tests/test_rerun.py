@@ -1,0 +1,111 @@
+"""Re-running a step cell: an unchanged cell reuses its traced step, a changed one retraces."""
+
+import numpy as np
+import pytest
+from helpers import run_ok
+
+import nbdist
+
+SETUP = """
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH = 64
+rng = np.random.default_rng(0)
+features = rng.normal(size=(GLOBAL_BATCH * 6, 8)).astype("float32")
+targets = rng.normal(size=(GLOBAL_BATCH * 6, 3)).astype("float32")
+train_ds = tf.data.Dataset.from_tensor_slices((features, targets)).batch(GLOBAL_BATCH)
+def make_model():
+    return tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
+                                tf.keras.layers.Dense(3)])
+"""
+
+BUILD = """%%distribute
+model = make_model()
+optimizer = tf.keras.optimizers.SGD(learning_rate=0.05)
+"""
+
+STEP = """%%distribute --step --data train_ds {flags}
+x, y = batch
+with tf.GradientTape() as tape:
+    per_example = tf.reduce_sum(tf.square(model(x, training=True) - y), axis=-1)
+    loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH){extra}
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+@pytest.fixture
+def shell(ip):
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+    run_ok(ip, SETUP)
+    run_ok(ip, BUILD)
+    yield ip
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def cache():
+    return nbdist.session.current_session().backend.traced_steps
+
+
+def step(shell, flags="", extra=""):
+    """Run the step cell; return (reused its trace?, weights after it)."""
+    hits = cache().hits
+    run_ok(shell, STEP.format(flags=flags, extra=extra))
+    assert nbdist.runs[-1].status == "done"
+    return cache().hits > hits, [w.copy() for w in shell.user_ns["model"].get_weights()]
+
+
+def test_an_unchanged_rerun_reuses_the_trace_and_trains_as_a_fresh_trace(shell):
+    reused, _ = step(shell)
+    assert not reused
+    before = [w.copy() for w in shell.user_ns["model"].get_weights()]
+    reused, cached = step(shell, flags="--steps 5")   # --steps changes no trace
+    assert reused
+    assert nbdist.runs[-1].steps_done == 5
+    assert not np.array_equal(before[0], cached[0])   # it did train
+    shell.user_ns["model"].set_weights(before)        # same start, traced afresh
+    cache().clear()
+    reused, fresh = step(shell, flags="--steps 5")
+    assert not reused
+    for a, b in zip(cached, fresh, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(("change", "before", "after"), [
+    ("%%distribute\noptimizer = tf.keras.optimizers.SGD(learning_rate=0.05)", "", ""),
+    ("GLOBAL_BATCH = 32", "", ""),                        # a number the trace baked in
+    ("%%distribute\nscale = tf.Variable(2.0)", " * scale", " * scale"),   # reassigned
+    ("", "", " * 1.0"),                                   # the cell itself changed
+], ids=["new optimizer", "changed number", "reassigned variable", "changed cell"])
+def test_a_changed_cell_or_changed_objects_retrace(shell, change, before, after):
+    run_ok(shell, "%%distribute\nscale = tf.Variable(1.0)")
+    step(shell, extra=before)
+    reused, _ = step(shell, extra=before)
+    assert reused
+    if change:
+        run_ok(shell, change)
+    reused, _ = step(shell, extra=after)
+    assert not reused
+
+
+def test_a_new_model_object_retraces_and_trains_the_new_model(shell):
+    step(shell)
+    old = shell.user_ns["model"]
+    old_weights = [w.copy() for w in old.get_weights()]
+    run_ok(shell, BUILD)
+    new_start = [w.copy() for w in shell.user_ns["model"].get_weights()]
+    reused, trained = step(shell)
+    assert not reused
+    assert not np.array_equal(new_start[0], trained[0])
+    for a, b in zip(old_weights, old.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)   # the old model is no longer trained
+
+
+def test_stop_and_another_strategy_release_the_cached_steps(shell):
+    step(shell)
+    kept = cache()
+    assert len(kept) == 1
+    shell.run_line_magic("distribute", "stop")
+    assert len(kept) == 0
