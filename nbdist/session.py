@@ -129,6 +129,18 @@ class Session:
         """The value of ``name`` in worker ``worker``'s namespace."""
         return self._require_backend("pull").pull(name, worker)
 
+    def inject(self, fault: str | None, worker: str | None, at_step: int | None = None,
+               delay: float | None = None) -> str:
+        """``%distribute inject``: a real fault in a worker process (``cluster.injection``)."""
+        inject = getattr(self.backend, "inject", None)
+        if inject is None:
+            name = "no strategy" if self.backend is None else f"`{self.backend.spec.name}`"
+            raise ConfigError("`inject` puts a real fault into a worker process, which needs "
+                              f"`%distribute multiworker --workers N` ({name} now).")
+        message = inject(fault, worker, at_step, delay)
+        self._changed()
+        return message
+
     def _require_backend(self, what: str) -> Backend:
         if self.backend is None:
             raise ConfigError(NO_WORKERS.format(what=what))

@@ -33,10 +33,13 @@ class Forwarder:
 
     def on_step(self, run: Run) -> None:
         self.st.step = run.steps_done
+        faults = self.st.faults   # %distribute inject ... --at-step N, slow
         now = time.monotonic()
-        if now - self.last >= FLUSH_S:
+        if now - self.last >= FLUSH_S or (faults is not None and faults.due(run.steps_done)):
             self.last = now
             self.flush(run)
+        if faults is not None:
+            faults.on_step(run.steps_done)
 
     def flush(self, run: Run) -> None:
         if run.n_rows == self.sent or self.st.channel is None:
