@@ -39,7 +39,8 @@ GLOBAL_BATCH = 32
 rng = np.random.default_rng(nbdist_worker)
 xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
 ys = xs.sum(axis=1, keepdims=True)
-long_ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True).repeat()
+ds = tf.data.Dataset.from_tensor_slices((xs, ys))
+long_ds = ds.batch(GLOBAL_BATCH, drop_remainder=True).repeat()
 def slow_source():
     for i in range(10**6):
         if nbdist_worker == 1 and i == GLOBAL_BATCH // 2 * 30:

@@ -314,8 +314,9 @@ def test_inject_kill_at_a_step_fails_the_cell_fast_ends_the_survivor_and_restart
     ended = "was ended" in str(err)
     if ended:
         survivor_watch.join(10)
-    print(f"\nkill -> cell error {failed - killed[0]:.1f} s"
-          + (f", -> survivor ended {survivor_ended[0] - killed[0]:.1f} s" if ended else ""))
+    with capsys.disabled():
+        print(f"\nkill -> cell error {failed - killed[0]:.1f} s"
+              + (f", -> survivor ended {survivor_ended[0] - killed[0]:.1f} s" if ended else ""))
     assert failed - killed[0] <= 10
     assert not ended or survivor_ended[0] - killed[0] <= 10
     assert nbdist.runs[-1].status == "failed" and nbdist.runs[-1].steps_done >= 30
