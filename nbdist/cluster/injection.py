@@ -74,6 +74,7 @@ def status_lines(entries: list[dict[str, Any]]) -> list[str]:
     for i, e in enumerate(entries):
         done = e.get("applied_step")
         state = ("pending" if done is None else "applied" if done < 0
-                 else f"applied after step {done}")
+                 else f"applied after step {done}" if e["at_step"] is not None
+                 else f"applied (the worker had done {done} steps of its run)")
         lines.append(f"{'injected' if i == 0 else '':<10} {what(e)}, sent {e['time']}: {state}")
     return lines
