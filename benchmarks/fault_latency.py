@@ -95,6 +95,7 @@ def one(shell, kind: str, stall_file: str) -> tuple[float, float | None]:
     if backend.broken:
         shell.run_line_magic("distribute", "restart")
         backend = current_session().backend
+        shell.run_line_magic("distribute", "push STALL_FILE")   # fresh workers: empty
         _ok(shell.run_cell(SETUP, store_history=False))
     victim = psutil.Process(backend.info[1]["pid"])
     if os.path.exists(stall_file):
@@ -144,6 +145,8 @@ def main() -> None:
         for kind in ("kill", "SIGSTOP", "stuck input"):
             for _ in range(args.repeat):
                 results.setdefault(kind, []).append(one(shell, kind, stall_file))
+                print(f"MEASURED {kind}: fault -> error {results[kind][-1][0]:.2f} s",
+                      file=sys.stderr)
     finally:
         shell.run_line_magic("distribute", "stop")
     print(f"\nfault -> cell error, median (min..max) of {args.repeat}, 2 local workers:")

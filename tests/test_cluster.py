@@ -349,6 +349,7 @@ def test_a_stopped_worker_is_named_and_every_worker_ended_within_10_s(mw):
     bound = float(re.search(r"= ([\d.]+) s\)", str(err)).group(1))
     print(f"\nSIGSTOP -> cell error {returned - stopped[0]:.1f} s (stall limit {bound:.1f} s)")
     assert returned - stopped[0] <= bound + 10
+    assert "[worker 1] (no answer)" in "\n".join(err._render_traceback_())
     assert not _alive(psutil.Process(victim)) if psutil.pid_exists(victim) else True
     assert cluster().broken
 
@@ -390,6 +391,8 @@ def test_a_worker_stuck_in_its_input_pipeline_is_named_with_its_cell_line(mw, tm
     print(f"\nstuck input -> cell error {returned - stalled_at:.1f} s (limit {bound:.1f} s)")
     assert returned - stalled_at <= bound + 10
     assert cluster().broken
+    with pytest.raises(ClusterError, match="restart"):   # the kernel says what to do next
+        mw.run_cell("%%distribute\n1", store_history=False).raise_error()
 
 
 def test_inject_slow_delays_every_step_of_one_worker(mw, capsys):

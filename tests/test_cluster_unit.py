@@ -298,7 +298,7 @@ def test_stacks_show_a_thread_blocked_in_cell_code_with_its_line():
 
     assert cell_frame(snap) == f"cell line 2 (in wait, {filename}): event.wait()"
     waiting = {"step": 7, "phase": "step", "threads": [by_name["main"]]}
-    assert diagnose({0: waiting, 1: snap, 2: None}, {}) == ([1, 2], [0])
+    assert diagnose({0: waiting, 1: snap, 2: None}) == ([1, 2], [0])
 
 
 def test_the_stall_limit_follows_the_median_step_and_doubles_without_a_culprit():

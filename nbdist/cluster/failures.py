@@ -44,10 +44,9 @@ class WorkerStuck(ClusterError):
     """A worker is alive but makes no progress (blocked in its input, a deadlock, SIGSTOP);
     shows every worker's step and stack (``multiworker.stall``)."""
 
-    def __init__(self, message: str, stacks_text: str = "", cell_line: int | None = None):
+    def __init__(self, message: str, stacks_text: str = ""):
         super().__init__(message)
         self.stacks_text = stacks_text
-        self.cell_line = cell_line
 
     def _render_traceback_(self) -> list[str]:
         return [*self.stacks_text.rstrip().splitlines(), f"{type(self).__name__}: {self}"]

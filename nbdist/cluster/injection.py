@@ -4,7 +4,8 @@ is ``inengine.faults``.
 
 - ``kill``: SIGKILL (a crash, the OOM killer); ``stop``: SIGSTOP (a frozen process);
 - ``slow``: sleep ``--delay`` seconds after every step (a straggler; ``--delay 0`` ends it);
-- ``partition``: cut the worker's network link; needs workers on hosts of their own.
+- ``partition``: cut the worker's network link, at once; only engine sets that can do it
+  (a ``partition(worker)`` method: workers on hosts of their own) offer it.
 
 ``--at-step N``: once the worker has done N steps of its run (multiworker only); without it,
 at once.
@@ -16,16 +17,18 @@ import time
 from typing import Any
 
 from ..errors import ConfigError
+from . import protocol
+from .failures import ClusterError
 
 FAULTS = ("kill", "stop", "slow", "partition")
 DEFAULT_DELAY_S = 0.5
 
 NO_PARTITION = (
     "`%distribute inject partition` cuts one worker's network link, which needs each worker "
-    "on a host of its own (a machine, or a network namespace such as the test bed of "
-    "tests/hostbed.py). These workers run on this machine and share its loopback interface, "
-    "which cannot be cut for one of them. To take a worker away use `kill` (it dies) or "
-    "`stop` (it freezes)."
+    "on a host of its own whose link nbdist controls (a network namespace of the test bed in "
+    "tests/hostbed.py). These workers cannot be cut off one by one (local workers share this "
+    "machine's loopback interface; a --cluster's links are not nbdist's). To take a worker "
+    "away use `kill` (it dies) or `stop` (it freezes)."
 )
 
 
@@ -47,11 +50,34 @@ def check(fault: str | None, worker: str | None, workers: int, at_step: int | No
     if delay is not None and not delay >= 0:
         raise ConfigError(f"--delay {delay}: give the seconds added to every step (0 ends a "
                           "slow-down).")
-    if fault == "partition":
-        raise ConfigError(NO_PARTITION)
+    if fault == "partition" and at_step is not None:
+        raise ConfigError("`inject partition` cuts the link at once (the kernel does it, not "
+                          "the worker): drop --at-step.")
     if fault == "slow":
         return fault, int(worker), DEFAULT_DELAY_S if delay is None else delay
     return fault, int(worker), None
+
+
+def send(send_to: Any, log: list[dict[str, Any]], fault: str, worker: int,
+         at_step: int | None, delay: float | None) -> str:
+    """Send a checked fault to the worker (``send_to(worker, message)``) and log it."""
+    e = entry(fault, worker, at_step, delay)
+    log.append(e)   # before sending: the worker's INJECTED answer finds it
+    if not send_to(worker, {"type": protocol.INJECT, "fault": fault, "at_step": at_step,
+                            "delay": delay}):
+        log.remove(e)
+        raise ClusterError(f"worker {worker} is not connected (dead?): nothing was injected.")
+    return f"nbdist: {what(e)}."
+
+
+def partition(engines: Any, worker: int, log: list[dict[str, Any]]) -> str:
+    """Cut ``worker``'s link through its engine set, if the set can (else NO_PARTITION)."""
+    cut = getattr(engines, "partition", None)
+    if cut is None:
+        raise ConfigError(NO_PARTITION)
+    cut(worker)
+    log.append(entry("partition", worker, None, None, applied_step=-1))
+    return f"nbdist: {what(log[-1])}."
 
 
 def entry(fault: str, worker: int, at_step: int | None, delay: float | None,

@@ -22,7 +22,7 @@ from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList
 from ...tflogs import worker_environment
-from .. import injection, protocol, tfconfig
+from .. import injection, tfconfig
 from ..compat import check_engines
 from ..engines import make as make_engines
 from ..engines.base import ClusterStartError, EngineSet
@@ -183,13 +183,9 @@ class MultiWorkerCluster(ClusterLifecycle):
         """``%distribute inject``: a real fault, applied by the worker (``inengine.faults``)."""
         fault, index, delay = injection.check(fault, worker_index, self.n, at_step, delay)
         self._usable()
-        entry = injection.entry(fault, index, at_step, delay)
-        self.monitor.injections.append(entry)
-        if not self._send(index, {"type": protocol.INJECT, "fault": fault,
-                                  "at_step": at_step, "delay": delay}):
-            self.monitor.injections.remove(entry)
-            raise ClusterError(f"worker {index} is not connected (dead?): nothing was injected.")
-        return f"nbdist: {injection.what(entry)}."
+        if fault == "partition":
+            return injection.partition(self.engines, index, self.monitor.injections)
+        return injection.send(self._send, self.monitor.injections, fault, index, at_step, delay)
 
     def _usable(self) -> Dispatcher:
         if self.broken:

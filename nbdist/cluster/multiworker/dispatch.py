@@ -143,7 +143,7 @@ class Dispatcher:
         bound, median = stall.bound(), stall.median()
         stacks = self._ask_stacks(running)
         steps = {w: self.monitor.health[w].step for w in running}
-        culprits, waiting = diagnose(stacks, steps)
+        culprits, waiting = diagnose(stacks)
         if not culprits:
             stall.no_culprit()
             return

@@ -78,8 +78,7 @@ class StallWatch:
             self.last_progress = time.monotonic()
 
 
-def diagnose(stacks: dict[int, dict[str, Any] | None], steps: dict[int, int | None]
-             ) -> tuple[list[int], list[int]]:
+def diagnose(stacks: dict[int, dict[str, Any] | None]) -> tuple[list[int], list[int]]:
     """(culprits, waiting) among the running workers: ``stacks[w]`` is worker w's
     ``protocol.STACKS`` answer, None if it gave none."""
     culprits = sorted(w for w, s in stacks.items()
