@@ -134,9 +134,8 @@ class Session:
         """``%distribute inject``: a real fault in a worker process (``cluster.injection``)."""
         inject = getattr(self.backend, "inject", None)
         if inject is None:
-            name = "no strategy" if self.backend is None else f"`{self.backend.spec.name}`"
             raise ConfigError("`inject` puts a real fault into a worker process, which needs "
-                              f"`%distribute multiworker --workers N` ({name} now).")
+                              "`%distribute multiworker --workers N` first.")
         message = inject(fault, worker, at_step, delay)
         self._changed()
         return message
