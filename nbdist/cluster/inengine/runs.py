@@ -69,7 +69,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
             total: int | None = None) -> Iterator[None]:
     """Announce a run to the kernel; at its end send the last rows and the status."""
     st.gate.reset()
-    st.step = 0
+    st.step, st.running = 0, True
     st.channel.send({"type": protocol.RUN_START, "run": key, "mode": mode, "total_steps": total})
     try:
         yield
@@ -79,6 +79,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
             run.finish("interrupted" if interrupted else "failed", str(err)[:500])
         raise
     finally:
+        st.running = False
         if run.status == "running":
             run.finish("done")
         forward.flush(run)

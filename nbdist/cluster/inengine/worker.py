@@ -37,7 +37,8 @@ class WorkerState:
     keras: str
     channel: ChannelClient | None = None
     handle: Any = None                      # nbdist.strategies.StrategyHandle
-    step: int = 0                           # steps done in the current run
+    step: int = 0                           # steps done in the current (or last) run
+    running: bool = False                   # in a run (``runs.in_run``)
     gate: StopGate | None = None
     faults: FaultPlan | None = None
     cells: int = 0
@@ -162,7 +163,8 @@ def _on_control(st: WorkerState, message: dict[str, Any]) -> None:
     if kind == protocol.DUMP_STACKS:
         _send(st, {"type": protocol.STACKS, **stacks.snapshot(st.step)})
     elif kind == protocol.INJECT:
-        st.faults.on_control(message, st.step)
+        # --at-step N counts the steps of a run: between runs, wait for the next one
+        st.faults.on_control(message, st.step if st.running else -1)
     else:
         st.gate.on_control(message)
 

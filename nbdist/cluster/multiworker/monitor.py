@@ -220,7 +220,7 @@ class ClusterMonitor:
                     and entry.get("applied_step") is None:
                 step = message.get("step")
                 entry["applied_step"] = step if isinstance(step, int) else -1
-                if isinstance(step, int):
+                if isinstance(step, int) and step >= 0:   # -1: between runs
                     self.health[worker].step = step
                 return
 
