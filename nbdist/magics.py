@@ -21,7 +21,7 @@ from .errors import ConfigError, NbdistError
 from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
 from .tflogs import quiet_tensorflow
 
-_ACTIONS = ("status", "stop", "restart", "push", "pull")
+_ACTIONS = ("status", "stop", "restart", "push", "pull", "inject")
 _WIDTH = 96   # the help is rendered once, at this width, whatever the terminal
 
 
@@ -54,10 +54,15 @@ def placement_args(f: Callable) -> Callable:
 @kwds(formatter_class=_formatter, description=None)
 @argument("what", nargs="?", metavar="STRATEGY|ACTION",
           help=f"{', '.join(STRATEGY_NAMES)}; or status, stop, restart, push, "
-               "pull (default: the picker)")
-@argument("names", nargs="*", metavar="NAME", help="push/pull: variable names")
+               "pull, inject (default: the picker)")
+@argument("names", nargs="*", metavar="NAME",
+          help="push/pull: variable names; inject: kill|stop|slow|partition WORKER")
 @placement_args
 @argument("--worker", type=int, metavar="I", help="pull: the worker (default: 0)")
+@argument("--at-step", type=int, metavar="N",
+          help="inject: after the worker's N-th step of its run (default: at once)")
+@argument("--delay", type=float, metavar="S",
+          help="inject slow: seconds added to every step (default: 0.5)")
 @argument("--keras", choices=("auto", "legacy", "keras3"), metavar="KERAS",
           help="multiworker: auto, legacy (tf_keras) or keras3 (default: auto)")
 def _line_args(line: str) -> None:
@@ -107,6 +112,7 @@ Examples::
   %distribute status                     # strategy, devices, workers, equivalent TensorFlow
   %distribute pull history --worker 1    # a worker's variable into the kernel
   %distribute export train.py            # the step cell's training as a script
+  %distribute inject kill 1 --at-step 20 # a real fault, for drills (kill, stop, slow)
 
   %%distribute                           # scope mode: every model.fit is recorded
   model.fit(train_ds, epochs=3)
@@ -210,9 +216,11 @@ class DistributeMagics(Magics):
     def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
         if args.worker is not None and args.what != "pull":
             raise ConfigError("--worker applies to `%distribute pull NAME --worker i`.")
-        if args.names and args.what not in ("push", "pull"):
-            raise ConfigError(f"Unexpected {' '.join(args.names)!r}: only `push` and `pull` "
-                              "take names.")
+        if args.names and args.what not in ("push", "pull", "inject"):
+            raise ConfigError(f"Unexpected {' '.join(args.names)!r}: only `push`, `pull` and "
+                              "`inject` take names.")
+        if (args.at_step is not None or args.delay is not None) and args.what != "inject":
+            raise ConfigError("--at-step and --delay apply to `%distribute inject FAULT WORKER`.")
         if args.what == "status":
             print(session.status_text())
         elif args.what == "stop":
@@ -225,6 +233,12 @@ class DistributeMagics(Magics):
             print(f"nbdist: {backend.status().workers_total} fresh worker processes.")
         elif args.what in ("push", "pull"):
             self._move(args, session)
+        elif args.what == "inject":
+            fault, worker, *extra = [*args.names, None, None]
+            if [e for e in extra if e is not None]:
+                raise ConfigError(f"inject takes one fault and one worker, not "
+                                  f"{' '.join(args.names)!r}: e.g. `%distribute inject kill 1`.")
+            print(session.inject(fault, worker, args.at_step, args.delay))
         elif strategy is None:
             from .widgets.picker import picker
 

@@ -14,25 +14,11 @@ from typing import Any
 
 from .backends.base import NO_WORKERS, NO_WORKERS_TO_RESTART, Backend, lab_state, status_text
 from .backends.cells import RanCell, prepare_scope_cell, prepare_step_cell
-from .backends.kernelstate import why_cannot_host
+from .backends.kernelstate import strategy_mismatch
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .spec import RunSpec, StrategySpec
 from .telemetry.run import Run, runs
-
-
-def _mismatch(inline: StrategySpec, current: StrategySpec) -> str:
-    """A cell's strategy differs from the kernel's: what to do, checked to work."""
-    asked = f"This cell asks for `{inline.magic_line()}` but the kernel's strategy is " \
-            f"`{current.magic_line()}`."
-    blocked = why_cannot_host(inline)
-    if blocked is not None:   # switching in this kernel would fail: say so, and the way out
-        return (f"{asked} Drop the strategy from the cell line to run on the kernel's. "
-                f"This kernel cannot switch: {blocked}")
-    return (f"{asked} Drop the strategy from the cell line to run on the kernel's, or switch "
-            f"first with `{inline.magic_line()}` on a line of its own, then create the model "
-            "and optimizer again in a `%%distribute` cell (variables belong to the strategy "
-            "they were made under) and run this cell.")
 
 
 class Session:
@@ -129,6 +115,17 @@ class Session:
         """The value of ``name`` in worker ``worker``'s namespace."""
         return self._require_backend("pull").pull(name, worker)
 
+    def inject(self, fault: str | None, worker: str | None, at_step: int | None = None,
+               delay: float | None = None) -> str:
+        """``%distribute inject``: a real fault in a worker process (``cluster.injection``)."""
+        inject = getattr(self.backend, "inject", None)
+        if inject is None:
+            raise ConfigError("`inject` puts a real fault into a worker process, which needs "
+                              "`%distribute multiworker --workers N` first.")
+        message = inject(fault, worker, at_step, delay)
+        self._changed()
+        return message
+
     def _require_backend(self, what: str) -> Backend:
         if self.backend is None:
             raise ConfigError(NO_WORKERS.format(what=what))
@@ -141,7 +138,7 @@ class Session:
             if current is None:
                 return self.configure(inline)
             if inline != current.spec:
-                raise ConfigError(_mismatch(inline, current.spec))
+                raise ConfigError(strategy_mismatch(inline, current.spec))
         if current is None:
             raise ConfigError(
                 "No strategy is set. Run `%distribute mirrored --devices 2` (or another "

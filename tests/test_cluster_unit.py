@@ -268,3 +268,54 @@ def test_checkpoint_belongs_on_a_cell(ip):
     """(--checkpoint itself is tested in test_checkpoint.py.)"""
     with pytest.raises(ConfigError, match="--checkpoint belongs on a `%%distribute` cell"):
         ip.run_line_magic("distribute", "--checkpoint /tmp/ckpt")
+
+
+def test_stacks_show_a_thread_blocked_in_cell_code_with_its_line():
+    import linecache
+    import threading
+
+    from nbdist.cluster.inengine import stacks
+
+    source = "def wait(event):\n    event.wait()\n"
+    filename = "<nbdist-cell-99>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {}
+    exec(compile(source, filename, "exec"), namespace)
+    event = threading.Event()
+    thread = threading.Thread(target=namespace["wait"], args=(event,), name="blocked")
+    thread.start()
+    try:
+        snap = stacks.snapshot(step=7)
+    finally:
+        event.set()
+        thread.join()
+    by_name = {t["name"]: t for t in snap["threads"]}
+    assert snap["step"] == 7 and by_name["main"]["main"]
+    assert by_name["blocked"]["blocked_in_cell"] and not by_name["main"]["blocked_in_cell"]
+    files = [f["file"] for f in by_name["blocked"]["frames"]]
+    assert filename in files and files[-1].endswith("threading.py")   # Event.wait inside
+    from nbdist.cluster.multiworker.stall import cell_frame, diagnose
+
+    assert cell_frame(snap) == f"cell line 2 (in wait, {filename}): event.wait()"
+    waiting = {"step": 7, "phase": "step", "threads": [by_name["main"]]}
+    assert diagnose({0: waiting, 1: snap, 2: None}) == ([1, 2], [0])
+
+
+def test_the_stall_limit_follows_the_median_step_and_doubles_without_a_culprit():
+    from nbdist.cluster.multiworker import stall
+
+    watch = stall.StallWatch()
+    assert watch.bound() == stall.FIRST_STEP_S                  # before any step but the first
+    watch.progressed(0, 30.0)                                   # the first step (tracing)
+    assert watch.bound() == stall.FIRST_STEP_S
+    for step in range(1, 30):
+        watch.progressed(step, 2.0)
+    assert watch.bound() == 20.0 and watch.median() == 2.0      # 10 x the median
+    for step in range(30, 60):
+        watch.progressed(step, 0.01)
+    assert watch.bound() == stall.STALL_FLOOR_S                 # the floor
+    assert watch.stalled_for() is None
+    watch.no_culprit()
+    assert watch.bound() == 2 * stall.STALL_FLOOR_S
+    watch.started()
+    assert watch.bound() == stall.FIRST_STEP_S

@@ -30,11 +30,12 @@ PACKAGE = pathlib.Path(hooks.__file__).resolve().parent.parent
 PRIVATE_MODULES = ("tensorflow.python", "tensorflow.core", "keras.src", "tf_keras.src")
 #: Underscore names nbdist may use on objects outside nbdist/hooks/ that it does not define
 #: with ``self.``: documented stdlib functions (``os._exit``, the public API of
-#: ``collections.namedtuple``/``typing.NamedTuple``) and markers nbdist puts on its own wrappers.
-#: IPython's documented display protocol (``_repr_*_``, ``_ipython_display_``) is public too.
+#: ``collections.namedtuple``/``typing.NamedTuple``, ``sys._current_frames``) and markers nbdist
+#: puts on its own wrappers. IPython's documented display protocol (``_repr_*_``,
+#: ``_ipython_display_``) is public too.
 ALLOWED = {"_exit", "_nbdist", "_fields", "_asdict", "_replace", "_make", "_field_defaults",
            "_repr_mimebundle_", "_repr_html_", "_repr_pretty_", "_ipython_display_",
-           "_render_traceback_"}
+           "_render_traceback_", "_current_frames"}
 
 
 def _require_installed(api: hooks.PrivateAPI) -> None:

@@ -1,4 +1,5 @@
-"""Whether this kernel's TensorFlow can host a new strategy.
+"""Whether this kernel's TensorFlow can host a new strategy, and what a cell whose strategy
+differs from the kernel's is told (``strategy_mismatch``).
 
 A family that binds the kernel's TensorFlow context for good (the parameter-server
 coordinator, when it cannot detach from a cluster whose worker died) marks it here with
@@ -50,3 +51,17 @@ def why_cannot_host(spec: StrategySpec) -> str | None:
         return None
     return TOO_LATE.format(have=len(tf.config.list_logical_devices("CPU")), want=want,
                            name=spec.name)
+
+
+def strategy_mismatch(inline: StrategySpec, current: StrategySpec) -> str:
+    """A cell's strategy differs from the kernel's: what to do, checked to work."""
+    asked = f"This cell asks for `{inline.magic_line()}` but the kernel's strategy is " \
+            f"`{current.magic_line()}`."
+    blocked = why_cannot_host(inline)
+    if blocked is not None:   # switching in this kernel would fail: say so, and the way out
+        return (f"{asked} Drop the strategy from the cell line to run on the kernel's. "
+                f"This kernel cannot switch: {blocked}")
+    return (f"{asked} Drop the strategy from the cell line to run on the kernel's, or switch "
+            f"first with `{inline.magic_line()}` on a line of its own, then create the model "
+            "and optimizer again in a `%%distribute` cell (variables belong to the strategy "
+            "they were made under) and run this cell.")

@@ -40,6 +40,18 @@ class WorkerUnreachable(ClusterError):
     """A worker's host stopped answering on the network (a partition, or the host is down)."""
 
 
+class WorkerStuck(ClusterError):
+    """A worker is alive but makes no progress (blocked in its input, a deadlock, SIGSTOP);
+    shows every worker's step and stack (``multiworker.stall``)."""
+
+    def __init__(self, message: str, stacks_text: str = ""):
+        super().__init__(message)
+        self.stacks_text = stacks_text
+
+    def _render_traceback_(self) -> list[str]:
+        return [*self.stacks_text.rstrip().splitlines(), f"{type(self).__name__}: {self}"]
+
+
 class KerasUnsupported(NbdistError):
     """Keras 3 ``model.fit`` under a multi-worker strategy (keras-team/keras#20585)."""
 

@@ -20,10 +20,16 @@ ROWS = "rows"                # {"run": key, "columns": [names], "n": rows, "data
 #                              length is known only once it starts)
 RUN_END = "run_end"          # {"run": key, "status": str, "notes": [str]}
 PAUSED = "paused"            # {"step": int}: stopped at a step boundary, waiting for orders
+STACKS = "stacks"            # {"step": int, "phase": str, "threads": [...]}: inengine.stacks
+INJECTED = "injected"        # {"fault": str, "step": int}: about to apply an injected fault
 # kernel -> worker
 STOP = "stop"                # stop at a step boundary that every worker reaches
 HALT = "halt"                # stop here
 RESUME_UNTIL = "resume_until"  # {"step": int}: go on until that step, then pause again
+DUMP_STACKS = "dump_stacks"  # answer with STACKS (from the channel's thread: works while the
+                             # worker's main thread is blocked)
+INJECT = "inject"            # {"fault": "kill"|"stop"|"slow", "at_step": int|None,
+                             #  "delay": float}: inengine.faults
 
 #: A paused worker waits this long for the kernel's decision, then stops on its own.
 STOP_DECISION_TIMEOUT_S = 60.0

@@ -33,10 +33,13 @@ class Forwarder:
 
     def on_step(self, run: Run) -> None:
         self.st.step = run.steps_done
+        faults = self.st.faults   # %distribute inject ... --at-step N, slow
         now = time.monotonic()
-        if now - self.last >= FLUSH_S:
+        if now - self.last >= FLUSH_S or (faults is not None and faults.due(run.steps_done)):
             self.last = now
             self.flush(run)
+        if faults is not None:
+            faults.on_step(run.steps_done)
 
     def flush(self, run: Run) -> None:
         if run.n_rows == self.sent or self.st.channel is None:
@@ -66,7 +69,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
             total: int | None = None) -> Iterator[None]:
     """Announce a run to the kernel; at its end send the last rows and the status."""
     st.gate.reset()
-    st.step = 0
+    st.step, st.running = 0, True
     st.channel.send({"type": protocol.RUN_START, "run": key, "mode": mode, "total_steps": total})
     try:
         yield
@@ -76,6 +79,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
             run.finish("interrupted" if interrupted else "failed", str(err)[:500])
         raise
     finally:
+        st.running = False
         if run.status == "running":
             run.finish("done")
         forward.flush(run)

@@ -22,6 +22,8 @@ from ...telemetry.channel import ChannelClient
 from .. import protocol
 from ..failures import describe_exception
 from ..protocol import StopGate
+from . import stacks
+from .faults import FaultPlan
 
 #: Seconds between heartbeats.
 HEARTBEAT_S = 1.0
@@ -35,8 +37,10 @@ class WorkerState:
     keras: str
     channel: ChannelClient | None = None
     handle: Any = None                      # nbdist.strategies.StrategyHandle
-    step: int = 0                           # steps done in the current run
+    step: int = 0                           # steps done in the current (or last) run
+    running: bool = False                   # in a run (``runs.in_run``)
     gate: StopGate | None = None
+    faults: FaultPlan | None = None
     cells: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -75,9 +79,10 @@ def setup(index: int, workers: int, tf_config: dict[str, Any],
         os.environ["TF_CONFIG"] = json.dumps(tf_config)
         st = WorkerState(index, workers, tf_config, options["keras"])
         st.gate = StopGate(lambda message: _send(st, message))
+        st.faults = FaultPlan(lambda message: _send(st, message), lambda: _flush(st))
         host, port = options["channel"]
         st.channel = ChannelClient((host, port), bytes.fromhex(options["key"]), index,
-                                   on_message=st.gate.on_control)
+                                   on_message=lambda message: _on_control(st, message))
         _STATE = st
         threading.Thread(target=_heartbeat, args=(st, options.get("kernel_pid")),
                          name="nbdist-heartbeat", daemon=True).start()
@@ -144,6 +149,24 @@ def describe() -> dict[str, Any]:
 def _send(st: WorkerState, message: dict[str, Any]) -> None:
     if st.channel is not None:
         st.channel.send(message)
+
+
+def _flush(st: WorkerState) -> None:
+    if st.channel is not None:
+        st.channel.flush(2.0)
+
+
+def _on_control(st: WorkerState, message: dict[str, Any]) -> None:
+    """Kernel messages, on the channel's reader thread (they work while the main thread is
+    blocked)."""
+    kind = message["type"]
+    if kind == protocol.DUMP_STACKS:
+        _send(st, {"type": protocol.STACKS, **stacks.snapshot(st.step)})
+    elif kind == protocol.INJECT:
+        # --at-step N counts the steps of a run: between runs, wait for the next one
+        st.faults.on_control(message, st.step if st.running else -1)
+    else:
+        st.gate.on_control(message)
 
 
 def _heartbeat(st: WorkerState, kernel_pid: int | None) -> None:

@@ -22,7 +22,7 @@ from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList
 from ...tflogs import worker_environment
-from .. import tfconfig
+from .. import injection, tfconfig
 from ..compat import check_engines
 from ..engines import make as make_engines
 from ..engines.base import ClusterStartError, EngineSet
@@ -32,6 +32,7 @@ from ..lifecycle import ClusterLifecycle, live
 from .dispatch import Dispatcher
 from .keras_choice import resolve_keras
 from .monitor import ClusterMonitor
+from .namespaces import pull_value, push_values
 from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
 from .reach import refuse_restart_while_lost, watch_remote
 
@@ -39,6 +40,8 @@ from .reach import refuse_restart_while_lost, watch_remote
 COLLECTIVE_TIMEOUT_S = 120.0
 #: After one worker's setup failed, seconds the others get before they are given up on.
 SETUP_FAIL_FAST_S = 2.0
+
+
 class MultiWorkerCluster(ClusterLifecycle):
     """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel.
 
@@ -169,9 +172,20 @@ class MultiWorkerCluster(ClusterLifecycle):
     def _send(self, worker_index: int, message: dict[str, Any]) -> bool:
         return self.channel.send(worker_index, message) if self.channel else False
 
-    def _signal(self, sig: int) -> None:
+    def _signal(self, sig: int, workers: list[int] | None = None) -> None:
+        """Signal every worker, or ``workers``, through ipyparallel (remote engines too)."""
         if self.engines is not None:
-            self.engines.send_signal(sig, self.engines.ids)
+            ids = self.engines.ids
+            self.engines.send_signal(sig, ids if workers is None else [ids[w] for w in workers])
+
+    def inject(self, fault: str | None, worker_index: str | None, at_step: int | None,
+               delay: float | None) -> str:
+        """``%distribute inject``: a real fault, applied by the worker (``inengine.faults``)."""
+        fault, index, delay = injection.check(fault, worker_index, self.n, at_step, delay)
+        self._usable()
+        if fault == "partition":
+            return injection.partition(self.engines, index, self.monitor.injections)
+        return injection.send(self._send, self.monitor.injections, fault, index, at_step, delay)
 
     def _usable(self) -> Dispatcher:
         if self.broken:
@@ -272,27 +286,11 @@ class MultiWorkerCluster(ClusterLifecycle):
     # -- data ------------------------------------------------------------------------------
     def push(self, values: dict[str, Any]) -> None:
         """Copy ``values`` into every worker's namespace (pickled by ipyparallel)."""
-        dispatcher = self._usable()
-        try:
-            dispatcher.client[self.engines.ids].push(values, block=True)
-        except Exception as err:
-            raise ConfigError(f"Could not send {sorted(values)} to the workers: {err}. "
-                              "Only picklable values can be pushed.") from None
+        push_values(self._usable().client, self.engines.ids, values)
 
     def pull(self, name: str, worker_index: int = 0) -> Any:
         """The value of ``name`` on worker ``worker_index``."""
-        dispatcher = self._usable()
-        if not 0 <= worker_index < self.n:
-            raise ConfigError(f"--worker {worker_index}: the workers are 0..{self.n - 1}.")
-        try:
-            return dispatcher.client[self.engines.ids[worker_index]].pull(name, block=True)
-        except Exception as err:
-            what = getattr(err, "ename", type(err).__name__)
-            if what == "NameError":
-                raise ConfigError(f"worker {worker_index} has no variable `{name}`.") from None
-            raise ConfigError(f"Could not pull `{name}` from worker {worker_index} ({what}: "
-                              f"{getattr(err, 'evalue', err)}). Only picklable values can "
-                              "be pulled; pull arrays or weights instead.") from None
+        return pull_value(self._usable().client, self.engines.ids, name, worker_index)
 
 
 def live_clusters() -> list[MultiWorkerCluster]:

@@ -3,9 +3,11 @@
 While the workers run, the kernel's main thread loops every ~50 ms: it prints new worker
 output (``[worker i]`` prefix), shows new metric rows to the observers, checks that every
 worker process is alive and still sending heartbeats, and drives the stop protocol after a
-kernel interrupt or a Stop request. A dead worker fails the call within a second or two,
-after giving the survivors a few seconds to fail on their own (their collectives lose the
-peer), so none is left hanging.
+kernel interrupt or a Stop request. A dead worker fails the call within a few seconds,
+after giving the survivors ``SURVIVOR_GRACE_S`` to fail on their own (their collectives lose
+the peer); survivors still blocked then are ended, as they would otherwise wait for the
+collective timeout. A worker alive but stuck is found by ``stall`` and diagnosed from every
+worker's stacks.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from typing import Any
 
 import psutil
 
-from ..failures import ClusterError, WorkerDied, WorkerHung, describe_exception
+from ..failures import ClusterError, WorkerDied, WorkerHung, WorkerStuck, describe_exception
 from .monitor import HUNG_AFTER_S, ClusterMonitor
+from .output import WorkerOutput
+from .stall import ANSWER_S, diagnose, stacks_text, stuck_message
 
 POLL_S = 0.05
 #: After a worker died: how long the others get to finish (fail) on their own.
-SURVIVOR_GRACE_S = 8.0
+SURVIVOR_GRACE_S = 3.0
 #: After an interrupt: when to send SIGINT to workers that did not stop, and when to give up.
 ESCALATE_S = 8.0
 GIVE_UP_S = 20.0
@@ -31,47 +35,11 @@ GIVE_UP_S = 20.0
 NO_RUN_SIGINT_S = 0.5
 
 
-class _Output:
-    """Prints what each worker wrote since the last call, line by line, prefixed.
-
-    ``quiet``: print nothing until ``pump(final=True, show=True)``.
-    """
-
-    def __init__(self, results: dict[int, Any], quiet: bool = False):
-        self.results = results
-        self.quiet = quiet
-        self.pos: dict[tuple[int, str], int] = {}
-        self.partial: dict[tuple[int, str], str] = {}
-
-    def pump(self, final: bool = False, show: bool = False) -> None:
-        if self.quiet and not show:
-            return
-        for worker, ar in self.results.items():
-            try:
-                metadata = ar.metadata
-            except Exception:  # a result whose engine vanished
-                continue
-            for name in ("stdout", "stderr"):
-                key = (worker, name)
-                text = metadata.get(name) or ""
-                start = self.pos.get(key, 0)
-                self.pos[key] = len(text)
-                lines = (self.partial.get(key, "") + text[start:]).split("\n")
-                rest = lines.pop()
-                if final and rest:
-                    lines.append(rest)
-                    rest = ""
-                self.partial[key] = rest
-                stream = sys.stdout if name == "stdout" else sys.stderr
-                for line in lines:
-                    print(f"[worker {worker}] {line}", file=stream)
-
-
 class Dispatcher:
     """Calls functions on the workers' engines (``engine_ids[i]`` is worker ``i``)."""
 
     def __init__(self, client: Any, engine_ids: list[int], monitor: ClusterMonitor,
-                 signal_workers: Callable[[int], None],
+                 signal_workers: Callable[..., None],
                  pids: dict[int, int] | None = None):
         self.client = client
         self.engine_ids = engine_ids
@@ -96,7 +64,7 @@ class Dispatcher:
 
     def wait(self, results: dict[int, Any], observers: list[Any], quiet: bool = False,
              fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
-        output = _Output(results, quiet)
+        output = WorkerOutput(results, quiet)
         stopping: _Stopping | None = None
         give_up = _FailFast(results, fail_fast)
         while True:
@@ -109,6 +77,8 @@ class Dispatcher:
                         stopping.tick()
                     elif any(o.should_stop() for o in observers):
                         stopping = _Stopping(self, interrupted=False)
+                    else:   # not while the workers pause for a stop
+                        self._check_progress(results)
                     _wait_a_little(results)
                 break
             except KeyboardInterrupt:
@@ -145,7 +115,7 @@ class Dispatcher:
                 dead.append(worker)
         return dead
 
-    def _check_health(self, results: dict[int, Any], output: _Output) -> None:
+    def _check_health(self, results: dict[int, Any], output: WorkerOutput) -> None:
         dead = self.dead_workers()
         if dead:
             survivors = self._let_survivors_finish(results, dead, output)
@@ -163,18 +133,51 @@ class Dispatcher:
                     "aborted. The workers must be restarted: run `%distribute restart`."
                 )
 
+    def _check_progress(self, results: dict[int, Any]) -> None:
+        """A stalled run (``stall``): ask for the stacks, name the culprit, end the workers."""
+        stall = self.monitor.stall
+        running = sorted(w for w in self.monitor.running_workers() if not results[w].ready())
+        stalled = stall.stalled_for() if running else None
+        if stalled is None:
+            return
+        bound, median = stall.bound(), stall.median()
+        stacks = self._ask_stacks(running)
+        steps = {w: self.monitor.health[w].step for w in running}
+        culprits, waiting = diagnose(stacks)
+        if not culprits:
+            stall.no_culprit()
+            return
+        message = stuck_message(stalled, bound, median, stacks, steps, culprits, waiting,
+                                lambda w: _process_state(self.pids.get(w)))
+        self.signal_workers(signal.SIGKILL, running)
+        raise WorkerStuck(message, stacks_text(stacks))
+
+    def _ask_stacks(self, workers: list[int]) -> dict[int, dict[str, Any] | None]:
+        health = self.monitor.health
+        for w in workers:
+            health[w].stacks = None
+        self.monitor.ask_stacks(workers)
+        deadline = time.monotonic() + ANSWER_S
+        while time.monotonic() < deadline and any(health[w].stacks is None for w in workers):
+            time.sleep(POLL_S)
+        return {w: health[w].stacks for w in workers}
+
     def _let_survivors_finish(self, results: dict[int, Any], dead: list[int],
-                              output: _Output) -> dict[int, str]:
+                              output: WorkerOutput) -> dict[int, str]:
         deadline = time.monotonic() + SURVIVOR_GRACE_S
         others = {w: ar for w, ar in results.items() if w not in dead}
         while time.monotonic() < deadline and not all(ar.ready() for ar in others.values()):
             output.pump()
             time.sleep(POLL_S)
         output.pump(final=True, show=True)
+        blocked = sorted(w for w, ar in others.items() if not ar.ready())
+        if blocked:   # else they wait for the collective timeout (minutes)
+            self.signal_workers(signal.SIGKILL, blocked)
         out = {}
         for w, ar in others.items():
-            if not ar.ready():
-                out[w] = "still blocked (it fails when its collective times out)"
+            if w in blocked:
+                out[w] = (f"was still blocked in its collective after {SURVIVOR_GRACE_S:g} s "
+                          "and was ended")
                 continue
             outcome = _outcome(ar)
             out[w] = ("finished" if outcome["ok"]

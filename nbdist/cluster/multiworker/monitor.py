@@ -25,6 +25,7 @@ from typing import Any
 from ...telemetry.rows import POSITION, unpack
 from ...telemetry.run import Run
 from .. import protocol
+from .stall import StallWatch
 
 #: A worker that sent nothing for this long while the cluster is busy is reported as hung.
 HUNG_AFTER_S = 20.0
@@ -38,6 +39,7 @@ class WorkerHealth:
     last_seen: float | None = None       # time.time() of the last message
     step: int | None = None              # steps done in the current run
     in_run: str | None = None            # key of the run the worker is in
+    stacks: dict[str, Any] | None = None  # its last protocol.STACKS answer
 
     def silent_for(self, now: float | None = None) -> float | None:
         if self.last_seen is None:
@@ -123,11 +125,15 @@ class ClusterMonitor:
     def __init__(self, workers: int, send: Callable[[int, dict[str, Any]], bool],
                  new_fit_run: Callable[[], Run]):
         self.health = [WorkerHealth(i) for i in range(workers)]
+        self.send = send
         self.stopper = StopCoordinator(send)
         self._new_fit_run = new_fit_run
         self._runs: dict[str, _RunEntry] = {}
         self._lock = threading.Lock()
         self.bad_rows = 0
+        self.stall = StallWatch()
+        #: ``%distribute inject``: {"fault", "worker", "at_step", "delay", "applied_step"}
+        self.injections: list[dict[str, Any]] = []
 
     # -- runs ------------------------------------------------------------------------------
     def expect_run(self, key: str, run: Run) -> None:
@@ -162,6 +168,10 @@ class ClusterMonitor:
         with self._lock:
             self._runs.clear()
 
+    def ask_stacks(self, workers: list[int]) -> None:
+        for w in workers:
+            self.send(w, {"type": protocol.DUMP_STACKS})
+
     def running_workers(self) -> set[int]:
         return {h.index for h in self.health if h.in_run is not None}
 
@@ -178,6 +188,7 @@ class ClusterMonitor:
         elif kind == protocol.RUN_START:
             key = str(message.get("run"))
             health.in_run, health.step = key, 0
+            self.stall.started()
             entry = self._entry(key, create=message.get("mode") == "fit")
             total = message.get("total_steps")
             if entry is not None and isinstance(total, int) and entry.run.total_steps is None:
@@ -198,6 +209,20 @@ class ClusterMonitor:
                 entry.end(worker, status, len(self.health))
         elif kind == protocol.PAUSED and isinstance(message.get("step"), int):
             self.stopper.on_paused(worker, message["step"])
+        elif kind == protocol.STACKS and isinstance(message.get("threads"), list):
+            health.stacks = message
+        elif kind == protocol.INJECTED:
+            self._injected(worker, message)
+
+    def _injected(self, worker: int, message: dict[str, Any]) -> None:
+        for entry in self.injections:
+            if (entry["worker"], entry["fault"]) == (worker, message.get("fault")) \
+                    and entry.get("applied_step") is None:
+                step = message.get("step")
+                entry["applied_step"] = step if isinstance(step, int) else -1
+                if isinstance(step, int) and step >= 0:   # -1: between runs
+                    self.health[worker].step = step
+                return
 
     def _record(self, worker: int, message: dict[str, Any]) -> None:
         """A worker's rows (``rows.pack``) as its rows in the kernel's Run: all or none."""
@@ -217,3 +242,11 @@ class ClusterMonitor:
         if len(block):
             entry.run.append_block(block, extras)
             self.health[worker].step = int(block[-1, POSITION.step]) + 1
+        for values in block[block[:, POSITION.replica] <= 0]:   # one per step: replica 0,
+            self.stall.progressed(int(values[POSITION.step]),   # or -1 (a fit's reduced row)
+                                  _seconds(values[POSITION.step_ms], values[POSITION.data_ms]))
+
+
+def _seconds(step_ms: float, data_ms: float) -> float | None:
+    total = sum(float(v) for v in (step_ms, data_ms) if v == v)   # NaN: not measured
+    return total / 1e3 if total > 0 else None

@@ -13,6 +13,7 @@ import psutil
 
 from ...backends.base import BackendStatus
 from ...installed import installed_version
+from ..injection import status_lines
 from .monitor import HUNG_AFTER_S
 
 
@@ -59,6 +60,7 @@ def backend_status(cluster: Any) -> BackendStatus:
             f"           devices   {', '.join(info.get('devices', []))}",
             f"           TF_CONFIG {json.dumps(info.get('tf_config'))}",
         ]
+    lines += status_lines(cluster.monitor.injections)
     channel = cluster.channel
     if channel is not None:
         host, port = channel.address

@@ -1,0 +1,166 @@
+"""Time from a fault in a worker to the cell's error, under `%distribute multiworker --workers 2`.
+
+Three faults, each injected REPEAT times into a long step-mode run (fresh workers each time):
+
+* kill: `%distribute inject kill 1 --at-step 30` (SIGKILL); the fault's time is when the
+  process is seen gone (psutil, every 10 ms).
+* SIGSTOP: `%distribute inject stop 1 --at-step 30`; the fault's time is when the process is
+  seen stopped.
+* stuck input: worker 1's `from_generator` source sleeps for an hour at its 30th batch; the
+  fault's time is written by the generator just before it sleeps.
+
+For each: the median, min and max of fault -> error, and for the two found by the stall rule
+(SIGSTOP, stuck) the same less the stall limit the error states, i.e. detection -> error
+(the spec: <= 10 s).
+
+    python benchmarks/fault_latency.py [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+SETUP = """%%distribute
+import time
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH = 32
+rng = np.random.default_rng(nbdist_worker)
+xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
+ys = xs.sum(axis=1, keepdims=True)
+ds = tf.data.Dataset.from_tensor_slices((xs, ys))
+long_ds = ds.batch(GLOBAL_BATCH, drop_remainder=True).repeat()
+def slow_source():
+    for i in range(10**6):
+        if nbdist_worker == 1 and i == GLOBAL_BATCH // 2 * 30:
+            open(STALL_FILE, "w").write(str(time.time()))
+            time.sleep(3600)
+        yield xs[i % len(xs)], ys[i % len(ys)]
+options = tf.data.Options()
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+stuck_ds = tf.data.Dataset.from_generator(slow_source, output_signature=(
+    tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))
+).batch(GLOBAL_BATCH, drop_remainder=True).with_options(options)
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.SGD(0.05)
+"""
+
+STEP = """%%distribute --step --data {data} --steps 100000
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+def _watch(ready) -> list[float]:
+    """A daemon thread appending the monotonic time at which ``ready()`` first holds."""
+    seen: list[float] = []
+
+    def run() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if ready():
+                    seen.append(time.monotonic())
+                    return
+            except Exception:
+                seen.append(time.monotonic())
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=run, daemon=True).start()
+    return seen
+
+
+def one(shell, kind: str, stall_file: str) -> tuple[float, float | None]:
+    """(fault -> error, stall limit stated by the error or None)."""
+    import psutil
+
+    from nbdist.session import current_session
+
+    backend = current_session().backend
+    if backend.broken:
+        shell.run_line_magic("distribute", "restart")
+        backend = current_session().backend
+        shell.run_line_magic("distribute", "push STALL_FILE")   # fresh workers: empty
+        _ok(shell.run_cell(SETUP, store_history=False))
+    victim = psutil.Process(backend.info[1]["pid"])
+    if os.path.exists(stall_file):
+        os.remove(stall_file)
+    if kind == "kill":
+        shell.run_line_magic("distribute", "inject kill 1 --at-step 30")
+        seen = _watch(lambda: victim.status() == psutil.STATUS_ZOMBIE)
+    elif kind == "SIGSTOP":
+        shell.run_line_magic("distribute", "inject stop 1 --at-step 30")
+        seen = _watch(lambda: victim.status() == psutil.STATUS_STOPPED)
+    else:
+        seen = []
+    result = shell.run_cell(STEP.format(data="stuck_ds" if kind == "stuck input" else "long_ds"),
+                            store_history=False)
+    ended = time.monotonic()
+    err = result.error_in_exec
+    if err is None:
+        raise SystemExit(f"{kind}: the cell did not fail")
+    if kind == "stuck input":
+        fault = ended - (time.time() - float(open(stall_file).read()))
+    else:
+        fault = seen[0]
+    limit = re.search(r"= ([\d.]+) s\)", str(err))
+    return ended - fault, float(limit.group(1)) if limit else None
+
+
+def _ok(result) -> None:
+    if result.error_before_exec or result.error_in_exec:
+        raise SystemExit(f"setup failed: {result.error_before_exec or result.error_in_exec!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "nbdist")
+    stall_file = os.path.join(tempfile.mkdtemp(prefix="nbdist-fault-"), "stalled")
+    shell.user_ns["STALL_FILE"] = stall_file
+    shell.run_line_magic("distribute", "multiworker --workers 2")
+    shell.run_line_magic("distribute", "push STALL_FILE")
+    _ok(shell.run_cell(SETUP, store_history=False))
+    results: dict[str, list[tuple[float, float | None]]] = {}
+    try:
+        for kind in ("kill", "SIGSTOP", "stuck input"):
+            for _ in range(args.repeat):
+                results.setdefault(kind, []).append(one(shell, kind, stall_file))
+                print(f"MEASURED {kind}: fault -> error {results[kind][-1][0]:.2f} s",
+                      file=sys.stderr)
+    finally:
+        shell.run_line_magic("distribute", "stop")
+    print(f"\nfault -> cell error, median (min..max) of {args.repeat}, 2 local workers:")
+    for kind, rows in results.items():
+        total = [t for t, _ in rows]
+        line = (f"  {kind:<12} {statistics.median(total):5.1f} s "
+                f"({min(total):.1f}..{max(total):.1f})")
+        after = [t - limit for t, limit in rows if limit is not None]
+        if after:
+            line += (f"   detection -> error {statistics.median(after):4.1f} s "
+                     f"({min(after):.1f}..{max(after):.1f}); spec <= 10 s, ratio "
+                     f"{statistics.median(after) / 10:.2f}")
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

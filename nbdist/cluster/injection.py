@@ -1,0 +1,106 @@
+"""``%distribute inject FAULT WORKER``: real faults on purpose, for tests, tutorials and
+drills; the kernel's half (checks, the log ``%distribute status`` shows). The worker's half
+is ``inengine.faults``.
+
+- ``kill``: SIGKILL (a crash, the OOM killer); ``stop``: SIGSTOP (a frozen process);
+- ``slow``: sleep ``--delay`` seconds after every step (a straggler; ``--delay 0`` ends it);
+- ``partition``: cut the worker's network link, at once; only engine sets that can do it
+  (a ``partition(worker)`` method: workers on hosts of their own) offer it.
+
+``--at-step N``: once the worker has done N steps of its run (multiworker only); without it,
+at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import ConfigError
+from . import protocol
+from .failures import ClusterError
+
+FAULTS = ("kill", "stop", "slow", "partition")
+DEFAULT_DELAY_S = 0.5
+
+NO_PARTITION = (
+    "`%distribute inject partition` cuts one worker's network link, which needs each worker "
+    "on a host of its own whose link nbdist controls (a network namespace of the test bed in "
+    "tests/hostbed.py). These workers cannot be cut off one by one (local workers share this "
+    "machine's loopback interface; a --cluster's links are not nbdist's). To take a worker "
+    "away use `kill` (it dies) or `stop` (it freezes)."
+)
+
+
+def check(fault: str | None, worker: str | None, workers: int, at_step: int | None,
+          delay: float | None) -> tuple[str, int, float | None]:
+    """Validate an inject line; return (fault, worker index, delay). Raises ConfigError."""
+    usage = "`%distribute inject kill|stop|slow|partition WORKER [--at-step N] [--delay S]`"
+    if fault not in FAULTS:
+        raise ConfigError(f"inject: {fault!r} is not a fault; use {usage}, e.g. "
+                          "`%distribute inject kill 1 --at-step 20`.")
+    if worker is None or not worker.isdigit() or not 0 <= int(worker) < workers:
+        raise ConfigError(f"inject {fault}: give the worker, 0..{workers - 1} (got "
+                          f"{worker!r}): {usage}.")
+    if at_step is not None and at_step < 0:
+        raise ConfigError(f"--at-step {at_step}: give the number of steps after which the "
+                          "fault happens (0 or more), or drop it for at once.")
+    if delay is not None and fault != "slow":
+        raise ConfigError(f"--delay is the per-step delay of `slow`, not of `{fault}`.")
+    if delay is not None and not delay >= 0:
+        raise ConfigError(f"--delay {delay}: give the seconds added to every step (0 ends a "
+                          "slow-down).")
+    if fault == "partition" and at_step is not None:
+        raise ConfigError("`inject partition` cuts the link at once (the kernel does it, not "
+                          "the worker): drop --at-step.")
+    if fault == "slow":
+        return fault, int(worker), DEFAULT_DELAY_S if delay is None else delay
+    return fault, int(worker), None
+
+
+def send(send_to: Any, log: list[dict[str, Any]], fault: str, worker: int,
+         at_step: int | None, delay: float | None) -> str:
+    """Send a checked fault to the worker (``send_to(worker, message)``) and log it."""
+    e = entry(fault, worker, at_step, delay)
+    log.append(e)   # before sending: the worker's INJECTED answer finds it
+    if not send_to(worker, {"type": protocol.INJECT, "fault": fault, "at_step": at_step,
+                            "delay": delay}):
+        log.remove(e)
+        raise ClusterError(f"worker {worker} is not connected (dead?): nothing was injected.")
+    return f"nbdist: {what(e)}."
+
+
+def partition(engines: Any, worker: int, log: list[dict[str, Any]]) -> str:
+    """Cut ``worker``'s link through its engine set, if the set can (else NO_PARTITION)."""
+    cut = getattr(engines, "partition", None)
+    if cut is None:
+        raise ConfigError(NO_PARTITION)
+    cut(worker)
+    log.append(entry("partition", worker, None, None, applied_step=-1))
+    return f"nbdist: {what(log[-1])}."
+
+
+def entry(fault: str, worker: int, at_step: int | None, delay: float | None,
+          applied_step: int | None = None) -> dict[str, Any]:
+    """One line of the injection log (``applied_step``: None until the worker applied it)."""
+    return {"fault": fault, "worker": worker, "at_step": at_step, "delay": delay,
+            "applied_step": applied_step, "time": time.strftime("%H:%M:%S")}
+
+
+def what(e: dict[str, Any]) -> str:
+    """'kill worker 1 at step 20', 'slow worker 0 (+0.5 s per step) at once'."""
+    delay = f" (+{e['delay']:g} s per step)" if e["delay"] is not None else ""
+    when = "at once" if e["at_step"] is None else f"after step {e['at_step']}"
+    return f"{e['fault']} worker {e['worker']}{delay} {when}"
+
+
+def status_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """``%distribute status``: what was injected, and whether it happened yet."""
+    lines = []
+    for i, e in enumerate(entries):
+        done = e.get("applied_step")
+        state = ("pending" if done is None else "applied" if done < 0
+                 else f"applied after step {done}" if e["at_step"] is not None
+                 else f"applied (the worker had done {done} steps of its run)")
+        lines.append(f"{'injected' if i == 0 else '':<10} {what(e)}, sent {e['time']}: {state}")
+    return lines

@@ -1,0 +1,147 @@
+"""A worker alive but stuck: found from the step times, diagnosed from every worker's stacks.
+
+The rule: a run has stalled when no worker has finished a step for longer than
+``max(STALL_FACTOR x the median step time of the last STALL_WINDOW steps, STALL_FLOOR_S)``;
+until a step after the first (which traces and compiles) has finished, the bound is
+``FIRST_STEP_S``. Heartbeats cannot see this: a worker blocked in its input pipeline or in a
+deadlock still sends them, while the others wait for it in their collective.
+
+On a stall the kernel asks every running worker for its stacks (``protocol.DUMP_STACKS``,
+answered from the worker's channel thread) and waits up to ``ANSWER_S``. The culprits are the
+workers that did not answer (stopped, or not running Python at all) and those with a thread
+blocked in the user's own cell code; the others wait for them in TensorFlow. With no culprit
+(every worker is inside TensorFlow: a long validation, a slow checkpoint) nothing is done and
+the bound doubles, so a slow but healthy run is never aborted by this rule.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import deque
+from typing import Any
+
+STALL_FACTOR = 10.0
+STALL_WINDOW = 20
+STALL_FLOOR_S = 5.0
+FIRST_STEP_S = 60.0
+#: How long the kernel waits for the workers' stacks.
+ANSWER_S = 2.0
+
+_PHASE = {"input": "reading its input (--data)", "step": "in its training step",
+          "fit": "in model.fit", "cell": "running the cell"}
+
+
+class StallWatch:
+    """Progress of the running cell: when a step last finished, the recent step times."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._times: deque[float] = deque(maxlen=STALL_WINDOW)
+        self.last_progress = time.monotonic()
+        self._extra = 1.0   # doubles after each stall with no culprit
+
+    def started(self) -> None:
+        """A worker started a run."""
+        with self._lock:
+            self.last_progress = time.monotonic()
+            self._times.clear()
+            self._extra = 1.0
+
+    def progressed(self, step: int, seconds: float | None) -> None:
+        """A worker finished ``step`` in ``seconds`` (input included; None if unknown)."""
+        with self._lock:
+            self.last_progress = time.monotonic()
+            if step > 0 and seconds is not None and seconds >= 0:   # step 0 traces
+                self._times.append(seconds)
+
+    def bound(self) -> float:
+        with self._lock:
+            if not self._times:
+                return FIRST_STEP_S * self._extra
+            return max(STALL_FACTOR * statistics.median(self._times), STALL_FLOOR_S) * self._extra
+
+    def median(self) -> float | None:
+        with self._lock:
+            return statistics.median(self._times) if self._times else None
+
+    def stalled_for(self) -> float | None:
+        """Seconds since the last step if that exceeds the bound, else None."""
+        silent = time.monotonic() - self.last_progress
+        return silent if silent > self.bound() else None
+
+    def no_culprit(self) -> None:
+        """A stall whose stacks showed nobody to blame: wait twice as long next time."""
+        with self._lock:
+            self._extra *= 2
+            self.last_progress = time.monotonic()
+
+
+def diagnose(stacks: dict[int, dict[str, Any] | None]) -> tuple[list[int], list[int]]:
+    """(culprits, waiting) among the running workers: ``stacks[w]`` is worker w's
+    ``protocol.STACKS`` answer, None if it gave none."""
+    culprits = sorted(w for w, s in stacks.items()
+                      if s is None or any(t.get("blocked_in_cell") for t in s["threads"]))
+    return culprits, sorted(set(stacks) - set(culprits))
+
+
+def stuck_message(stalled_s: float, bound: float, median: float | None,
+                  stacks: dict[int, dict[str, Any] | None], steps: dict[int, int | None],
+                  culprits: list[int], waiting: list[int], process_state: Any) -> str:
+    """The error text: who is stuck, where (the user's cell line), who waits for it."""
+    rule = (f"the limit is max({STALL_FACTOR:g} x the median step time of the last "
+            f"{STALL_WINDOW} steps ({median * 1e3:.0f} ms), {STALL_FLOOR_S:g} s) = {bound:.1f} s"
+            if median is not None else f"the limit before the first steps is {bound:.0f} s")
+    parts = [f"The run stalled: no worker finished a step for {stalled_s:.1f} s ({rule})."]
+    for w in culprits:
+        at = f"at step {steps.get(w)}" if steps.get(w) is not None else "before its first step"
+        info = stacks.get(w)
+        if info is None:
+            parts.append(f"worker {w} is stuck {at}: it did not answer within {ANSWER_S:g} s "
+                         f"(process {process_state(w)}).")
+            continue
+        where = cell_frame(info)
+        parts.append(f"worker {w} is stuck {at}, {_PHASE.get(info['phase'], info['phase'])}, "
+                     f"blocked in your code at {where}." if where else
+                     f"worker {w} is stuck {at}.")
+    if waiting:
+        each = ", ".join(f"{w} (step {steps.get(w)})" for w in waiting)
+        parts.append(f"Waiting for it in TensorFlow (in the collective): "
+                     f"worker{'s' * (len(waiting) > 1)} {each}.")
+    parts.append("The workers were ended: a collective cannot be cancelled and TensorFlow "
+                 "cannot continue after one is aborted. Fix the cause, run `%distribute "
+                 "restart`, build the model again and re-run the cell (with --checkpoint it "
+                 "resumes).")
+    return " ".join(parts)
+
+
+def cell_frame(info: dict[str, Any]) -> str | None:
+    """'cell line 9 (in gen): time.sleep(3600)' for the innermost cell frame of the first
+    thread blocked in the user's code."""
+    for thread in info["threads"]:
+        if thread.get("blocked_in_cell"):
+            cells = [f for f in thread["frames"] if f["file"].startswith("<nbdist-")]
+            if cells:
+                f = cells[-1]
+                return f"cell line {f['line']} (in {f['name']}, {f['file']}): {f['text']}"
+    return None
+
+
+def stacks_text(stacks: dict[int, dict[str, Any] | None]) -> str:
+    """Every worker's stacks, innermost last, as the cell's traceback shows them."""
+    lines = []
+    for w, info in sorted(stacks.items()):
+        if info is None:
+            lines.append(f"[worker {w}] (no answer)")
+            continue
+        for thread in info["threads"]:
+            lines.append(f"[worker {w}] thread {thread['name']} (step {info['step']}, "
+                         f"{_PHASE.get(info['phase'], info['phase'])}), most recent call last:")
+            for f in thread["frames"]:
+                where = (f"cell line {f['line']}" if f["file"].startswith("<nbdist-")
+                         else f'File "{f["file"]}", line {f["line"]}')
+                lines.append(f"[worker {w}]   {where}, in {f['name']}")
+                if f["text"]:
+                    lines.append(f"[worker {w}]     {f['text']}")
+    return "\n".join(lines)
