@@ -178,8 +178,7 @@ class DistributeMagics(Magics):
         if cell is None and line.split()[:1] == ["export"]:   # its own flags: nbdist.export
             from .export import export_magic
 
-            export_magic(self.shell, session, line)
-            return None
+            return export_magic(self.shell, session, line)   # prints; returns None
         if cell is None:
             args = _parse(_line_args, _cell_args, line, _LINE, _CELL)
             return self._line(args, _strategy_spec(args.what, args), session)
