@@ -114,7 +114,8 @@ class StepRunner(StepLoop):
         else:  # first call: traces, and may have to build a Keras optimizer first
             replicas = self.handle.strategy.num_replicas_in_sync
             unsynced: list[str] = []
-            with unsynced_batchnorm(unsynced) if replicas > 1 else contextlib.nullcontext():
+            with (unsynced_batchnorm(unsynced) if replicas > 1 else contextlib.nullcontext(),
+                  self.tracing()):
                 fn, out = call_building_optimizers(
                     lambda: self._compile(timed), batch, self.handle.strategy)
             if unsynced:

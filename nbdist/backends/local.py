@@ -105,7 +105,10 @@ class LocalBackend:
             run.note(inputs.note)
         runner = StepRunner(cell.source, user_ns, cell.spec, run, observers=observers,
                             checkpoint=inputs.checkpoint, dataset=inputs.dataset, handle=h)
-        return runner.execute()
+        try:
+            return runner.execute()
+        finally:
+            runner.release()   # the traced step is dropped with the runner
 
     def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
         """Run the cell under ``strategy.scope()``; record every ``model.fit``."""
