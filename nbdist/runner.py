@@ -8,10 +8,9 @@ nothing. After their first call both are called through ``fastcall.FastCall``, w
 (``data.distributed_input``: the ``--data`` dataset distributed with the strategy, a dataset
 function given to ``distribute_datasets_from_function``, or the user's own), runs
 ``strategy.run`` and appends every step's per-replica numbers to a ``Run``. With
-``--steps-per-call`` each call runs several steps (``stepgroups``). A later run of the same,
-unchanged cell reuses the traced variants (``stepcache``, the backend's ``StepCache``). What
-ends a run (stop, interrupt, error, checkpoint resume) is ``steploop.StepLoop``'s, shared with
-the parameter-server loop.
+``--steps-per-call`` each call runs several steps (``stepgroups``). A re-run of an unchanged
+cell reuses the traced variants (``stepcache``). What ends a run (stop, interrupt, error,
+checkpoint resume) is ``steploop.StepLoop``'s, shared with the parameter-server loop.
 """
 
 from __future__ import annotations
@@ -214,7 +213,8 @@ class StepRunner(StepLoop):
         needs first), keep it, tell the observers that want it (``--graph``, checkpoints)."""
         replicas = self.handle.strategy.num_replicas_in_sync
         unsynced: list[str] = []
-        with unsynced_batchnorm(unsynced) if replicas > 1 else contextlib.nullcontext():
+        with (unsynced_batchnorm(unsynced) if replicas > 1 else contextlib.nullcontext(),
+              self.tracing()):
             fn, _ = call_building_optimizers(lambda: self._compile(timed), arg,
                                              self.handle.strategy, first_call=_trace_only)
         if unsynced:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from . import errormap
 from .errors import CheckpointError, RunInterrupted, StepCodeError
+from .hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
 from .rewrite import StepSource
 from .spec import RunSpec
 from .telemetry.run import Run
@@ -47,6 +48,7 @@ class StepLoop:
                              # per-worker under parameter_server
     _factory: Any = None     # the generated ``make_step(probe)``
     _epoch: int = 0          # the epoch under way (for messages)
+    _gradient_keys: list[str] = field(default_factory=list)   # what tracing registered
 
     # -- what a family provides ------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
@@ -120,6 +122,15 @@ class StepLoop:
                 self.checkpoint.complete()
             run.finish("done")
         return run
+
+    def tracing(self) -> contextlib.AbstractContextManager[None]:
+        """A context around tracing the step: records what it registers globally."""
+        return recording_gradient_registrations(self._gradient_keys)
+
+    def release(self) -> None:
+        """Free what this loop's traced steps hold globally; call it once they are dropped
+        (never while a traced step may still run or be differentiated)."""
+        release_gradient_registrations(self._gradient_keys)
 
     def should_stop(self) -> bool:
         """True (and the Run marked stopped) if an observer asks to stop here."""

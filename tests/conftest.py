@@ -56,6 +56,7 @@ FILE_TIERS = {
     "test_launch.py": "cluster",
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
+    "test_memory.py": "kernel",
     "test_notebooks.py": "notebooks",
     "test_paramserver.py": "cluster",
     "test_paramserver_input.py": "cluster",

@@ -23,7 +23,7 @@ from nbdist.hooks import ipykernel as ipykernel_hooks
 from nbdist.hooks import ipyparallel as ipyparallel_hooks
 from nbdist.hooks import keras as keras_hooks
 from nbdist.hooks import tensorflow as tf_hooks
-from nbdist.hooks import tf_coordinator, tf_keras
+from nbdist.hooks import tf_coordinator, tf_gradients, tf_keras
 
 PACKAGE = pathlib.Path(hooks.__file__).resolve().parent.parent
 #: Non-public import paths: only nbdist/hooks/ may import from them.
@@ -288,3 +288,34 @@ def test_cluster_running_without_the_private_method_reads_public_state() -> None
     assert ipyparallel_hooks.cluster_running(cluster(None, ["running"]))
     with_method = type("C", (), {"_is_running": lambda self: False})()
     assert not ipyparallel_hooks.cluster_running(with_method)
+
+
+def test_gradient_registrations_of_a_trace_are_recorded_and_released() -> None:
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def doubled_grad(x):
+        return tf.identity(x), lambda dy: 2 * dy
+
+    @tf.function
+    def f(x):
+        return doubled_grad(x)
+
+    from nbdist.hooks.tf_gradients import _gradient_registry
+
+    keys: list[str] = []
+    with tf_gradients.recording_gradient_registrations(keys):
+        concrete = f.get_concrete_function(tf.TensorSpec([], tf.float32))
+    assert keys and all(k.startswith("CustomGradient") for k in keys)
+    assert set(keys) <= set(_gradient_registry())
+    x = tf.constant(3.0)
+    with tf.GradientTape() as tape:   # still held: its gradient must still work
+        tape.watch(x)
+        y = concrete(x)
+    assert tape.gradient(y, x).numpy() == 2.0
+    recorded = list(keys)
+    tf_gradients.release_gradient_registrations(keys)
+    assert keys == [] and not set(recorded) & set(_gradient_registry())
+    with tf_gradients.recording_gradient_registrations(keys):
+        pass   # nothing traced, nothing recorded
+    assert keys == []

@@ -109,7 +109,10 @@ class LocalBackend:
         runner = StepRunner(cell.source, user_ns, cell.spec, run, observers=observers,
                             checkpoint=inputs.checkpoint, dataset=inputs.dataset, handle=h,
                             cache=self.traced_steps)
-        return runner.execute()
+        try:
+            return runner.execute()
+        finally:
+            runner.release()   # its gradient-registry entries; a cached trace runs without
 
     def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
         """Run the cell under ``strategy.scope()``; record every ``model.fit``."""

@@ -71,9 +71,12 @@ def _run_step(key: str, filename: str) -> dict[str, Any]:
         per_epoch = data.per_epoch
         with in_run(st, key, "step", run, forward,
                      per_epoch * step.spec.epochs if per_epoch else None):
-            StepRunner(step.source, ns, step.spec, run, observers=observers,
-                       checkpoint=checkpoint, dataset=data.dataset,
-                       handle=st.handle).execute()
+            runner = StepRunner(step.source, ns, step.spec, run, observers=observers,
+                                checkpoint=checkpoint, dataset=data.dataset, handle=st.handle)
+            try:
+                runner.execute()
+            finally:
+                runner.release()   # the traced step is dropped with the runner
         return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
                                       "notes": run.notes, "bytes": run.allreduce_bytes}}
     except BaseException as err:
