@@ -172,3 +172,46 @@ def test_a_name_from_nowhere_is_named(ip, tmp_path):
     assert _cell(ip, _step("pushed_ex")).success
     err = _cell(ip, f"%distribute export {tmp_path / 't.py'}").error_in_exec
     assert isinstance(err, ExportError) and "`pushed_ex` read by In[" in str(err), err
+
+
+# -- a dataset function, parameter_server, --checkpoint: one export run three ways ---------
+@pytest.mark.kernel
+def test_dataset_function_exported_under_parameter_server_and_resumed(ip, tmp_path):
+    assert _cell(ip, "import numpy as np\nimport tensorflow as tf\n" + SEED).success
+    assert _cell(ip, """\
+        %%distribute
+        model_ex = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        opt_ex = tf.keras.optimizers.SGD(0.1)""").success
+    assert _cell(ip, """\
+        def dataset_fn_ex(input_context):
+            batch = input_context.get_per_replica_batch_size(8)
+            x = np.arange(64 * 4, dtype='float32').reshape(64, 4) / 256
+            ds = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True)))
+            return ds.shard(input_context.num_input_pipelines,
+                            input_context.input_pipeline_id).batch(batch)""").success
+    assert _cell(ip, _step("1.0").replace("--data ds_ex", "--data dataset_fn_ex")).success
+    script = tmp_path / "train.py"
+    assert _cell(ip, f"%distribute export {script} --strategy parameter_server").success
+    assert "strategy.distribute_datasets_from_function(data)" in script.read_text()
+
+    # the job a user submits: a chief, 2 workers and a parameter server
+    _script(["-m", "nbdist.launch", "--workers", "2", "--ps", "1", str(script),
+             "--epochs", "2", "--metrics", "ps.jsonl"], tmp_path)
+    job = nbdist.Run.load(str(tmp_path / "ps.jsonl"))
+    assert (job.workers, job.status, len(job.metrics)) == (2, "done", 16)
+    assert sorted(job.metrics.worker.unique()) == [0, 1]   # who ran each step
+    assert np.isfinite(job.metrics.loss).all()
+
+    # --checkpoint: 1 epoch, then 3 that resume after it end as 3 in one go do (the script
+    # seeds the weights: restored weights, not new ones, give the same losses)
+    def epochs(*flags: str) -> tuple[str, list[tuple[str, float]]]:
+        out = _script([str(script), "--strategy", "mirrored", "--epochs", *flags], tmp_path)
+        found = re.findall(r"epoch (\d/\d): loss (\S+) \((\d+) steps\)", out)
+        return out, [(f"{e} {n}", float(loss)) for e, loss, n in found]
+
+    _, whole = epochs("3")
+    assert len(epochs("1", "--checkpoint", "ck")[1]) == 1
+    out, resumed = epochs("3", "--checkpoint", "ck")
+    assert "resumed from epoch 1 of 3" in out, out
+    assert [e for e, _ in resumed] == [e for e, _ in whole[1:]] == ["2/3 16", "3/3 24"]
+    np.testing.assert_allclose([v for _, v in resumed], [v for _, v in whole[1:]], rtol=1e-4)

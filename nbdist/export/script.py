@@ -41,13 +41,13 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
     global_batch = divides_by_global_batch(ast.parse(step.code))
     grads = (f"tf.linalg.global_norm({source.grads})" if source.grads
              else 'tf.constant(float("nan"))')
+    distribute = _distribute(user_ns.get(spec.data), spec.data in _functions(plan))
     step_text = Template(template.STEP).substitute(
         batch="batch", step_number=step.number, header=step.header,
         body=indent_code(step.code, 4), returns=f"{source.loss}, {grads}",
         reduce="SUM" if global_batch else "MEAN",
         loss_scale="strategy.num_replicas_in_sync" if global_batch else "1",
-        data=spec.data, distribute=_distribute(user_ns.get(spec.data),
-                                               spec.data in _functions(plan)),
+        data=spec.data, distribute=distribute, **_per_worker(distribute),
         checkpointed=", ".join(f"{n}={n}" for n in _checkpoint_candidates(plan)) or "",
     )
     return head + "".join(_cell_block(c) for c in plan.cells) + step_text
@@ -112,6 +112,15 @@ def _distribute(value: Any, defined_by_def: bool) -> str:
     if value is not None and hasattr(value, "element_spec") and not hasattr(value, "batch"):
         return "data"   # a DistributedDataset the cells made with `strategy`
     return "strategy.experimental_distribute_dataset(data)"
+
+
+def _per_worker(distribute: str) -> dict[str, str]:
+    """parameter_server: each worker's dataset, repeated, and the batches of one epoch."""
+    if distribute.startswith("strategy.distribute_datasets_from_function"):
+        return {"per_worker": "lambda: strategy.distribute_datasets_from_function(\n"
+                              "            lambda context: data(context).repeat())",
+                "per_worker_batches": "data(tf.distribute.InputContext())"}
+    return {"per_worker": "data.repeat()", "per_worker_batches": "data"}
 
 
 def _checkpoint_candidates(plan: Plan) -> list[str]:

@@ -53,7 +53,12 @@ def parse_args():
     parser.add_argument("--checkpoint", default=$checkpoint, metavar="DIR",
                         help="save every epoch, resume from the last one (default: %(default)s)")
     parser.add_argument("--metrics", metavar="PATH",
-                        help="with nbdist: per-replica metrics as JSON lines (default: none)")
+                        help="with nbdist: per-replica rows as JSON lines. Measured: loss, "
+                             "grad_norm, step_ms, data_ms (wait for the batch), worker (under "
+                             "parameter_server the one that ran the step). Null: allreduce_ms, "
+                             "wait_ms, compute_ms (nbdist times them by wrapping TensorFlow's "
+                             "all-reduce inside the step; this script keeps to TensorFlow's "
+                             "public API) (default: none)")
     args = parser.parse_args()
     if args.metrics and StepWriter is None:
         parser.error("--metrics writes nbdist's rows: pip install nbdist, or drop --metrics")
@@ -124,7 +129,8 @@ def train_step($batch):
 
 @tf.function
 def train_step_from(iterator):   # parameter_server: a step the coordinator schedules
-    return train_step(next(iterator))
+    worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+    return (*train_step(next(iterator)), worker)   # the worker that ran it, for --metrics
 
 
 class EpochCheckpoint:
@@ -167,7 +173,7 @@ def synchronous_steps(dist_dataset, max_steps):
         loss, per_replica_loss, per_replica_norm = train_step(batch)
         loss = float(loss)   # waits for the step to finish
         done = time.perf_counter()
-        yield loss, per_replica_loss, per_replica_norm, fetched - started, done - fetched
+        yield loss, per_replica_loss, per_replica_norm, None, fetched - started, done - fetched
         started = time.perf_counter()
 
 
@@ -179,8 +185,9 @@ def coordinated_steps(coordinator, iterator, per_epoch):
     coordinator.join()
     seconds = (time.perf_counter() - started) / per_epoch
     for result in scheduled:
-        loss, per_replica_loss, per_replica_norm = result.fetch()
-        yield float(loss), per_replica_loss, per_replica_norm, float("nan"), seconds
+        loss, per_replica_loss, per_replica_norm, worker = result.fetch()
+        yield (float(loss), per_replica_loss, per_replica_norm, int(worker), float("nan"),
+               seconds)
 
 
 def local_values(per_replica):
@@ -193,8 +200,8 @@ def train(args, data):
     worker, workers = worker_index_and_count()
     if args.strategy == "parameter_server":
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        iterator = iter(coordinator.create_per_worker_dataset(data.repeat()))
-        per_epoch = args.steps or int(data.cardinality())
+        iterator = iter(coordinator.create_per_worker_dataset($per_worker))
+        per_epoch = args.steps or int($per_worker_batches.cardinality())
 
         def epoch_steps():
             return coordinated_steps(coordinator, iterator, per_epoch)
@@ -210,9 +217,10 @@ def train(args, data):
     if first_epoch and worker == 0:
         print(f"resumed from epoch {first_epoch} of {args.epochs} in {args.checkpoint}")
     metrics = None
-    if args.metrics:   # under parameter_server only the coordinator sees the steps
+    if args.metrics:   # under parameter_server the coordinator writes every worker's rows
         if args.strategy == "parameter_server":
-            worker, workers = 0, 1
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            worker, workers = 0, resolver.cluster_spec().num_tasks("worker")
         metrics = StepWriter(args.metrics, worker=worker, workers=workers,
                              replicas=max(1, strategy.num_replicas_in_sync // workers),
                              strategy=args.strategy, loss_scale=$loss_scale)
@@ -220,12 +228,13 @@ def train(args, data):
     try:
         for epoch in range(first_epoch, args.epochs):
             last_loss = float("nan")
-            for loss, per_replica_loss, per_replica_norm, data_s, step_s in epoch_steps():
+            for loss, per_replica_loss, per_replica_norm, ran_on, data_s, step_s in \
+                    epoch_steps():
                 last_loss = loss
                 if metrics:
                     metrics.write(step, epoch, local_values(per_replica_loss),
                                   grad_norms=local_values(per_replica_norm),
-                                  step_ms=step_s * 1e3, data_ms=data_s * 1e3)
+                                  step_ms=step_s * 1e3, data_ms=data_s * 1e3, worker=ran_on)
                 step += 1
             if checkpoint:
                 checkpoint.save(epoch + 1, step)

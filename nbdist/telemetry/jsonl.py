@@ -39,12 +39,14 @@ class StepWriter:
 
     def write(self, step: int, epoch: int, losses: Sequence[float],
               grad_norms: Sequence[float] | None = None, step_ms: float = math.nan,
-              data_ms: float = math.nan) -> None:
-        """One step: a row per replica of this worker (``losses[r]``: replica r's loss)."""
+              data_ms: float = math.nan, worker: int | None = None) -> None:
+        """One step: a row per replica (``losses[r]``: replica r's loss) of this worker, or
+        of ``worker`` (a parameter-server coordinator writes the rows of every worker)."""
         now = time.time()
         for replica, loss in enumerate(losses):
             norm = grad_norms[replica] if grad_norms is not None else math.nan
-            row = Row(step=step, epoch=epoch, replica=replica, worker=self.worker, loss=loss,
+            row = Row(step=step, epoch=epoch, replica=replica,
+                      worker=self.worker if worker is None else worker, loss=loss,
                       grad_norm=norm, allreduce_ms=math.nan, wait_ms=math.nan,
                       compute_ms=math.nan, other_collective_ms=math.nan, step_ms=step_ms,
                       data_ms=data_ms, wall_time=now)
