@@ -11,6 +11,12 @@ TensorFlow fail deep inside a traced step, after it may already have changed tho
   inside ``strategy.run`` it fails with errors that vary by run and leaves empty variables.
   ``unbuilt_models`` lists them; Keras 3 models are built before tracing by
   ``kerashooks.call_building_models``, any other is refused here with what to do.
+
+And one TensorFlow cannot train: a Keras 3 model whose variables ParameterServerStrategy
+sharded (``--partitioner``). A Keras 3 ``Variable`` wraps the ``ShardedVariable`` the
+strategy's variable creator returned, and Keras 3 layers and optimizers use its ``handle``,
+which a ShardedVariable does not have: the step would fail at ``tape.gradient`` with
+"'ShardedVariable' object has no attribute 'handle'". ``check_sharded`` refuses it first.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from typing import Any
 from .checkpoint.step import named_trackables
 from .errors import StepCodeError
 from .hooks.keras import wrapped_variable
+from .hooks.tensorflow import is_sharded_variable
 
 
 def check_step_objects(cell: str, user_ns: dict[str, Any], strategy: Any) -> None:
     """Refuse a step cell whose objects would fail (or be damaged) inside the traced step."""
     objects = named_trackables(cell, user_ns)
+    check_sharded(cell, objects)
     check_strategy(cell, objects, strategy)
     unbuildable = {name: value for name, value in unbuilt_models(objects).items()
                    if not _keras3_model(value)}
@@ -58,6 +66,28 @@ def check_strategy(cell: str, objects: dict[str, Any], strategy: Any) -> None:
             cell_line=line, line_text=text)
 
 
+def check_sharded(cell: str, objects: dict[str, Any]) -> None:
+    """Refuse an object holding a Keras 3 variable that wraps a ShardedVariable."""
+    for name, value in objects.items():
+        sharded = next((v for v in _variables(value)
+                        if is_sharded_variable(wrapped_variable(v))), None)
+        if sharded is None:
+            continue
+        line, text = _first_use(cell, name)
+        raise StepCodeError(
+            f"`{name}` ({type(value).__name__}) holds the Keras 3 variable "
+            f"`{_variable_name(sharded)}`, which `--partitioner` sharded over the parameter "
+            "servers: Keras 3 layers and optimizers do not support tf.distribute's "
+            "ShardedVariable (its gradient fails with \"'ShardedVariable' object has no "
+            "attribute 'handle'\"), so this step cannot train it. Build the model and its "
+            "optimizer with tf_keras, whose layers and optimizers train sharded variables "
+            "(`import tf_keras` in a `%%distribute` cell, then `tf_keras.Sequential`, "
+            "`tf_keras.layers...`, `tf_keras.optimizers...`; `python3 -m nbdist.tfkeras` "
+            "installs it), or leave the variables whole: `%distribute parameter_server` "
+            "without --partitioner. Nothing was run or changed.",
+            cell_line=line, line_text=text)
+
+
 def unbuilt_models(objects: dict[str, Any]) -> dict[str, Any]:
     """The objects that are Keras layers/models with no variables yet (built lazily)."""
     return {name: value for name, value in objects.items()
@@ -86,15 +116,8 @@ def _keras3_model(value: Any) -> bool:
 
 def _foreign_variable(value: Any, strategy: Any) -> Any:
     """The first variable of ``value`` not created under ``strategy`` (None: all are)."""
-    import tensorflow as tf
-
-    variables = [value] if isinstance(value, tf.Variable) else getattr(value, "variables", [])
-    try:
-        variables = list(variables)
-    except TypeError:
-        return None
     created_in = strategy.extended.variable_created_in_scope
-    for variable in variables:
+    for variable in _variables(value):
         inner = wrapped_variable(variable)
         try:
             if not created_in(variable if inner is None else inner):
@@ -102,6 +125,17 @@ def _foreign_variable(value: Any, strategy: Any) -> Any:
         except (AttributeError, TypeError):   # a variable kind the strategy cannot tell
             continue
     return None
+
+
+def _variables(value: Any) -> list[Any]:
+    """``value`` itself if a variable, else its ``variables`` (none if it has no list)."""
+    import tensorflow as tf
+
+    variables = [value] if isinstance(value, tf.Variable) else getattr(value, "variables", [])
+    try:
+        return list(variables)
+    except TypeError:
+        return []
 
 
 def _variable_name(variable: Any) -> str:
