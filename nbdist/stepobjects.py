@@ -10,25 +10,36 @@ TensorFlow fail deep inside a traced step, after it may already have changed tho
 * a Keras model not built yet (a ``Sequential`` without ``Input``): built for the first time
   inside ``strategy.run`` it fails with errors that vary by run and leaves empty variables.
   ``unbuilt_models`` lists them; Keras 3 models are built before tracing by
-  ``kerashooks.call_building_models``, any other is refused here with what to do.
+  ``kerashooks.call_building_optimizers``; tf_keras models build themselves correctly inside
+  the step (their variables are created under the strategy, out of the trace, as Keras 2's
+  were: the tutorial was written for it); any other is refused here with what to do.
+
+And one TensorFlow cannot train: a Keras 3 model whose variables ParameterServerStrategy
+sharded (``--partitioner``). A Keras 3 ``Variable`` wraps the ``ShardedVariable`` the
+strategy's variable creator returned, and Keras 3 layers and optimizers use its ``handle``,
+which a ShardedVariable does not have: the step would fail at ``tape.gradient`` with
+"'ShardedVariable' object has no attribute 'handle'". ``check_sharded`` refuses it first.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from typing import Any
 
 from .checkpoint.step import named_trackables
 from .errors import StepCodeError
 from .hooks.keras import wrapped_variable
+from .hooks.tensorflow import is_sharded_variable
 
 
 def check_step_objects(cell: str, user_ns: dict[str, Any], strategy: Any) -> None:
     """Refuse a step cell whose objects would fail (or be damaged) inside the traced step."""
     objects = named_trackables(cell, user_ns)
+    check_sharded(cell, objects)
     check_strategy(cell, objects, strategy)
     unbuildable = {name: value for name, value in unbuilt_models(objects).items()
-                   if not _keras3_model(value)}
+                   if not _builds_safely(value)}
     if unbuildable:
         refuse_unbuilt(cell, unbuildable)
 
@@ -58,15 +69,38 @@ def check_strategy(cell: str, objects: dict[str, Any], strategy: Any) -> None:
             cell_line=line, line_text=text)
 
 
+def check_sharded(cell: str, objects: dict[str, Any]) -> None:
+    """Refuse an object holding a Keras 3 variable that wraps a ShardedVariable."""
+    for name, value in objects.items():
+        sharded = next((v for v in _variables(value)
+                        if is_sharded_variable(wrapped_variable(v))), None)
+        if sharded is None:
+            continue
+        line, text = _first_use(cell, name)
+        raise StepCodeError(
+            f"`{name}` ({type(value).__name__}) holds the Keras 3 variable "
+            f"`{_variable_name(sharded)}`, which `--partitioner` sharded over the parameter "
+            "servers: Keras 3 layers and optimizers do not support tf.distribute's "
+            "ShardedVariable (its gradient fails with \"'ShardedVariable' object has no "
+            "attribute 'handle'\"), so this step cannot train it. Build the model and its "
+            "optimizer with tf_keras, whose layers and optimizers train sharded variables "
+            "(`import tf_keras` in a `%%distribute` cell, then `tf_keras.Sequential`, "
+            "`tf_keras.layers...`, `tf_keras.optimizers...`; `python3 -m nbdist.tfkeras` "
+            "installs it), or leave the variables whole: `%distribute parameter_server` "
+            "without --partitioner. Nothing was run or changed.",
+            cell_line=line, line_text=text)
+
+
 def unbuilt_models(objects: dict[str, Any]) -> dict[str, Any]:
     """The objects that are Keras layers/models with no variables yet (built lazily)."""
     return {name: value for name, value in objects.items()
             if getattr(value, "built", True) is False and hasattr(value, "call")
-            and not getattr(value, "weights", None)}   # add_weight in __init__ is built enough
+            and not _variables(value)}   # add_weight in __init__ is built enough
 
 
 def refuse_unbuilt(cell: str, unbuilt: dict[str, Any]) -> None:
-    """For models no hook can build before tracing (not Keras 3): the error and the fix."""
+    """For models no hook can build before tracing (a layer, or neither Keras 3 nor tf_keras):
+    the error and the fix."""
     name, value = next(iter(unbuilt.items()))
     line, text = _first_use(cell, name)
     raise StepCodeError(
@@ -79,22 +113,17 @@ def refuse_unbuilt(cell: str, unbuilt: dict[str, Any]) -> None:
         cell_line=line, line_text=text)
 
 
-def _keras3_model(value: Any) -> bool:
-    """A Keras 3 model (``kerashooks`` builds it before tracing); not tf_keras, not a layer."""
-    return type(value).__module__.startswith("keras.") and hasattr(value, "fit")
+def _builds_safely(value: Any) -> bool:
+    """A Keras 3 model (``kerashooks`` builds it before tracing) or a tf_keras one (builds
+    itself in the step), not a layer."""
+    return any(name in sys.modules and isinstance(value, sys.modules[name].Model)
+               for name in ("keras", "tf_keras"))
 
 
 def _foreign_variable(value: Any, strategy: Any) -> Any:
     """The first variable of ``value`` not created under ``strategy`` (None: all are)."""
-    import tensorflow as tf
-
-    variables = [value] if isinstance(value, tf.Variable) else getattr(value, "variables", [])
-    try:
-        variables = list(variables)
-    except TypeError:
-        return None
     created_in = strategy.extended.variable_created_in_scope
-    for variable in variables:
+    for variable in _variables(value):
         inner = wrapped_variable(variable)
         try:
             if not created_in(variable if inner is None else inner):
@@ -102,6 +131,18 @@ def _foreign_variable(value: Any, strategy: Any) -> Any:
         except (AttributeError, TypeError):   # a variable kind the strategy cannot tell
             continue
     return None
+
+
+def _variables(value: Any) -> list[Any]:
+    """``value`` itself if a variable, else its ``variables`` (none if it has no list)."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.Variable):
+        return [value]
+    try:   # a tf_keras model not built yet raises ValueError
+        return list(getattr(value, "variables", []))
+    except (TypeError, ValueError):
+        return []
 
 
 def _variable_name(variable: Any) -> str:

@@ -6,7 +6,9 @@ evaluation (``coordinator.schedule``/``join`` over a per-worker dataset) under C
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
 import signal
 import subprocess
@@ -42,6 +44,19 @@ shards = [v.device for v in emb_model.layers[0].embeddings.variables]
 dense_model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(1)])
 dense_opt = keras.optimizers.Adam(0.01)
 things = {"net": dense_model}
+
+k3_model = keras.Sequential([keras.Input((3,), dtype="int64"), keras.layers.Embedding(VOCAB, 16),
+                             keras.layers.Flatten(), keras.layers.Dense(1, activation="sigmoid")])
+k3_opt = keras.optimizers.Adam(0.05)
+"""
+
+# The same model in Keras 3: its Embedding is sharded too, which Keras 3 cannot train.
+K3_STEP = """%%distribute --step --data ds --epochs 1
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(keras.losses.binary_crossentropy(y, k3_model(x)))
+grads = tape.gradient(loss, k3_model.trainable_variables)
+k3_opt.apply_gradients(zip(grads, k3_model.trainable_variables))
 """
 
 EMB_STEP = """%%distribute --step --data ds --epochs 3 --checkpoint {ckpt}
@@ -112,10 +127,20 @@ def stress(n: int) -> list[subprocess.Popen]:
 def tutorial_scenario(ip: Any, out: dict[str, Any], cell: Any, status: Any) -> None:
     import nbdist
 
-    _, out["start_error"] = cell(ip, f"%distribute {LINE}")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        _, out["start_error"] = cell(ip, f"%distribute {LINE}")
+    out["start_printed"] = printed.getvalue()
     out["status"] = status(ip)
     _, out["setup_error"] = cell(ip, SETUP)
     out["shards"] = ip.user_ns.get("shards")
+    k3_before = [v.numpy().copy() for v in ip.user_ns["k3_model"].variables]
+    runs_before = len(nbdist.runs)
+    _, out["k3_error"] = cell(ip, K3_STEP)
+    out["k3_unchanged"] = (len(nbdist.runs) == runs_before
+                           and not ip.user_ns["k3_opt"].built
+                           and all((before == v.numpy()).all() for before, v in zip(
+                               k3_before, ip.user_ns["k3_model"].variables, strict=True)))
     ckpt = tempfile.mkdtemp(prefix="nbdist-ps-tutorial-")
     _, out["emb_error"] = cell(ip, EMB_STEP.format(ckpt=os.path.join(ckpt, "emb")))
     if out["emb_error"]:

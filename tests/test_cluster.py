@@ -425,3 +425,43 @@ def test_inject_refuses_bad_lines_and_partition_of_local_workers(mw):
         with pytest.raises(ConfigError, match=re.escape(expected)):
             mw.run_line_magic("distribute", line)
     assert cluster().monitor.injections == before and not cluster().broken
+
+
+# The custom_training tutorial's CNN (no Input layer), as written: tf.keras is tf_keras on
+# the workers (TF_USE_LEGACY_KERAS=1, nbdist's default when tf_keras is installed).
+CNN = """%%distribute
+images = rng.random((64, 10, 10, 1)).astype("float32")
+labels = rng.integers(0, 10, 64)
+images_ds = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8, drop_remainder=True)
+cnn = tf.keras.Sequential([tf.keras.layers.Conv2D(8, 3, activation='relu'),
+                           tf.keras.layers.MaxPooling2D(), tf.keras.layers.Flatten(),
+                           tf.keras.layers.Dense(10)])
+cnn_loss = tf.keras.losses.SparseCategoricalCrossentropy(
+    from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+cnn_opt = tf.keras.optimizers.Adam()
+cnn_keras = type(cnn).__module__.split(".")[0]
+"""
+CNN_STEP = """%%distribute --step --data images_ds --steps 3
+images, labels = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(cnn_loss(labels, cnn(images, training=True)),
+                                      global_batch_size=8)
+grads = tape.gradient(loss, cnn.trainable_variables)
+cnn_opt.apply_gradients(zip(grads, cnn.trainable_variables))
+"""
+CNN_SHAPES = "%%distribute\ncnn_shapes = [tuple(v.shape) for v in cnn.variables if v.numpy().size]"
+
+
+def test_the_tutorial_cnn_without_input_trains_with_tf_keras_on_workers(mw):
+    run_ok(mw, CNN)
+    assert current_session().pull("cnn_keras") == "tf_keras"
+    run_err(mw, CNN_STEP.replace("cnn_opt.apply", "tf.debugging.assert_equal(loss, -1.0)\n"
+                                 "cnn_opt.apply"))
+    assert nbdist.runs[-1].status == "failed"
+    for worker in (0, 1):                # built in the failed step, not emptied
+        run_ok(mw, CNN_SHAPES)
+        shapes = current_session().pull("cnn_shapes", worker)
+        assert shapes == [(3, 3, 1, 8), (8,), (128, 10), (10,)], shapes
+    run_ok(mw, CNN_STEP)
+    run = nbdist.runs[-1]
+    assert run.status == "done" and run.steps_done == 3 and run.metrics["loss"].notna().all()

@@ -3,6 +3,8 @@ Embedding over 2 parameter servers, step mode trains it with ``--checkpoint`` (n
 warning), and its distributed evaluation under CPU stress counts every scheduled step once.
 Run in a fresh interpreter (tests/ps_tutorial_scenario.py, through ps_scenario.py)."""
 
+import re
+
 import pytest
 from test_paramserver import scenario
 
@@ -49,6 +51,18 @@ def test_the_embedding_is_sharded_over_both_parameter_servers_and_trains(tutoria
     emb = tutorial["emb"]
     assert emb["status"] == "done" and emb["steps"] == 24
     assert emb["last"] < 0.2 * emb["first"]
+
+
+def test_a_keras3_model_with_sharded_variables_is_refused_before_it_trains(tutorial):
+    note = [ln for ln in tutorial["start_printed"].splitlines() if "nbdist: note:" in ln]
+    assert note and "Keras 3 layers and optimizers cannot train the ShardedVariables" in note[0]
+    error = tutorial["k3_error"]
+    assert error.startswith("StepCodeError: cell line 4 `loss = tf.reduce_mean(")
+    assert re.search(r"`k3_model` \(Sequential\) holds the Keras 3 variable `[^`]*embeddings`",
+                     error) and "do not support tf.distribute's ShardedVariable" in error
+    assert "`import tf_keras`" in error and "without --partitioner" in error
+    assert "\n" not in error and "object has no attribute 'handle'" in error   # quoted, not raised
+    assert tutorial["k3_unchanged"]      # no Run, optimizer unbuilt, weights as they were
 
 
 def test_checkpoint_warns_only_when_a_trained_variable_is_not_saved(tutorial):

@@ -125,3 +125,30 @@ def test_a_per_example_loss_is_refused_at_its_line_before_training(shell):
     assert run.status == "failed" and run.n_rows == 0                  # nothing trained
     after = shell.user_ns["model"].trainable_variables
     assert all((w == v.numpy()).all() for w, v in zip(weights, after, strict=True))
+
+
+# The same create_model() cell as a TF_USE_LEGACY_KERAS (or `--keras legacy`) user has it:
+# tf.keras is tf_keras there; here it is imported as such.
+TF_KERAS_CREATE = "%%distribute\nimport tf_keras\n" + CREATE.split("\n", 1)[1].replace(
+    "tf.keras.", "tf_keras.")
+
+
+@pytest.mark.parametrize("line", ["mirrored --devices 4", "central_storage --devices 2",
+                                  "one_device"])
+def test_the_tf_keras_model_without_input_is_built_and_survives_a_failing_cell(ip, tf_keras,
+                                                                                line):
+    ip.run_line_magic("distribute", line)
+    for cell in (DATA, TF_KERAS_CREATE):
+        run_ok(ip, cell)
+    model = ip.user_ns["model"]
+    assert isinstance(model, tf_keras.Sequential) and not model.built
+    failing = STEP.replace("optimizer.apply_gradients", "tf.debugging.assert_equal(loss, -1.0)\n"
+                           "optimizer.apply_gradients")
+    run_err(ip, failing)
+    assert nbdist.runs[-1].status == "failed"
+    _assert_model_real(ip)      # built by nbdist under the strategy before the trace, not emptied
+    run_ok(ip, STEP)
+    run = nbdist.runs[-1]
+    assert run.status == "done" and run.steps_done == 3
+    assert run.metrics["loss"].notna().all()
+    _assert_model_real(ip)

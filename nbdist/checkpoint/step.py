@@ -43,7 +43,14 @@ def _saveable(value: Any) -> bool:
                 types.ModuleType, type)
     return (isinstance(value, trackable_class())
             and not isinstance(value, excluded)
-            and (hasattr(value, "variables") or hasattr(value, "assign")))   # or a Keras 3 Variable
+            and (_has(value, "variables") or _has(value, "assign")))   # or a Keras 3 Variable
+
+
+def _has(value: Any, name: str) -> bool:
+    try:
+        return hasattr(value, name)
+    except ValueError:   # a tf_keras model not built yet: its `variables` property raises
+        return hasattr(type(value), name)
 
 
 def named_trackables(cell: str, user_ns: dict[str, Any], depth: int = 2) -> dict[str, Any]:

@@ -135,6 +135,21 @@ def trackable_class() -> type:
     return found
 
 
+def is_sharded_variable(value: Any) -> bool:
+    """Whether ``value`` is a ``tf.__internal__.distribute.ShardedVariable`` (what
+    ParameterServerStrategy with a ``variable_partitioner`` makes of a large variable).
+
+    Feature: a step cell training a Keras 3 model with sharded variables is refused before
+    it runs. Checked with TensorFlow 2.21. Without it (False): such a step fails at its
+    ``tape.gradient`` line with TensorFlow's AttributeError instead.
+    """
+    import tensorflow as tf
+
+    found = getattr(getattr(getattr(tf, "__internal__", None), "distribute", None),
+                    "ShardedVariable", None)
+    return isinstance(found, type) and isinstance(value, found)
+
+
 # -- distributed input ----------------------------------------------------------------------
 def distributed_dataset_strategy(dataset: Any) -> Any:
     """The strategy a ``tf.distribute.DistributedDataset`` was made with
@@ -210,6 +225,14 @@ def _probe_trackable() -> str | None:
     return None
 
 
+def _probe_sharded_variable() -> str | None:
+    import tensorflow as tf
+
+    sharded = tf.__internal__.distribute.ShardedVariable([tf.Variable([1.0]),
+                                                          tf.Variable([2.0])])
+    return None if is_sharded_variable(sharded) else "ShardedVariable is not a class"
+
+
 def _probe_distributed_dataset() -> str | None:
     from tensorflow.python.distribute import input_lib
 
@@ -260,4 +283,9 @@ DECLARED = [
                "--checkpoint in step mode (finding the objects a cell trains)", CHECKED,
                "--checkpoint on a step cell fails with a message naming this API",
                _probe_trackable, ("__internal__",)),
+    PrivateAPI("tensorflow", "tf.__internal__.distribute.ShardedVariable",
+               "tensorflow.is_sharded_variable",
+               "a step training Keras 3 sharded variables (--partitioner) refused up front",
+               CHECKED, "such a step fails at tape.gradient with TensorFlow's AttributeError",
+               _probe_sharded_variable, ("__internal__",)),
 ]

@@ -87,7 +87,8 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
 
     def starting_message(self) -> str:
         return (f"nbdist: starting {self.n} worker(s) and {self.n_ps} parameter server(s) as "
-                "tf.distribute.Server processes; this kernel is their coordinator.")
+                "tf.distribute.Server processes; this kernel is their coordinator."
+                + (f"\n{ps_context.KERAS3_PARTITIONER_NOTE}" if self.spec.partitioner else ""))
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
