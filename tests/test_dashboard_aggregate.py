@@ -40,8 +40,8 @@ def synthetic_run(workers: int, replicas: int, steps: int, slow: tuple[int, int]
 def test_bands_equal_numpy_quantiles_over_all_replicas() -> None:
     run, values = synthetic_run(workers=8, replicas=4, steps=40)
     series = RunSeries(replicas=4, workers=8, max_points=100)
-    for lo in range(0, run.n_rows, 77):        # batches that split steps across workers
-        series.ingest(run.block_since(lo)[:77])
+    for lo in range(0, run.n_rows, 13):        # batches that split steps across workers
+        series.ingest(run.block_since(lo)[:13])
     series.finish()
     assert series.aggregated and series.plotted_keys() == []
     assert not any(isinstance(k, tuple) for (_, k) in series.series)   # no per-key lines

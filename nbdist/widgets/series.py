@@ -141,6 +141,7 @@ class RunSeries:
                 workers=self.workers, replicas=self.replicas if self.per_replica else 1,
                 cap=self.max_points, window=self._window)
             self.series.update(self.aggregates.lines())
+            self._expected = n_keys      # a step is complete with every key, not the first seen
 
     @property
     def aggregated(self) -> bool:
