@@ -42,6 +42,7 @@ FILE_TIERS = {
     "test_correctness.py": "kernel",
     "test_dashboard_kernel.py": "kernel",
     "test_dashboard_series.py": "unit",
+    "test_dashboard_aggregate.py": "unit",
     "test_dashboard_widget.py": "unit",
     "test_devices.py": "kernel",
     "test_export.py": "notebooks",        # its refusals in an IPython shell: kernel
@@ -76,6 +77,7 @@ FILE_TIERS = {
     "test_tutorial_objects.py": "kernel",
     "browser/test_dashboard_fit.py": "browser",
     "browser/test_dashboard_live.py": "browser",
+    "browser/test_dashboard_scale.py": "browser",
     "browser/test_lab.py": "browser",
     "browser/test_lab_workers.py": "browser",
     "browser/test_notebook7.py": "browser",

@@ -218,7 +218,8 @@ class Run(LoadsJsonLines):
     def plot(self, **options: Any) -> Any:
         """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
         compute times, the global lines and flagged stragglers (see ``nbdist.widgets.figure``;
-        options: ``max_points``, ``straggler_factor``...)."""
+        options: ``max_points``, ``straggler_factor``, ``per_replica=True`` to draw every
+        replica's line above 16 series, where the panels show median and bands...)."""
         return _view("plot")(self, **options)
 
     def to_tensorboard(self, logdir: str, name: str | None = None) -> Any:

@@ -16,7 +16,9 @@ from .panels import (
     AGGREGATES,
     aggregate_line,
     axis_names,
+    band_traces,
     choose_panels,
+    heatmap,
     log_dtick,
     replica_line,
     straggler_marks,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from ..telemetry.run import Run
 
 STRAGGLER_TRACE = "stragglers"
+TOP_STRAGGLERS = 8      # marked and named; an aggregated run may flag many more
 
 
 class FigureModel:
@@ -64,6 +67,14 @@ class FigureModel:
             out.append(self._add(("marks", None), straggler_marks(self.axes["time"])))
         keys = self.series.plotted_keys()
         for metric in self.panels:     # panel by panel: the shared hover lists them so
+            if metric == "heatmap" and ("heatmap", None) not in self.index:
+                dom = self.layout()["yaxis" + self.axes[metric][1:]]["domain"]
+                out.append(self._add(("heatmap", None), heatmap(self.axes[metric], *dom)))
+            if self.series.aggregated and metric != "heatmap" and (metric, "median") not in \
+                    self.index:
+                for stat, trace in band_traces(metric, self.axes[metric],
+                                               legend=metric == self.panels[0]):
+                    out.append(self._add((metric, stat), trace))
             for i, key in enumerate(keys):
                 if (metric, key) not in self.index:
                     out.append(self._add((metric, key), replica_line(
@@ -117,11 +128,24 @@ class FigureModel:
                  "y": [np.array([m[1] for m in marks], dtype=np.float64)],
                  "text": [[m[2] for m in marks]]}, [self.index[("marks", None)]])
 
+    def heat_change(self) -> tuple[dict[str, list[Any]], list[int]] | None:
+        """The worker x step heatmap's restyle (z as JSON rows), or None when unchanged."""
+        agg = self.series.aggregates
+        if ("heatmap", None) not in self.index or agg is None or \
+                self.sent.get(("heatmap", None)) == agg.heat.version:
+            return None
+        self.sent[("heatmap", None)] = agg.heat.version
+        x, values = agg.heat.points()
+        z = np.where(np.isfinite(values.T), np.round(values.T, 4), None).tolist()
+        return {"x": [x], "z": [z]}, [self.index[("heatmap", None)]]
+
     def straggler_marks(self) -> tuple[tuple[float, float, str], ...]:
         marks = []
-        for s in self.series.stragglers():
+        for s in self.series.stragglers()[:TOP_STRAGGLERS]:
             dec = self.series.series.get(("time", s.key))
             last = dec.last if dec is not None else None
+            if dec is None and self.series.aggregated:     # no line per key: at the last step
+                last = (float(self.series.last_step), s.value_ms)
             if last is not None:
                 marks.append((last[0], last[1],
                               f"{self.series.label(s.key)}: {s.ratio:.1f}x the median"))
@@ -136,6 +160,10 @@ def figure_dict(model: FigureModel) -> dict[str, Any]:
         if dec is not None:
             traces[i]["x"], traces[i]["y"] = dec.points()
             model.sent[ident] = dec.version
+    heat = model.heat_change()
+    if heat is not None:
+        t = traces[heat[1][0]]
+        t["x"], t["z"] = heat[0]["x"][0].tolist(), heat[0]["z"][0]
     marks = model.straggler_marks()
     if ("marks", None) in model.index:
         t = traces[model.index[("marks", None)]]
@@ -163,14 +191,17 @@ def series_of(run: Run, **options: Any) -> RunSeries:
     return series
 
 
-def run_figure(run: Run, smoothing: float = 0.0, **options: Any) -> dict[str, Any]:
+def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
+               **options: Any) -> dict[str, Any]:
     """``run`` drawn as a plotly figure dict (numpy arrays; options go to ``RunSeries``).
     ``smoothing`` in [0, 1): each line's exponential moving average drawn over the faint raw
-    line, as TensorBoard's smoothing slider does (0: raw lines only)."""
+    line, as TensorBoard's smoothing slider does (0: raw lines only). Above 16 replicas x
+    workers the panels show median and bands over the replicas; ``per_replica`` draws every
+    replica's line instead."""
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing must be in [0, 1) (0: off, 0.6: TensorBoard's default), "
                          f"got {smoothing!r}")
-    series = series_of(run, **options)
+    series = series_of(run, aggregate=False if per_replica else None, **options)
     model = FigureModel(series, run_title(run, series), strategy=run.strategy, final=True)
     fig = figure_dict(model)
     bw = series.bus_bandwidth(run.allreduce_bytes)

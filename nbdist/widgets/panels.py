@@ -31,7 +31,12 @@ PANELS = {p.metric: p for p in (
     Panel("grad_norm", "gradient norm", "", False, 150, "grad norm"),
     Panel("allreduce_ms", "gradient all-reduce time", "ms", True, 150, "all-reduce"),
     Panel("time", "compute time per replica", "ms", True, 150, "time"),
+    # aggregated runs (many replicas): each worker's slowest replica, a row per worker
+    Panel("heatmap", "compute time per worker (its slowest replica)", "worker", False, 220,
+          "ms"),
 )}
+BANDS = (("min", "max", "min-max", "rgba(31,119,180,0.15)"),
+         ("q10", "q90", "10-90%", "rgba(31,119,180,0.35)"))
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ def choose_panels(series: RunSeries, strategy: str, final: bool) -> tuple[list[s
         return ["loss", "time"], ["model.fit reports the loss and the step time: gradient "
                                   "norms and all-reduce times are measured in --step cells"]
     shown, notes = ["loss"], []
+    if series.aggregated:
+        notes.append(f"{series.workers} workers x {series.replicas} replicas: showing median, "
+                     "10-90% and min-max bands; run.plot(per_replica=True) draws every line")
     if has_data(series, "grad_norm"):
         shown.append("grad_norm")
     else:
@@ -92,7 +100,7 @@ def choose_panels(series: RunSeries, strategy: str, final: bool) -> tuple[list[s
         notes.append("no all-reduce: parameter servers apply each worker's gradients")
     else:
         notes.append("no all-reduce time was measured in this step")
-    return [*shown, "time"], notes
+    return [*shown, "time", *(["heatmap"] if series.aggregated else [])], notes
 
 
 def axis_names(panels: list[str]) -> dict[str, str]:
@@ -136,6 +144,7 @@ def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -
         name = "yaxis" + axis[1:]
         out[name] = {"domain": [max(0.0, lo), min(1.0, hi)], "anchor": "x",
                      "type": "log" if spec.log else "linear", "zeroline": False,
+                     **({"autorange": "reversed"} if panel == "heatmap" else {}),
                      # log axes: 1, 2, 5, 10... labelled in full, never a lone "4" above "10"
                      "tickformat": "~g", "nticks": 6,
                      **({"dtick": "D2"} if spec.log else {}),
@@ -184,3 +193,29 @@ def straggler_marks(yaxis: str) -> dict[str, Any]:
     return {"type": "scatter", "mode": "markers", "name": "stragglers", "legendrank": 2000,
             "marker": {"symbol": "x", "size": 11, "color": "#d62728", "line": {"width": 2}},
             "xaxis": "x", "yaxis": yaxis, "hovertemplate": "%{text}", "text": []}
+
+
+def band_traces(panel: str, yaxis: str, legend: bool) -> list[tuple[str, dict[str, Any]]]:
+    """(stat, trace) of an aggregated panel: each band as a lower edge then an upper edge
+    filled down to it, then the median line."""
+    out = []
+    for lo, hi, label, color in BANDS:
+        edge = {"type": "scatter", "mode": "lines", "xaxis": "x", "yaxis": yaxis,
+                "legendgroup": label, "line": {"width": 0, "color": color}}
+        out.append((lo, {**edge, "name": f"{label} low", "showlegend": False,
+                         "hoverinfo": "skip"}))
+        out.append((hi, {**edge, "name": f"{label} of replicas", "showlegend": legend,
+                         "fill": "tonexty", "fillcolor": color, "hoverinfo": "skip"}))
+    out.append(("median", {"type": "scatter", "mode": "lines", "name": "median of replicas",
+                           "legendgroup": "median", "showlegend": legend, "xaxis": "x",
+                           "yaxis": yaxis, "hovertemplate": _hover(panel),
+                           "line": {"width": 2, "color": "#1f77b4"}}))
+    return out
+
+
+def heatmap(yaxis: str, y0: float, y1: float) -> dict[str, Any]:
+    return {"type": "heatmap", "name": "compute time per worker", "xaxis": "x", "yaxis": yaxis,
+            "colorscale": "Viridis", "z": [], "x": [],
+            "colorbar": {"title": {"text": "ms"}, "thickness": 10, "len": y1 - y0,
+                         "y": (y0 + y1) / 2, "yanchor": "middle", "x": 1.0},
+            "hovertemplate": "worker %{y}: %{z:.3g} ms<extra></extra>"}

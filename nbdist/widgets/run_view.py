@@ -16,7 +16,8 @@ import threading
 from typing import Any, Protocol
 
 from ..telemetry.run import Run
-from .figure import FigureModel, figure_dict, run_title
+from .aggregate import AGGREGATE_ABOVE
+from .figure import TOP_STRAGGLERS, FigureModel, figure_dict, run_title
 from .header import header_html
 from .series import RunSeries
 from .stall import StallWatch, stall_note
@@ -43,7 +44,8 @@ class RunView:
 
     def __init__(self, run: Run, owner: ViewSettings):
         self.run, self.owner = run, owner
-        traces = 4 * run.replicas * run.workers + 5
+        keys = run.replicas * run.workers
+        traces = 4 * keys + 5 if keys <= AGGREGATE_ABOVE else 30
         per_trace = min(owner.max_points, max(250, owner.max_total_points // traces))
         self.series = RunSeries(
             replicas=run.replicas, workers=run.workers, max_points=per_trace,
@@ -81,6 +83,9 @@ class RunView:
             marks = self.model.marks_change()
             if marks is not None:
                 self.fig.restyle(*marks)
+            heat = self.model.heat_change()
+            if heat is not None:
+                self.fig.restyle(*heat)
         self._update_header(final)     # from the same rows as the plots, at the same time
 
     def leave_static(self, bundle: dict[str, Any]) -> None:
@@ -148,7 +153,9 @@ class RunView:
         flagged = s.stragglers()
         run.stragglers = [s.label(x.key) for x in flagged]    # for the lab's status bar
         notes = [f"⚠ straggler: {html.escape(s.label(x.key))} ({x.value_ms:.3g} ms, "
-                 f"{x.ratio:.1f}× the others' median)" for x in flagged]
+                 f"{x.ratio:.1f}× the others' median)" for x in flagged[:TOP_STRAGGLERS]]
+        if len(flagged) > TOP_STRAGGLERS:
+            notes.append(f"{len(flagged) - TOP_STRAGGLERS} more")
         note_html = ("<span style='color:#b00'>" + "; ".join(notes) + "</span>") if notes else ""
         if note_html != self.notes.value:
             self.notes.value = note_html

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..telemetry.rows import POSITION as COL
 from ..telemetry.rows import Row
+from .aggregate import AGGREGATE_ABOVE, StepAggregates, others_medians
 from .decimator import Decimator
 
 #: Per-key metrics. ``time`` is ``compute_ms`` for per-replica rows, ``step_ms`` for rows
@@ -58,7 +59,8 @@ class RunSeries:
 
     def __init__(self, *, replicas: int, workers: int = 1, max_points: int = 2000,
                  straggler_factor: float = 1.5, straggler_min_ms: float = 0.5,
-                 straggler_window: int = 8, bandwidth_window: int = 20, loss_scale: int = 1):
+                 straggler_window: int = 8, bandwidth_window: int = 20, loss_scale: int = 1,
+                 aggregate: bool | None = None):
         if straggler_factor <= 1:
             raise ValueError(f"straggler_factor must be > 1, got {straggler_factor}")
         self.replicas, self.workers, self.max_points = replicas, workers, max_points
@@ -79,6 +81,9 @@ class RunSeries:
         self.last_step = -1
         self.last_epoch = 0
         self.per_replica = True                        # False for replica -1 rows (Keras fit)
+        self._aggregate = aggregate                    # None: above AGGREGATE_ABOVE series
+        self.aggregates: StepAggregates | None = None  # set when aggregated (first rows)
+        self._time_col = COL.compute_ms
 
     # -- ingest ----------------------------------------------------------------------------
     def ingest(self, rows: np.ndarray | Sequence[Row]) -> None:
@@ -93,10 +98,18 @@ class RunSeries:
         self.last_epoch = int(data[-1, COL.epoch])
         self._rate.append((float(data[-1, COL.wall_time]), float(data[-1, COL.step])))
         if self.rows == len(rows):     # first batch: per-replica rows, or reduced ones (fit)
-            self.per_replica = bool((data[:, COL.replica] >= 0).any())
-        time_col = COL.compute_ms if self.per_replica else COL.step_ms
+            self._first_rows(data)
+        time_col = self._time_col
         codes = (data[:, COL.worker].astype(np.int64) * 65536
                  + data[:, COL.replica].astype(np.int64) + 1)
+        if self.aggregates is not None:     # no line per key: rows wait for their step's end
+            for code in np.unique(codes).tolist():
+                if (code // 65536, code % 65536 - 1) not in self._recent:
+                    self._add_key((code // 65536, code % 65536 - 1))
+            self.aggregates.keep(data)
+            self._expected = max(self._expected, len(self.keys))
+            self._accumulate(data)
+            return
         order = np.argsort(codes, kind="stable")
         grouped, codes = data[order], codes[order]
         uniq, starts = np.unique(codes, return_index=True)
@@ -118,11 +131,27 @@ class RunSeries:
         self._expected = max(self._expected, len(self.keys))
         self._accumulate(data)
 
+    def _first_rows(self, data: np.ndarray) -> None:
+        """Per-replica rows or reduced ones (fit); aggregated when there are too many keys."""
+        self.per_replica = bool((data[:, COL.replica] >= 0).any())
+        self._time_col = COL.compute_ms if self.per_replica else COL.step_ms
+        n_keys = self.workers * (self.replicas if self.per_replica else 1)
+        if self._aggregate if self._aggregate is not None else n_keys > AGGREGATE_ABOVE:
+            self.aggregates = StepAggregates(
+                workers=self.workers, replicas=self.replicas if self.per_replica else 1,
+                cap=self.max_points, window=self._window)
+            self.series.update(self.aggregates.lines())
+            self._expected = n_keys      # a step is complete with every key, not the first seen
+
+    @property
+    def aggregated(self) -> bool:
+        return self.aggregates is not None
+
     def _add_key(self, key: Key) -> None:
         self.keys.append(key)
         self.keys.sort()
         self._recent[key] = deque(maxlen=self._window)
-        for metric in KEY_METRICS:
+        for metric in KEY_METRICS if self.aggregates is None else ():
             self.series[(metric, key)] = Decimator(self.max_points)
         if len(self.keys) == 1:
             for metric in GLOBAL_METRICS:
@@ -172,6 +201,9 @@ class RunSeries:
         done.sort()
         accs = [self._pending.pop(s) for s in done]
         x = np.array(done, dtype=np.float64)
+        if self.aggregates is not None:
+            self.aggregates.finish_steps(x, self._time_col)
+            self._stragglers = None
 
         def mean(s: int) -> np.ndarray:
             return np.array([a[s] / a[s + 1] if a[s + 1] else math.nan for a in accs])
@@ -196,18 +228,19 @@ class RunSeries:
         return list(self._stragglers)
 
     def _find_stragglers(self) -> list[Straggler]:
-        recent = {k: statistics.median(v) for k, v in self._recent.items() if v}
+        if self.aggregates is not None:
+            recent = self.aggregates.recent_times()
+        else:
+            recent = {k: statistics.median(v) for k, v in self._recent.items() if v}
         if len(recent) < 2:
             return []
-        values = sorted(recent.values())
-        out = []
-        for key, value in recent.items():
-            others = list(values)
-            others.remove(value)               # the median of the others (leave-one-out)
-            ref = statistics.median(others)
-            if value > self.straggler_factor * ref and value - ref >= self.straggler_min_ms:
-                out.append(Straggler(key, value, ref))
-        return out
+        values = np.array(list(recent.values()))
+        refs = others_medians(values)
+        slow = (values > self.straggler_factor * refs) & (values - refs >= self.straggler_min_ms)
+        keys = list(recent)
+        found = [Straggler(keys[i], float(values[i]), float(refs[i]))
+                 for i in np.flatnonzero(slow).tolist()]
+        return sorted(found, key=lambda s: -s.ratio)     # the slowest first
 
     def allreduce_seconds(self) -> float:
         """Median over recent timed steps of the slowest replica's gradient all-reduce, in
@@ -240,6 +273,6 @@ class RunSeries:
 
     def plotted_keys(self) -> list[Key]:
         """Keys drawn as their own lines: all but a lone reduced row (it IS the global line)."""
-        if len(self.keys) == 1 and self.keys[0][1] < 0:
+        if self.aggregates is not None or (len(self.keys) == 1 and self.keys[0][1] < 0):
             return []
         return list(self.keys)

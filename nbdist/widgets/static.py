@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..telemetry.run import Run
+from .aggregate import AGGREGATE_ABOVE
 from .figure import run_figure, run_title, series_of
 from .svgplot import figure_svg
 
@@ -28,7 +29,8 @@ def static_bundle(run: Run, max_points: int = 250, max_total_points: int = 4000
     """``{plotly JSON, image/svg+xml, text/plain}`` for the finished ``run``."""
     if not run.n_rows:
         return {"text/plain": run_title(run, series_of(run))}
-    traces = 4 * run.replicas * run.workers + 4
+    keys = run.replicas * run.workers
+    traces = 4 * keys + 4 if keys <= AGGREGATE_ABOVE else 30
     per_trace = min(max_points, max(50, max_total_points // traces))
     fig = run_figure(run, max_points=per_trace)
     for trace in fig["data"]:

@@ -52,6 +52,10 @@ def _ticks(lo: float, hi: float, log: bool, integer: bool = False) -> list[float
 
 
 def _arrays(trace: dict[str, Any], log: bool) -> tuple[np.ndarray, np.ndarray]:
+    if trace.get("type") == "heatmap":      # its extent: steps x rows
+        rows = len(trace.get("z") or ())
+        x = np.asarray(trace.get("x", ()), dtype=np.float64)
+        return (x[[0, -1]], np.array([-0.5, rows - 0.5])) if rows and len(x) else (x[:0], x[:0])
     x = np.asarray(trace.get("x", ()), dtype=np.float64)
     y = np.asarray(trace.get("y", ()), dtype=np.float64)
     n = min(len(x), len(y))
@@ -152,12 +156,48 @@ def _stroke(trace: dict[str, Any]) -> tuple[str, str]:
     return color, extra
 
 
-def _trace_svg(trace: dict[str, Any], axes: _Axes, x: np.ndarray, y: np.ndarray) -> str:
+_RAMP = np.array([(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37)])
+
+
+def _heatmap_svg(trace: dict[str, Any], axes: _Axes) -> str:
+    """Cells coloured low (dark blue) to high (yellow), row 0 at the top."""
+    z = np.array([[np.nan if v is None else v for v in row] for row in trace.get("z") or ()],
+                 dtype=np.float64)
+    x = np.asarray(trace.get("x", ()), dtype=np.float64)
+    if not z.size or not np.isfinite(z).any() or len(x) != z.shape[1]:
+        return ""
+    lo, hi = np.nanmin(z), np.nanmax(z)
+    level = (z - lo) / ((hi - lo) or 1.0) * (len(_RAMP) - 1)
+    edges = np.concatenate([[x[0] - 0.5], (x[1:] + x[:-1]) / 2, [x[-1] + 0.5]])
+    ex, _ = axes.px(edges, np.zeros(len(edges)))
+    _, ey = axes.px(np.zeros(z.shape[0] + 1), np.arange(z.shape[0] + 1) - 0.5)
+    out = []
+    for (r, c), v in np.ndenumerate(level):
+        if np.isfinite(v):
+            i = min(int(v), len(_RAMP) - 2)
+            rgb = _RAMP[i] + (_RAMP[i + 1] - _RAMP[i]) * (v - i)
+            out.append(f'<rect x="{ex[c]:.1f}" y="{min(ey[r], ey[r + 1]):.1f}" '
+                       f'width="{ex[c + 1] - ex[c] + 0.4:.2f}" '
+                       f'height="{abs(ey[r + 1] - ey[r]) + 0.4:.2f}" '
+                       f'fill="rgb({rgb[0]:.0f},{rgb[1]:.0f},{rgb[2]:.0f})"/>')
+    return "".join(out)
+
+
+def _trace_svg(trace: dict[str, Any], axes: _Axes, x: np.ndarray, y: np.ndarray,
+               below: tuple[np.ndarray, np.ndarray]) -> str:
+    if trace.get("type") == "heatmap":
+        return _heatmap_svg(trace, axes)
     if not len(x):
         return ""
     px, py = axes.px(x, y)
     color, extra = _stroke(trace)
     name = escape(str(trace.get("name", "")))
+    if trace.get("fill") == "tonexty" and len(below[0]):     # a band: filled down to `below`
+        bx, by = axes.px(*below)
+        points = " ".join(f"{a:.1f},{b:.1f}" for a, b in
+                          zip([*px, *bx[::-1]], [*py, *by[::-1]], strict=True))
+        return (f'<polygon fill="{escape(str(trace.get("fillcolor", color)))}" stroke="none" '
+                f'points="{points}"><title>{name}</title></polygon>')
     if "lines" in trace.get("mode", "lines"):
         points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px, py, strict=True))
         return (f'<polyline fill="none" stroke="{color}" {extra} stroke-linejoin="round" '
@@ -205,8 +245,10 @@ def figure_svg(figure: dict[str, Any]) -> str:
                        f"{_rich(line)}</text>")
     for ax in axes.values():
         out += ax.frame()
+    below = (np.empty(0), np.empty(0))
     for trace, (x, y) in zip(data, arrays, strict=True):
-        out.append(_trace_svg(trace, axes[trace.get("yaxis", "y")], x, y))
+        out.append(_trace_svg(trace, axes[trace.get("yaxis", "y")], x, y, below))
+        below = (x, y)
     out += _legend(shown, frame.right + 14, frame.top + 8)
     out.append("</svg>")
     return "\n".join(s for s in out if s)
@@ -216,7 +258,9 @@ def _legend(traces: list[dict[str, Any]], x: float, y: float) -> list[str]:
     out = []
     for trace in traces:
         color, extra = _stroke(trace)
-        sample = (f'<line x1="{x:.0f}" x2="{x + 26:.0f}" y1="{y - 4:.0f}" y2="{y - 4:.0f}" '
+        sample = (f'<rect x="{x:.0f}" y="{y - 9:.0f}" width="26" height="10" '
+                  f'fill="{escape(str(trace["fillcolor"]))}"/>' if trace.get("fillcolor") else
+                  f'<line x1="{x:.0f}" x2="{x + 26:.0f}" y1="{y - 4:.0f}" y2="{y - 4:.0f}" '
                   f'stroke="{color}" {extra}/>' if "lines" in trace.get("mode", "lines")
                   else f'<path d="M{x + 9:.0f},{y - 8:.0f}l8,8m0,-8l-8,8" stroke="{color}" '
                        'stroke-width="2"/>')

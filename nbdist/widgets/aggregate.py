@@ -1,0 +1,168 @@
+"""Per-step aggregates over many replicas: what the dashboard draws above ``AGGREGATE_ABOVE``
+series, where one line per replica is unreadable and too costly to keep and send.
+
+``StepAggregates`` takes the rows of finished steps and computes, vectorised with numpy, each
+metric's quantiles over all replicas at each step (min, 10%, median, 90%, max) and each
+worker's slowest replica time (the heatmap), into ``StepGrid``s: fixed-size step buckets
+whose width doubles as the run grows, so memory and the points sent stay bounded.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..telemetry.rows import POSITION as COL
+
+#: More series (worker x replica keys) than this: aggregate views instead of one line each.
+AGGREGATE_ABOVE = 16
+QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
+STATS = ("min", "q10", "median", "q90", "max")
+METRIC_COLUMNS = ("loss", "grad_norm", "allreduce_ms", "time")
+
+
+class StepGrid:
+    """Values of ``columns`` columns per step, kept in at most ``cap`` buckets of ``k`` steps
+    (bucket b: steps b*k ... b*k+k-1), each cell the mean of its finite values. Steps may
+    arrive in any order; when a step falls beyond the last bucket, pairs merge and k doubles."""
+
+    def __init__(self, columns: int, cap: int):
+        self.cap, self.k, self.version = cap - cap % 2, 1, 0
+        self._sum = np.zeros((self.cap, columns))
+        self._count = np.zeros((self.cap, columns))
+        self._xsum = np.zeros(self.cap)
+        self._xcount = np.zeros(self.cap)
+
+    def add(self, steps: np.ndarray, values: np.ndarray) -> None:
+        """``values[i]`` (one per column) measured at ``steps[i]``."""
+        if not len(steps):
+            return
+        steps = steps.astype(np.int64)
+        while int(steps.max()) // self.k >= self.cap:
+            self._halve()
+        bucket = steps // self.k
+        ok = np.isfinite(values)
+        np.add.at(self._sum, bucket, np.where(ok, values, 0.0))
+        np.add.at(self._count, bucket, ok)
+        np.add.at(self._xsum, bucket, steps)
+        np.add.at(self._xcount, bucket, 1)
+        self.version += 1
+
+    def _halve(self) -> None:
+        half = self.cap // 2
+        for a in (self._sum, self._count, self._xsum, self._xcount):
+            a[:half] = a[0::2] + a[1::2]
+            a[half:] = 0
+        self.k *= 2
+
+    def points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(x: the mean step of each used bucket, values: buckets x columns, NaN if none)."""
+        used = self._xcount > 0
+        x = self._xsum[used] / self._xcount[used]
+        count = self._count[used]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = np.where(count > 0, self._sum[used] / count, np.nan)
+        return x, values
+
+
+class GridLine:
+    """One column of a StepGrid, read as a dashboard line (a ``Decimator``'s interface)."""
+
+    def __init__(self, grid: StepGrid, column: int):
+        self.grid, self.column = grid, column
+
+    @property
+    def version(self) -> int:
+        return self.grid.version
+
+    def points(self) -> tuple[np.ndarray, np.ndarray]:
+        x, values = self.grid.points()
+        y = values[:, self.column]
+        keep = np.isfinite(y)
+        return x[keep], y[keep]
+
+    @property
+    def raw(self) -> int:
+        return int(self.grid._count[:, self.column].sum())
+
+    @property
+    def last(self) -> tuple[float, float] | None:
+        x, y = self.points()
+        return (float(x[-1]), float(y[-1])) if len(x) else None
+
+
+class StepAggregates:
+    """Quantile bands of every metric and the worker x step heatmap, from finished steps."""
+
+    def __init__(self, *, workers: int, replicas: int, cap: int, window: int = 8):
+        self.workers, self.replicas = workers, max(1, replicas)
+        self.bands = StepGrid(len(METRIC_COLUMNS) * len(STATS), cap)
+        self.heat = StepGrid(workers, min(cap, 200))
+        self._rows: list[np.ndarray] = []       # rows of steps not finished yet
+        self._window = window
+        self.recent = np.empty((0, workers * self.replicas))   # last steps' times per key
+
+    def lines(self) -> dict[tuple[str, str], GridLine]:
+        """(metric, stat) -> its line."""
+        return {(m, s): GridLine(self.bands, i * len(STATS) + j)
+                for i, m in enumerate(METRIC_COLUMNS) for j, s in enumerate(STATS)}
+
+    def keep(self, data: np.ndarray) -> None:
+        self._rows.append(data)
+
+    def finish_steps(self, steps: np.ndarray, time_col: int) -> None:
+        """Aggregate the kept rows of ``steps`` (finished: every replica reported, or late)."""
+        if not self._rows or not len(steps):
+            return
+        rows = np.concatenate(self._rows) if len(self._rows) > 1 else self._rows[0]
+        mine = np.isin(rows[:, COL.step], steps)
+        self._rows = [rows[~mine]] if not mine.all() else []
+        rows = rows[mine]
+        if not len(rows):
+            return
+        uniq, at = np.unique(rows[:, COL.step], return_inverse=True)
+        at = at.reshape(-1)
+        worker = rows[:, COL.worker].astype(np.int64)
+        key = worker * self.replicas + np.maximum(rows[:, COL.replica], 0).astype(np.int64)
+        width = self.workers * self.replicas
+        stats = []
+        for col in (COL.loss, COL.grad_norm, COL.allreduce_ms, time_col):
+            grid = np.full((len(uniq), width), np.nan)
+            grid[at, key] = rows[:, col]
+            if col == time_col:
+                timed = grid[np.isfinite(grid).any(axis=1)]
+                self.recent = np.vstack([self.recent, timed])[-self._window:]
+            with warnings.catch_warnings():     # a step where no replica measured it: NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                stats.append(np.nanquantile(grid, QUANTILES, axis=1).T)
+        self.bands.add(uniq, np.hstack(stats))
+        heat = np.full((len(uniq), self.workers), np.nan)
+        times = rows[:, time_col]
+        ok = np.isfinite(times)
+        np.fmax.at(heat, (at[ok], worker[ok]), times[ok])
+        self.heat.add(uniq, heat)
+
+    def recent_times(self) -> dict[tuple[int, int], float]:
+        """(worker, replica) -> its median time over the last timed steps."""
+        if not len(self.recent):
+            return {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            medians = np.nanmedian(self.recent, axis=0)
+        return {divmod(int(i), self.replicas): float(medians[i])
+                for i in np.flatnonzero(np.isfinite(medians))}
+
+
+def others_medians(values: np.ndarray) -> np.ndarray:
+    """For each value, the median of all the others (leave-one-out), vectorised."""
+    n = len(values)
+    order = np.argsort(values, kind="stable")
+    ranked = values[order]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+
+    def other(j: int) -> np.ndarray:   # the j-th smallest of the others, for each value
+        return np.where(j < pos, ranked[j], ranked[min(j + 1, n - 1)])
+
+    return (other((n - 2) // 2) + other((n - 1) // 2)) / 2

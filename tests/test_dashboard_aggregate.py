@@ -1,0 +1,100 @@
+"""The dashboard above 16 replica series: per-step median, quantile and min-max bands over all
+replicas, the worker x step heatmap, the top stragglers, and the switch itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbdist.telemetry.run import Run
+from nbdist.widgets.aggregate import others_medians
+from nbdist.widgets.figure import run_figure
+from nbdist.widgets.series import RunSeries
+from nbdist.widgets.svgplot import figure_svg
+
+STATS = {"min": 0.0, "q10": 0.1, "median": 0.5, "q90": 0.9, "max": 1.0}
+
+
+def synthetic_run(workers: int, replicas: int, steps: int, slow: tuple[int, int] = (5, 3),
+                  seed: int = 0) -> tuple[Run, dict[str, np.ndarray]]:
+    """A Run of random per-replica values; returns it and each metric as steps x keys."""
+    rng = np.random.default_rng(seed)
+    keys = workers * replicas
+    values = {"loss": rng.normal(2.0, 0.5, (steps, keys)),
+              "grad_norm": rng.gamma(2.0, 1.0, (steps, keys)),
+              "compute_ms": rng.uniform(2.0, 3.0, (steps, keys))}
+    values["compute_ms"][:, slow[0] * replicas + slow[1]] += 10.0
+    run = Run(id=1, mode="step", strategy="multiworker", replicas=replicas, workers=workers,
+              total_steps=steps)
+    for step in range(steps):
+        for w in range(workers):
+            cols = slice(w * replicas, (w + 1) * replicas)
+            run.record_step(step, 0, worker=w, step_ms=20.0, data_ms=0.1,
+                            loss=values["loss"][step, cols].tolist(),
+                            grad_norm=values["grad_norm"][step, cols].tolist(),
+                            allreduce_ms=[1.0] * replicas, wait_ms=[0.0] * replicas,
+                            compute_ms=values["compute_ms"][step, cols].tolist())
+    return run, values
+
+
+def test_bands_equal_numpy_quantiles_over_all_replicas() -> None:
+    run, values = synthetic_run(workers=8, replicas=4, steps=40)
+    series = RunSeries(replicas=4, workers=8, max_points=100)
+    for lo in range(0, run.n_rows, 13):        # batches that split steps across workers
+        series.ingest(run.block_since(lo)[:13])
+    series.finish()
+    assert series.aggregated and series.plotted_keys() == []
+    assert not any(isinstance(k, tuple) for (_, k) in series.series)   # no per-key lines
+    for metric, name in (("loss", "loss"), ("grad_norm", "grad_norm"), ("time", "compute_ms")):
+        for stat, q in STATS.items():
+            x, y = series.series[(metric, stat)].points()
+            np.testing.assert_array_equal(x, np.arange(40))
+            np.testing.assert_allclose(y, np.quantile(values[name], q, axis=1), rtol=1e-12)
+    heat_x, heat = series.aggregates.heat.points()
+    per_worker = values["compute_ms"].reshape(40, 8, 4).max(axis=2)
+    np.testing.assert_allclose(heat, per_worker)
+    assert [series.label(s.key) for s in series.stragglers()] == ["w5/r3"]
+
+
+def test_long_runs_keep_bounded_bucket_means() -> None:
+    run, values = synthetic_run(workers=4, replicas=8, steps=300, slow=(1, 3))
+    series = RunSeries(replicas=8, workers=4, max_points=64)
+    series.ingest(run.block_since(0))
+    series.finish()
+    x, y = series.series[("loss", "median")].points()
+    assert 32 <= len(x) <= 64
+    k = series.aggregates.bands.k
+    medians = np.median(values["loss"], axis=1)
+    np.testing.assert_allclose(y, [medians[i * k:(i + 1) * k].mean() for i in range(len(x))])
+
+
+@pytest.mark.parametrize(("workers", "replicas", "aggregated"),
+                         [(4, 4, False), (2, 8, False), (17, 1, True), (3, 6, True)])
+def test_aggregates_above_16_series(workers: int, replicas: int, aggregated: bool) -> None:
+    run, _ = synthetic_run(workers, replicas, steps=5, slow=(0, 0))
+    fig = run_figure(run)
+    names = [t["name"] for t in fig["data"]]
+    note = " ".join(a["text"] for a in fig["layout"]["annotations"] if a["name"] == "notes")
+    assert ("median of replicas" in names) is aggregated
+    assert any(t["type"] == "heatmap" for t in fig["data"]) is aggregated
+    assert (f"{workers} workers x {replicas} replicas: showing median" in note) is aggregated
+    lines = [t for t in fig["data"] if t["name"] == "w0/r0"]
+    assert len(lines) == (0 if aggregated else 4)     # loss, grad norm, all-reduce, time
+    if aggregated:        # asked for: every replica's line
+        every = run_figure(run, per_replica=True)
+        assert sum(t["name"] == "w0/r0" for t in every["data"]) == 4
+
+
+def test_static_svg_fills_the_bands_and_draws_the_heatmap() -> None:
+    run, _ = synthetic_run(workers=8, replicas=4, steps=20)
+    svg = figure_svg(run_figure(run))
+    assert svg.count("<polygon") == 2 * 4         # two bands in each of the four panels
+    assert svg.count("<rect") > 8 * 20            # a cell per worker and step
+    assert "showing median, 10-90% and min-max bands" in svg
+
+
+def test_others_medians_is_the_leave_one_out_median() -> None:
+    values = np.random.default_rng(3).normal(size=31)
+    values[4] = values[9]                          # ties
+    expected = [np.median(np.delete(values, i)) for i in range(len(values))]
+    np.testing.assert_allclose(others_medians(values), expected)
