@@ -16,7 +16,6 @@ checkpoint resume) is ``steploop.StepLoop``'s, shared with the parameter-server 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 import time
@@ -28,7 +27,14 @@ from .fastcall import FastCall
 from .hooks.tensorflow import quiet_retracing_warning
 from .kerashooks import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
 from .pacing import TimingPacer
-from .stepcache import StepCache, TracedStep, cell_key, depends_on
+from .stepcache import (
+    StepCache,
+    TracedStep,
+    adopted_source,
+    cell_key,
+    depends_on,
+    execute_cached,
+)
 from .stepgroups import GROUPED_NOTE, CallSizer, compile_group, stack_replicas
 from .steploop import StepLoop
 from .strategies import StrategyHandle
@@ -100,22 +106,15 @@ class StepRunner(StepLoop):
     def execute(self) -> Run:
         if self.cache is None:
             return super().execute()
-        key = cell_key(self.source, self.grouped)
-        entry = self.cache.find(key, self._depends())
-        if entry is not None:
-            self._adopt(entry)
-        try:
-            run = super().execute()
-        except BaseException:
-            self.cache.forget(key)
-            raise
-        if run.status in ("done", "stopped") and self._compiled:
-            self.cache.keep(key, TracedStep(
-                dict(self._compiled), dict(self._functions), self._keys, self._timed_probe,
-                self._factory, self.source.filename, list(self._trace_notes), self._depends()))
-        else:
-            self.cache.forget(key)
-        return run
+        return execute_cached(self.cache, cell_key(self.source, self.grouped), self._depends,
+                              self._adopt, super().execute, self._traced_step)
+
+    def _traced_step(self) -> TracedStep | None:
+        if not self._compiled:
+            return None
+        return TracedStep(dict(self._compiled), dict(self._functions), self._keys,
+                          self._timed_probe, self._factory, self.source.filename,
+                          list(self._trace_notes))
 
     def _depends(self) -> Any:
         return depends_on(self.source, self.user_ns, self.handle.strategy, self.dataset)
@@ -124,9 +123,7 @@ class StepRunner(StepLoop):
         self._compiled.update(entry.compiled)
         self._functions.update(entry.functions)
         self._keys, self._timed_probe, self._factory = entry.keys, entry.timed_probe, entry.factory
-        # errors map to cell lines through the traced code's file name: keep it, with this text
-        self.source = dataclasses.replace(self.source, filename=entry.filename)
-        self.source.register()
+        self.source = adopted_source(self.source, entry)
         self._trace_notes = list(entry.notes)
         for text in entry.notes:
             self.run.note(text)

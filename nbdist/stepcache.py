@@ -21,10 +21,12 @@ objects it compares with, which the traced step holds anyway.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import symtable
 import types
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +88,35 @@ class StepCache:
         return len(self._entries)
 
 
+def execute_cached(cache: StepCache, key: tuple[Any, ...], depends: Callable[[], Any],
+                   adopt: Callable[[TracedStep], None], execute: Callable[[], Any],
+                   traced: Callable[[], TracedStep | None]) -> Any:
+    """Run ``execute`` (a step loop's) with the traced step of ``key`` adopted if it is still
+    valid; keep what it traced for the next run when it ended done or stopped."""
+    entry = cache.find(key, depends())
+    if entry is not None:
+        adopt(entry)
+    try:
+        run = execute()
+    except BaseException:
+        cache.forget(key)
+        raise
+    entry = traced() if run.status in ("done", "stopped") else None
+    if entry is None:
+        cache.forget(key)
+    else:
+        entry.depends = depends()
+        cache.keep(key, entry)
+    return run
+
+
+def adopted_source(source: StepSource, entry: TracedStep) -> StepSource:
+    """``source`` under the traced code's file name (errors map to cell lines through it)."""
+    source = dataclasses.replace(source, filename=entry.filename)
+    source.register()
+    return source
+
+
 def cell_key(source: StepSource, grouped: bool) -> tuple[Any, ...]:
     """What identifies a cell's trace: its text without the ``%%distribute`` line (whose
     ``--steps``/``--epochs`` change no trace), its loss and gradients, grouped steps or not."""
@@ -101,8 +132,15 @@ def depends_on(source: StepSource, user_ns: dict[str, Any], strategy: Any,
     names = _global_names(source)
     reached: dict[str, tuple[Any, ...]] = {}
     _reach(sorted(names), user_ns, reached, level=2)
-    return (strategy, getattr(strategy, "num_replicas_in_sync", None),
-            getattr(dataset, "element_spec", None), reached)
+    return (strategy, getattr(strategy, "num_replicas_in_sync", None), _element_spec(dataset),
+            reached)
+
+
+def _element_spec(dataset: Any) -> Any:
+    try:   # a per-worker dataset may not know it
+        return getattr(dataset, "element_spec", None)
+    except (NotImplementedError, ValueError):
+        return None
 
 
 def same(a: Any, b: Any) -> bool:

@@ -182,10 +182,14 @@ def main_scenario(ip):
     thread.join()
     out["seen_running"] = [s for s in seen if s[0] == "running" and 0 < s[1] < 120]
     out["step_run"] = frame_summary(nbdist.runs[-1])
+    traced = c.traced_steps
+    out["cache_first"] = [traced.hits, traced.misses]
 
+    # the same cell again (other flags, another dataset of the same spec): its trace is reused
     _, out["fast_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 200 "
                                                 "--timing-every 0"))
     out["fast_run"] = frame_summary(nbdist.runs[-1])
+    out["cache_rerun"] = [traced.hits, traced.misses]
 
     # the dashboard's Stop button: an observer asking to stop after 30 steps
     from nbdist.spec import RunSpec
@@ -263,6 +267,19 @@ def main_scenario(ip):
     out["fit_ckpt_left"] = sorted(os.path.relpath(os.path.join(d, f), fit_dir)
                                  for d, _, files in os.walk(fit_dir) for f in files)
     out["fit_ckpt_dirs"] = sorted(os.path.relpath(d, fit_dir) for d, _, _ in os.walk(fit_dir))
+    # a rebuilt model: the unchanged cell retraces, and trains the new model, not the old one
+    old = [w.copy() for w in ip.user_ns["model"].get_weights()]
+    _, out["rebuilt_error"] = cell(ip, "%%distribute\nold_model = model\nmodel = keras."
+                                       "Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+                                       "optimizer = keras.optimizers.Adam(0.05)\n")
+    new = [w.copy() for w in ip.user_ns["model"].get_weights()]
+    counts = [traced.hits, traced.misses]
+    _, out["rebuilt_run_error"] = cell(ip, STEP.format(data="ds", flags="--steps 16"))
+    out["rebuilt_cache"] = [traced.hits - counts[0], traced.misses - counts[1]]
+    out["rebuilt_trained"] = any(
+        (a != b).any() for a, b in zip(new, ip.user_ns["model"].get_weights(), strict=True))
+    out["old_untouched"] = all(
+        (a == b).all() for a, b in zip(old, ip.user_ns["old_model"].get_weights(), strict=True))
     _, out["push_error"] = cell(ip, "%distribute push ds")
     _, out["graph_fn_error"] = cell(ip, "%%distribute --step --data ds\nx, y = batch\n"
                                         "loss = tf.reduce_mean(x) + undefined_name\n")

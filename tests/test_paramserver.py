@@ -159,6 +159,15 @@ def test_steps_flag(main):
     assert main["fast_error"] is None and run["status"] == "done" and run["rows"] == 200
 
 
+def test_an_unchanged_rerun_reuses_its_trace_a_rebuilt_model_retraces(main):
+    assert main["cache_first"] == [0, 1] and main["cache_rerun"] == [1, 1]
+    fast = main["fast_run"]   # the reused trace trains the same variables on
+    assert fast["loss_last"] < 1e-2 * main["step_run"]["loss_first"]
+    assert main["rebuilt_error"] is None and main["rebuilt_run_error"] is None
+    assert main["rebuilt_cache"] == [0, 1]
+    assert main["rebuilt_trained"] and main["old_untouched"]
+
+
 def test_stop_request_ends_the_run_after_the_steps_in_flight(main):
     run = main["stopped_run"]
     in_flight = WINDOW_PER_WORKER * 2   # 2 workers

@@ -8,9 +8,8 @@ which starts one ``tf.distribute.Server`` (``ps_server.serve``) as ``worker i`` 
 ParameterServerStrategy and a ClusterCoordinator (``ps_context.connect``). Scope-mode cells
 run in the kernel under ``strategy.scope()`` (variables are created on the parameter
 servers); step-mode cells are scheduled on the workers by ``ps_steps.PSStepLoop``. The
-metrics are fetched by the coordinator itself, so no telemetry channel is needed.
-
-Defaults: ``--workers 2`` and ``--ps 1``.
+metrics are fetched by the coordinator itself, so no telemetry channel is needed. Defaults:
+``--workers 2`` and ``--ps 1``.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
 from ...hooks.keras import atomic_variable_updates
 from ...spec import StrategySpec
+from ...stepcache import StepCache
 from ...stepgroups import refuse_grouped_steps
 from ...telemetry.run import Run, RunList
 from ...tflogs import worker_environment
@@ -74,6 +74,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         self.dead_workers: set[int] = set()
         self.steps_by_worker: dict[int, int] = {}
         self.shell = shell
+        self.traced_steps = StepCache()   # a re-run of a step cell reuses its trace
         self._atomic: Any = None   # hooks.keras.atomic_variable_updates while started
 
     @classmethod
@@ -146,16 +147,15 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
 
     def stop(self) -> list[int]:
         """Detach the kernel, stop every process; return pids that had to be killed."""
-        killed: list[int] = []
+        self.traced_steps.clear()
         if self._atomic is not None:
             self._atomic.__exit__(None, None, None)
             self._atomic = None
         if self.coordinator is not None:
             ps_context.disconnect(self.coordinator, worker_died=bool(self.dead_workers))
             self.coordinator = self.strategy = None
-        if self.engines is not None:
-            killed = self.engines.stop(quit_fn=ps_server.exit_soon)
-            self.engines = None
+        killed = self.engines.stop(quit_fn=ps_server.exit_soon) if self.engines is not None else []
+        self.engines = None
         self._stopped()
         return killed
 
@@ -250,8 +250,8 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
                           checkpoint=inputs.checkpoint, dataset=inputs.dataset,
                           strategy=self.strategy, coordinator=self.coordinator,
                           workers=self.n, watch=self, per_epoch=inputs.per_epoch,
-                          epoch_note=inputs.note,
-                          on_worker_death=self.dead_workers.add)
+                          epoch_note=inputs.note, on_worker_death=self.dead_workers.add,
+                          cache=self.traced_steps)
         try:
             return loop.execute()
         except ClusterError as err:

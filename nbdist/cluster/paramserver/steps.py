@@ -1,15 +1,15 @@
 """Step mode under ParameterServerStrategy: the kernel schedules, the workers train async.
 
-``PSStepLoop`` compiles the rewritten step cell into a ``tf.function`` that takes the next
-batch from a per-worker iterator (``ClusterCoordinator.create_per_worker_dataset``), runs the
-step with ``strategy.run`` and returns one float64 vector (the coordinator copies each returned
-tensor back with a call of its own): the loss, the gradient norm, the worker that ran it
-(``tf.distribute.coordinator.experimental_get_current_worker_index``) and in-graph timestamps.
+``PSStepLoop`` compiles the rewritten step cell into a ``tf.function`` of a per-worker
+iterator (``ClusterCoordinator.create_per_worker_dataset``) returning one packed vector per
+step (``stepfn``).
 ``ClusterCoordinator.schedule`` hands each step to whichever worker is free: no barrier
 between workers, each applies its gradients to the variables on the parameter servers as soon
 as it has them (asynchronous training). At most ``window`` steps are in flight; the loop
 records each finished step into the Run in schedule order, waiting only when the window is
-full, so the dashboard follows every worker live.
+full, so the dashboard follows every worker live. A re-run of an unchanged cell schedules the
+functions its last run traced (``stepcache``, the backend's): no tracing, and no removal of
+the old functions from the cluster (which took TensorFlow 1-7 s at a cell's end here).
 
 Timing: ``step_ms`` is the worker's time for the whole step, ``data_ms`` getting the batch,
 ``compute_ms`` from the batch to the gradients (reading the parameters from the parameter
@@ -34,8 +34,8 @@ from typing import Any
 from ...errors import DataError, StepCodeError
 from ...kerashooks import call_building_optimizers
 from ...runner import TimingPacer
+from ...stepcache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
 from ...steploop import StepLoop
-from ...telemetry.probe import StepProbe
 from ...telemetry.run import Run
 from .health import (
     DEATH_GRACE_S,
@@ -46,7 +46,8 @@ from .health import (
     drain,
     ready,
 )
-from .instrument import EPOCH_NOTE, UPDATE_NOTE, UpdateTimer, quiet_recovery_logs
+from .instrument import EPOCH_NOTE, UPDATE_NOTE, quiet_recovery_logs
+from .stepfn import SPANS, Scheduler, compile_step
 
 #: Steps scheduled ahead of the oldest unfinished one, per worker (TensorFlow's tutorial
 #: schedules them all: a shallow window leaves workers idle while the kernel records rows).
@@ -76,8 +77,10 @@ class PSStepLoop(StepLoop):
     per_epoch: int | None = field(default=None, kw_only=True)
     epoch_note: str | None = field(default=EPOCH_NOTE, kw_only=True)   # how --data is read
     on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
+    cache: StepCache | None = field(default=None, kw_only=True)   # the backend's traced steps
     _compiled: dict[bool, Any] = field(default_factory=dict)
     _columns: dict[bool, list[str]] = field(default_factory=dict)   # of each packed result
+    _announced: set[bool] = field(default_factory=set)   # variants told to observers
     _dead_seen: set[int] = field(default_factory=set)
     _next_check: float = 0.0
     _pending: deque[tuple[int, int, bool, Any]] = field(default_factory=deque)
@@ -91,7 +94,22 @@ class PSStepLoop(StepLoop):
         self.run.note(UPDATE_NOTE)
         if self.epoch_note:
             self.run.note(self.epoch_note)
-        return super().execute()
+        if self.cache is None:
+            return super().execute()
+        return execute_cached(self.cache, cell_key(self.source, grouped=False), self._depends,
+                              self._adopt, super().execute, self._traced_step)
+
+    def _traced_step(self) -> TracedStep | None:
+        return TracedStep(dict(self._compiled), dict(self._compiled), self._columns, None,
+                          self._factory, self.source.filename) if self._compiled else None
+
+    def _depends(self) -> Any:
+        return depends_on(self.source, self.user_ns, self.strategy, self.dataset)
+
+    def _adopt(self, entry: TracedStep) -> None:
+        self._compiled.update(entry.compiled)
+        self._columns, self._factory = entry.keys, entry.factory
+        self.source = adopted_source(self.source, entry)
 
     # -- StepLoop's hooks ------------------------------------------------------------------
     def _running(self) -> contextlib.AbstractContextManager[Any]:
@@ -151,12 +169,17 @@ class PSStepLoop(StepLoop):
     def _schedule(self, iterator: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
         if fn is not None:
+            if timed not in self._announced:   # traced by an earlier run of this cell
+                self._announced.add(timed)
+                self.traced(fn, iterator, timed)
             return self.coordinator.schedule(fn, args=(iterator,))
         # First use: trace (in schedule), building any Keras optimizer the step would build.
         scheduler, remote = call_building_optimizers(
-            lambda: _Scheduler(self.coordinator, self._compile(timed)), iterator,
+            lambda: Scheduler(self.coordinator, compile_step(
+                self._factory, self.spec, self.strategy, timed, self._columns)), iterator,
             self.strategy)
         self._compiled[timed] = scheduler.fn
+        self._announced.add(timed)
         self.traced(scheduler.fn, iterator, timed)   # e.g. `%%distribute --graph`
         return remote
 
@@ -176,7 +199,7 @@ class PSStepLoop(StepLoop):
             if not self._lost_with_dead_worker(err):
                 raise
             return
-        ms = {k: (float(values[b]) - float(values[a])) * 1e3 for k, (a, b) in _SPANS.items()
+        ms = {k: (float(values[b]) - float(values[a])) * 1e3 for k, (a, b) in SPANS.items()
               if a in values and b in values}
         extra = {"update_ms": ms["update_ms"]} if "update_ms" in ms else None
         self.run.record_step(
@@ -241,53 +264,3 @@ class PSStepLoop(StepLoop):
 
     def _dead_message(self) -> str:
         return dead_message(self.watch, self.run.steps_done)
-
-    # -- compiling -------------------------------------------------------------------------
-    def _compile(self, timed: bool) -> Any:
-        import tensorflow as tf
-
-        probe = StepProbe(timed=False, loss_name=self.spec.loss, grads_name=self.spec.grads)
-        replica_fn = self._factory(probe)
-        strategy = self.strategy
-        timer = UpdateTimer() if timed else None
-        columns = self._columns
-
-        def train_step(iterator: Any) -> Any:
-            t_start = tf.timestamp()
-            batch = next(iterator)
-            with tf.control_dependencies(_tensors(batch)):
-                t_begin = tf.timestamp()
-            with timer.hooked() if timer else contextlib.nullcontext():
-                out = strategy.run(replica_fn, args=(batch,))
-            out = {k: strategy.experimental_local_results(v)[0] for k, v in out.items()}
-            if timer and timer.spans:
-                out["t_update_start"], out["t_update_end"] = timer.spans[0][0], timer.spans[-1][1]
-            with tf.control_dependencies(_tensors(out)):
-                out["t_end"] = tf.timestamp()
-            out.update(t_start=t_start, t_begin=t_begin,
-                       worker=tf.distribute.coordinator.experimental_get_current_worker_index())
-            columns[timed] = names = sorted(out)
-            return tf.stack([tf.reshape(tf.cast(out[k], tf.float64), []) for k in names])
-
-        return tf.function(train_step)
-
-
-_SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
-          "compute_ms": ("t_begin", "t_update_start"),
-          "update_ms": ("t_update_start", "t_update_end")}
-
-
-class _Scheduler:
-    """Calls ``fn`` through the coordinator (so ``call_building_optimizers`` can retry it)."""
-
-    def __init__(self, coordinator: Any, fn: Any):
-        self.coordinator, self.fn = coordinator, fn
-
-    def __call__(self, iterator: Any) -> Any:
-        return self.coordinator.schedule(self.fn, args=(iterator,))
-
-
-def _tensors(structure: Any) -> list[Any]:
-    import tensorflow as tf
-
-    return [t for t in tf.nest.flatten(structure) if isinstance(t, tf.Tensor)]

@@ -1,0 +1,68 @@
+"""The ``tf.function`` a parameter-server step cell schedules (``steps.PSStepLoop``).
+
+It takes the next batch from a per-worker iterator, runs the step with ``strategy.run`` and
+returns one float64 vector (the coordinator copies each returned tensor back with a call of
+its own): the loss, the gradient norm, the worker that ran it
+(``tf.distribute.coordinator.experimental_get_current_worker_index``) and in-graph
+timestamps; ``SPANS`` turns the timestamps into the Run's millisecond columns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ...spec import RunSpec
+from ...telemetry.probe import StepProbe
+from .instrument import UpdateTimer
+
+SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
+         "compute_ms": ("t_begin", "t_update_start"),
+         "update_ms": ("t_update_start", "t_update_end")}
+
+
+def compile_step(factory: Any, spec: RunSpec, strategy: Any, timed: bool,
+                 columns: dict[bool, list[str]]) -> Any:
+    """The step as a ``tf.function`` of the per-worker iterator; tracing it sets
+    ``columns[timed]`` to the names of its result's entries. ``timed`` adds the parameter
+    update's timestamps (``instrument.UpdateTimer``)."""
+    import tensorflow as tf
+
+    probe = StepProbe(timed=False, loss_name=spec.loss, grads_name=spec.grads)
+    replica_fn = factory(probe)
+    timer = UpdateTimer() if timed else None
+
+    def train_step(iterator: Any) -> Any:
+        t_start = tf.timestamp()
+        batch = next(iterator)
+        with tf.control_dependencies(_tensors(batch)):
+            t_begin = tf.timestamp()
+        with timer.hooked() if timer else contextlib.nullcontext():
+            out = strategy.run(replica_fn, args=(batch,))
+        out = {k: strategy.experimental_local_results(v)[0] for k, v in out.items()}
+        if timer and timer.spans:
+            out["t_update_start"], out["t_update_end"] = timer.spans[0][0], timer.spans[-1][1]
+        with tf.control_dependencies(_tensors(out)):
+            out["t_end"] = tf.timestamp()
+        out.update(t_start=t_start, t_begin=t_begin,
+                   worker=tf.distribute.coordinator.experimental_get_current_worker_index())
+        columns[timed] = names = sorted(out)
+        return tf.stack([tf.reshape(tf.cast(out[k], tf.float64), []) for k in names])
+
+    return tf.function(train_step)
+
+
+class Scheduler:
+    """Calls ``fn`` through the coordinator (so ``call_building_optimizers`` can retry it)."""
+
+    def __init__(self, coordinator: Any, fn: Any):
+        self.coordinator, self.fn = coordinator, fn
+
+    def __call__(self, iterator: Any) -> Any:
+        return self.coordinator.schedule(self.fn, args=(iterator,))
+
+
+def _tensors(structure: Any) -> list[Any]:
+    import tensorflow as tf
+
+    return [t for t in tf.nest.flatten(structure) if isinstance(t, tf.Tensor)]
