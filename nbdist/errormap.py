@@ -16,6 +16,10 @@ from .errors import LossNotScalar, NbdistError, StepCodeError
 from .rewrite import StepSource, assigned_line
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
+# A variable created in a step that is traced without being called (get_concrete_function)
+# fails later, when TensorFlow lifts its initializer out of the graph, naming no cell line.
+_UNLIFTABLE_INITIALIZER = re.compile(r"Unable to lift tensor .*/Initializer/")
+_CREATES_VARIABLE = re.compile(r"\bVariable\s*\(")
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -83,6 +87,9 @@ def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
         seen = seen.__cause__ or seen.__context__
     message = str(err)
     line = cell_line_of(message, source)
+    if line is None and _UNLIFTABLE_INITIALIZER.search(message):   # traced without a call
+        line = _first_line(source, _CREATES_VARIABLE)
+        message = _VARIABLE_ON_EVERY_CALL if line else message
     if line is None:
         return None
     text = _cell_text(source, line)
@@ -97,6 +104,11 @@ def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
         f"{type(err).__name__} while running the step: {_root_message(message)}",
         cell_line=line, line_text=text,
     )
+
+
+def _first_line(source: StepSource, pattern: re.Pattern[str]) -> int | None:
+    lines = source.cell.splitlines()
+    return next((i + 1 for i, text in enumerate(lines) if pattern.search(text)), None)
 
 
 def _cell_text(source: StepSource, line: int) -> str:

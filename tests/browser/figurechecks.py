@@ -98,7 +98,8 @@ PANEL_TITLES = """() => {
 def check_fit_panels(page):
     """model.fit measures no gradient norms or all-reduce times: no empty panels, one line
     saying why."""
-    page.wait_for_function(f"() => ({PANEL_TITLES})() !== null", timeout=60_000)
+    # the plot's node appears before plotly draws its annotations into it
+    page.wait_for_function(f"() => (({PANEL_TITLES})() || []).length > 0", timeout=60_000)
     texts = page.evaluate(PANEL_TITLES)
     assert texts == ["model.fit reports the loss and the step time: gradient norms and "
                      "all-reduce times are measured in --step cells",
