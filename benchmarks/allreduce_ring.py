@@ -301,8 +301,8 @@ def measure(shell, hostbed, hosts: int, sizes: list[int], args, bytes_per_s: flo
     lines = []
     with hostbed.HostBed(hosts, delay_ms=args.delay, rate=args.rate) as bed:
         latency = one_way_latency_ms(bed)
-        print(f"{hosts} hosts: one-way latency between hosts {latency:.3f} ms (TCP echo)",
-              flush=True)
+        print(f"{hosts} hosts: one-way latency between hosts {latency:.3f} ms (TCP echo); "
+              f"machine load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         bed.start_cluster()
         hand = None
         try:
@@ -377,7 +377,8 @@ def main() -> int:
     for hosts in args.hosts:
         lines += measure(shell, hostbed, hosts, sizes, args, bytes_per_s)
     print(f"\n{HEADER}\n" + "\n".join(lines))
-    print(f"({time.monotonic() - started:.0f} s)")
+    print(f"({time.monotonic() - started:.0f} s; machine load {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores at the end)")
     return 0
 
 
