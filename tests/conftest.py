@@ -67,6 +67,7 @@ FILE_TIERS = {
     "test_picker.py": "kernel",
     "test_rerun.py": "kernel",
     "test_rewrite.py": "unit",
+    "test_ring_model.py": "unit",
     "test_setup_commands.py": "unit",    # its JupyterLab launch: notebooks
     "test_spec.py": "unit",
     "test_static_view.py": "unit",        # its notebook and quickstart tests: kernel

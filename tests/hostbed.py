@@ -2,7 +2,8 @@
 
 One bridge on this machine (the kernel's side, address .1) and, per simulated host, a network
 namespace joined to it by a veth pair with its own address (.11, .12, ...), optionally a
-``tc netem`` delay and rate on its link. Processes started on a host run under
+``tc netem`` delay and rate on its link (``tbf`` for a rate alone where the kernel has no
+netem). Processes started on a host run under
 ``ip netns exec NS unshare --uts --pid --fork --kill-child --mount-proc`` with the hostname
 ``hostN``: their own network stack, hostname and PID space. Hosts listed in ``shared`` keep
 this machine's hostname and PID space (only their network is theirs): the case where names
@@ -23,6 +24,7 @@ is kept until ``python3 tests/hostbed.py down``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import re
@@ -131,6 +133,34 @@ def remove_stale(keep_owner: int | None = None) -> list[str]:
     return removed
 
 
+def rate_bytes(rate: str) -> float:
+    """A ``tc`` rate (``1gbit``, ``100mbit``, ``125mbps``) in bytes per second: ``bit`` units
+    are bits/s, ``bps`` units bytes/s, the prefixes k, m, g, t powers of 1000, as tc reads them."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(bit|bps)\s*", rate.lower())
+    if not found:
+        raise ValueError(f"rate {rate!r}: write it as tc does, e.g. 1gbit, 100mbit or 125mbps")
+    value = float(found.group(1)) * 1000 ** " kmgt".index(found.group(2) or " ")
+    return value / 8 if found.group(3) == "bit" else value
+
+
+@functools.lru_cache(maxsize=1)
+def netem_missing() -> str | None:
+    """Why ``tc netem`` cannot shape a link here (e.g. a kernel built without sch_netem), or
+    None. Tried once, on a veth pair in a namespace of its own."""
+    probe = f"{PREFIX}probe{os.getpid()}"
+    _ip("netns", "add", probe)
+    try:
+        _ip("-n", probe, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1")
+        done = subprocess.run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "probe0",
+                               "root", "netem", "delay", "1ms"], capture_output=True, text=True,
+                              timeout=30)
+        if done.returncode != 0:
+            return f"this kernel has no tc netem ({done.stderr.strip()})"
+        return None
+    finally:
+        _ip("netns", "del", probe, check=False)
+
+
 class HostBed:
     """``n`` simulated hosts joined by a bridge; a context manager that removes them all."""
 
@@ -166,6 +196,11 @@ class HostBed:
 
     # -- network ---------------------------------------------------------------------------
     def up(self) -> None:
+        if self.rate is not None:
+            rate_bytes(self.rate)   # a bad rate fails before anything is made
+        if self.delay_ms and netem_missing():
+            raise RuntimeError(f"a link delay needs tc netem, and {netem_missing()}: leave "
+                               "the delay out (a rate alone is shaped with tbf)")
         remove_stale(keep_owner=self.owner)
         self.workdir = tempfile.mkdtemp(prefix=f"nbdist-hostbed-{self.owner}-")
         self.subnet = _free_subnet()
@@ -183,14 +218,28 @@ class HostBed:
             _ip("-n", ns, "link", "set", "lo", "up")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "route", "add", "default", "via", self.bridge_ip)
-            if self.delay_ms is not None or self.rate is not None:
-                netem = ["tc", "qdisc", "add", "dev", "eth0", "root", "netem"]
-                if self.delay_ms is not None:
-                    netem += ["delay", f"{self.delay_ms}ms"]
-                if self.rate is not None:
-                    netem += ["rate", self.rate]
-                subprocess.run(["ip", "netns", "exec", ns, *netem], check=True,
-                               capture_output=True, timeout=30)
+            self._shape(ns)
+
+    def _shape(self, ns: str) -> None:
+        """The delay and rate of the host's outgoing traffic (on its side of the link): netem;
+        where the kernel has no netem, a rate alone with tbf (a 1 ms burst, at least 16 KB)."""
+        if self.delay_ms is None and self.rate is None:
+            return
+        tc = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root"]
+        if not netem_missing():
+            tc.append("netem")
+            if self.delay_ms is not None:
+                tc += ["delay", f"{self.delay_ms}ms"]
+            if self.rate is not None:
+                tc += ["rate", self.rate]
+        elif self.rate is not None:
+            burst = max(int(rate_bytes(self.rate) / 1000), 16384)
+            tc += ["tbf", "rate", self.rate, "burst", str(burst), "latency", "50ms"]
+        else:
+            return   # delay 0 without netem: nothing to do
+        done = subprocess.run(tc, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(tc[4:])}: {done.stderr.strip()}")
 
     def down(self) -> None:
         """Stop the cluster, kill every process on the hosts, remove namespaces and links."""
@@ -397,7 +446,7 @@ def _main(argv: list[str]) -> int:
     up = sub.add_parser("up", help="start N hosts and an ipyparallel cluster on them")
     up.add_argument("n", type=int)
     up.add_argument("--delay", type=float, help="netem delay on each host's link, ms")
-    up.add_argument("--rate", help="netem rate on each host's link, e.g. 1gbit")
+    up.add_argument("--rate", help="rate of each host's link, e.g. 1gbit (netem, else tbf)")
     up.add_argument("--shared", type=int, nargs="*", default=[], metavar="I",
                     help="hosts (1-based) that keep this machine's hostname and PID space")
     sub.add_parser("down", help="remove every bed started by hand")
