@@ -31,6 +31,8 @@ from .stall import StallWatch
 HUNG_AFTER_S = 20.0
 #: How long the coordinator waits for a worker to pause before resuming the paused ones.
 PAUSE_GRACE_S = 0.5
+#: How long a worker about to be killed gets to send the rows it has not sent yet.
+UNSENT_ROWS_WAIT_S = 1.0
 
 
 @dataclass
@@ -40,6 +42,7 @@ class WorkerHealth:
     step: int | None = None              # steps done in the current run
     in_run: str | None = None            # key of the run the worker is in
     stacks: dict[str, Any] | None = None  # its last protocol.STACKS answer
+    flushed: bool = False                # answered the last protocol.FLUSH_ROWS
 
     def silent_for(self, now: float | None = None) -> float | None:
         if self.last_seen is None:
@@ -172,6 +175,19 @@ class ClusterMonitor:
         for w in workers:
             self.send(w, {"type": protocol.DUMP_STACKS})
 
+    def collect_unsent_rows(self, workers: list[int],
+                            wait_s: float = UNSENT_ROWS_WAIT_S) -> list[int]:
+        """Ask ``workers`` (about to be killed, blocked in a collective) for the rows they
+        recorded but did not send yet; wait until each has answered, at most ``wait_s``.
+        Returns the workers that did not answer (their last rows are lost)."""
+        for w in workers:
+            self.health[w].flushed = False
+            self.send(w, {"type": protocol.FLUSH_ROWS})
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not all(self.health[w].flushed for w in workers):
+            time.sleep(0.01)
+        return [w for w in workers if not self.health[w].flushed]
+
     def running_workers(self) -> set[int]:
         return {h.index for h in self.health if h.in_run is not None}
 
@@ -213,6 +229,8 @@ class ClusterMonitor:
             health.stacks = message
         elif kind == protocol.INJECTED:
             self._injected(worker, message)
+        elif kind == protocol.ROWS_FLUSHED:   # after its ROWS, on the same connection
+            health.flushed = True
 
     def _injected(self, worker: int, message: dict[str, Any]) -> None:
         for entry in self.injections:
