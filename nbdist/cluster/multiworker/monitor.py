@@ -137,6 +137,8 @@ class ClusterMonitor:
         self.stall = StallWatch()
         #: ``%distribute inject``: {"fault", "worker", "at_step", "delay", "applied_step"}
         self.injections: list[dict[str, Any]] = []
+        #: ``cut_link(worker, entry)``: takes a link down when a worker reaches its partition
+        self.cut_link: Callable[[int, dict[str, Any]], None] | None = None
 
     # -- runs ------------------------------------------------------------------------------
     def expect_run(self, key: str, run: Run) -> None:
@@ -240,6 +242,11 @@ class ClusterMonitor:
                 entry["applied_step"] = step if isinstance(step, int) else -1
                 if isinstance(step, int) and step >= 0:   # -1: between runs
                     self.health[worker].step = step
+                if entry["fault"] == "partition" and self.cut_link is not None:
+                    try:
+                        self.cut_link(worker, entry)
+                    except Exception as err:   # shown by %distribute status
+                        entry["error"] = str(err)
                 return
 
     def _record(self, worker: int, message: dict[str, Any]) -> None:
