@@ -9,10 +9,10 @@ remote ones), at once or, with ``--at-step N``, once that worker has done N step
   back in the queue, the other workers run them and the run goes on (tutorial 05).
 - ``stop`` and ``slow`` are refused (``NOT_HERE``): a frozen or paused worker process stalls
   TensorFlow's ClusterCoordinator, which waits for the steps it holds without a time limit
-  (tried: pausing a worker 0.2 s after each of its steps stalled a 200-step cell for
-  over 100 s), and scheduled
-  steps cannot be withdrawn, so the cell would not end, not even on an interrupt. A
-  straggler is made in the step code instead (tutorial 05, section 6).
+  (tried: pausing a worker 0.2 s after each of its recorded steps stalled a 200-step cell
+  for over 100 s; where inside the coordinator was not found), and scheduled steps cannot be
+  withdrawn, so the cell would not end, not even on an interrupt. A straggler is made in the
+  step code instead (tutorial 05, section 6).
 
 Only workers can be targeted. A parameter server lost ends the run at once with an error
 naming it (its variables are gone): kill its process (its pid is in ``%distribute status``)
