@@ -1,6 +1,7 @@
-"""Time from a fault in a worker to the cell's error, under `%distribute multiworker --workers 2`.
+"""Time from a fault in a worker to the cell's error, under `%distribute multiworker`.
 
-Three faults, each injected REPEAT times into a long step-mode run (fresh workers each time):
+Four faults, each injected REPEAT times into a long step-mode run (fresh workers each time);
+the first three on 2 local workers, the partition on 2 simulated hosts:
 
 * kill: `%distribute inject kill 1 --at-step 30` (SIGKILL); the fault's time is when the
   process is seen gone (psutil, every 10 ms).
@@ -8,12 +9,15 @@ Three faults, each injected REPEAT times into a long step-mode run (fresh worker
   seen stopped.
 * stuck input: worker 1's `from_generator` source sleeps for an hour at its 30th batch; the
   fault's time is written by the generator just before it sleeps.
+* partition: `%distribute inject partition I --at-step 30` for the worker on host2 of a fresh
+  bed of 2 hosts (tests/hostbed.py; skipped with the reason without root); the fault's time
+  is when the kernel took the link down.
 
 For each: the median, min and max of fault -> error, and for the two found by the stall rule
 (SIGSTOP, stuck) the same less the stall limit the error states, i.e. detection -> error
 (the spec: <= 10 s).
 
-    python benchmarks/fault_latency.py [--repeat 5]
+    python benchmarks/fault_latency.py [--repeat 5] [--only partition]
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ with tf.GradientTape() as tape:
 grads = tape.gradient(loss, model.trainable_variables)
 optimizer.apply_gradients(zip(grads, model.trainable_variables))
 """
+
+
+LOCAL = ("kill", "SIGSTOP", "stuck input")
 
 
 def _watch(ready) -> list[float]:
@@ -122,6 +129,39 @@ def one(shell, kind: str, stall_file: str) -> tuple[float, float | None]:
     return ended - fault, float(limit.group(1)) if limit else None
 
 
+def partitions(shell, repeat: int) -> list[tuple[float, float | None]]:
+    """Fault -> error of a partition, each on a fresh bed of 2 hosts ([] without a bed)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import hostbed
+
+    from nbdist.session import current_session
+
+    reason = hostbed.skip_reason()
+    if reason:
+        print(f"partition: skipped, {reason}", file=sys.stderr)
+        return []
+    rows: list[tuple[float, float | None]] = []
+    for _ in range(repeat):
+        with hostbed.HostBed(2) as bed:
+            bed.start_cluster()
+            try:
+                shell.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
+                _ok(shell.run_cell(SETUP, store_history=False))
+                backend = current_session().backend
+                victim = [info["host"] for info in backend.info].index("host2")
+                shell.run_line_magic("distribute", f"inject partition {victim} --at-step 30")
+                result = shell.run_cell(STEP.format(data="long_ds"), store_history=False)
+                ended = time.monotonic()
+                if result.error_in_exec is None:
+                    raise SystemExit("partition: the cell did not fail")
+                rows.append((ended - backend.monitor.injections[-1]["cut_at"], None))
+                print(f"MEASURED partition: fault -> error {rows[-1][0]:.2f} s",
+                      file=sys.stderr)
+            finally:
+                shell.run_line_magic("distribute", "stop")
+    return rows
+
+
 def _ok(result) -> None:
     if result.error_before_exec or result.error_in_exec:
         raise SystemExit(f"setup failed: {result.error_before_exec or result.error_in_exec!r}")
@@ -130,6 +170,7 @@ def _ok(result) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", choices=(*LOCAL, "partition"), help="one fault only")
     args = parser.parse_args()
     from IPython.testing.globalipapp import start_ipython
 
@@ -137,19 +178,25 @@ def main() -> None:
     shell.run_line_magic("load_ext", "nbdist")
     stall_file = os.path.join(tempfile.mkdtemp(prefix="nbdist-fault-"), "stalled")
     shell.user_ns["STALL_FILE"] = stall_file
-    shell.run_line_magic("distribute", "multiworker --workers 2")
-    shell.run_line_magic("distribute", "push STALL_FILE")
-    _ok(shell.run_cell(SETUP, store_history=False))
     results: dict[str, list[tuple[float, float | None]]] = {}
+    local = [k for k in LOCAL if args.only in (None, k)]
+    if local:
+        shell.run_line_magic("distribute", "multiworker --workers 2")
+        shell.run_line_magic("distribute", "push STALL_FILE")
+        _ok(shell.run_cell(SETUP, store_history=False))
     try:
-        for kind in ("kill", "SIGSTOP", "stuck input"):
+        for kind in local:
             for _ in range(args.repeat):
                 results.setdefault(kind, []).append(one(shell, kind, stall_file))
                 print(f"MEASURED {kind}: fault -> error {results[kind][-1][0]:.2f} s",
                       file=sys.stderr)
     finally:
         shell.run_line_magic("distribute", "stop")
-    print(f"\nfault -> cell error, median (min..max) of {args.repeat}, 2 local workers:")
+    if args.only in (None, "partition"):
+        results["partition"] = partitions(shell, args.repeat)
+    results = {kind: rows for kind, rows in results.items() if rows}
+    print(f"\nfault -> cell error, median (min..max) of {args.repeat}, 2 workers (local; "
+          "partition: 2 simulated hosts):")
     for kind, rows in results.items():
         total = [t for t, _ in rows]
         line = (f"  {kind:<12} {statistics.median(total):5.1f} s "

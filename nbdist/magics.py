@@ -56,7 +56,7 @@ def placement_args(f: Callable) -> Callable:
           help=f"{', '.join(STRATEGY_NAMES)}; or status, stop, restart, push, "
                "pull, inject (default: the picker)")
 @argument("names", nargs="*", metavar="NAME",
-          help="push/pull: variable names; inject: kill|stop|slow|partition WORKER")
+          help="push/pull: variable names; inject: kill|stop|slow|partition|heal WORKER")
 @placement_args
 @argument("--worker", type=int, metavar="I", help="pull: the worker (default: 0)")
 @argument("--at-step", type=int, metavar="N",
@@ -112,7 +112,7 @@ Examples::
   %distribute status                     # strategy, devices, workers, equivalent TensorFlow
   %distribute pull history --worker 1    # a worker's variable into the kernel
   %distribute export train.py            # the step cell's training as a script
-  %distribute inject kill 1 --at-step 20 # a real fault, for drills (kill, stop, slow)
+  %distribute inject kill 1 --at-step 20 # drills: kill, stop, slow, partition (until heal)
 
   %%distribute                           # scope mode: every model.fit is recorded
   model.fit(train_ds, epochs=3)

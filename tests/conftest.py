@@ -50,6 +50,7 @@ FILE_TIERS = {
     "test_fitreduce.py": "unit",
     "test_graphview.py": "kernel",
     "test_hostbed.py": "cluster",
+    "test_hostbed_inject.py": "cluster",
     "test_import.py": "unit",
     "test_input.py": "kernel",
     "test_header.py": "unit",

@@ -306,18 +306,19 @@ def fault_scenario(ip):
     ip.run_line_magic("distribute", "parameter_server --workers 2 --ps 1")
     c = cluster()
     _, out["setup_error"] = cell(ip, SETUP)
-    victim = c.pid("worker", 1)
-    kill_wall = []
-    thread, killed = when_rows(lambda: (kill_wall.append(time.time()),
-                                        os.kill(victim, signal.SIGKILL)), min_rows=40)
+    out["refused"] = {line: cell(ip, f"%distribute {line}")[1] for line in (
+        "inject stop 1", "inject slow 1", "inject partition 1", "inject kill ps0",
+        "inject kill 2")}
+    _, out["inject_kill_error"] = cell(ip, "%distribute inject kill 1 --at-step 20")
     started = time.monotonic()
     _, out["worker_kill_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 400"))
     out["worker_kill_s"] = time.monotonic() - started
-    thread.join()
+    injected = c.faults.log[-1]
+    out["kill_applied_step"] = injected["applied_step"]
     run = nbdist.runs[-1]
     out["worker_kill_run"] = frame_summary(run)
     m = run.metrics
-    after = m[m["wall_time"] > kill_wall[0] + 1.0]
+    after = m[m["wall_time"] > injected["applied_at"] + 1.0]
     out["workers_after_kill"] = sorted({int(w) for w in after["worker"]})
     out["status_after_kill"] = status(ip)
 

@@ -417,7 +417,8 @@ def test_inject_slow_delays_every_step_of_one_worker(mw, capsys):
 
 def test_inject_refuses_bad_lines_and_partition_of_local_workers(mw):
     before = list(cluster().monitor.injections)
-    for line, expected in [("inject partition 1", "host of its own"),
+    for line, expected in [("inject partition 1", "network namespace of its own"),
+                           ("inject heal 0", "network namespace of its own"),
                            ("inject explode 1", "not a fault"),
                            ("inject kill 2", "0..1"),
                            ("inject kill 1 --delay 2", "--delay is the per-step delay"),

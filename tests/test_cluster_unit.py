@@ -319,3 +319,27 @@ def test_the_stall_limit_follows_the_median_step_and_doubles_without_a_culprit()
     assert watch.bound() == 2 * stall.STALL_FLOOR_S
     watch.started()
     assert watch.bound() == stall.FIRST_STEP_S
+
+
+def test_inject_partition_refuses_engines_it_cannot_cut_off_one_by_one():
+    import re
+    import shutil
+
+    from nbdist.cluster.engines.links import LinkControl
+    from nbdist.cluster.inengine.identity import namespaces
+
+    here = {"host": "hostA", "ip": "10.0.0.5", **namespaces()}
+    if here["boot_id"] is None or shutil.which("ip") is None:
+        pytest.skip("needs Linux namespaces and the `ip` command")
+    cases = [({**here, "boot_id": "another-machine"}, "runs on another machine"),
+             (here, "shares this kernel's network stack"),
+             ({**here, "netns": "net:[1]", "link": {"name": "eth0", "ifindex": 2,
+                                                    "iflink": 10**9}},
+              "eth0 at 10.0.0.5, which is not one end of a veth pair")]
+    links = LinkControl([d for d, _ in cases])
+    for worker, (_, expected) in enumerate(cases):
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            links.partition(worker)
+    assert links.cut == {}
+    with pytest.raises(ConfigError, match="nbdist did not cut worker 0's link"):
+        links.heal(0)

@@ -254,6 +254,10 @@ def test_05_parameter_server():
     survived = text(cell(nb, "survived = "))
     assert "the run finished: done, 300 of 300 steps" in survived
     assert "ran on worker(s) [0]" in survived
+    assert "nbdist: kill worker 1 after step 30." in text(cell(nb, "%distribute inject kill 1"))
+    status = text([c for c in nb.cells if c.source.strip() == "%distribute status"][-1])
+    assert re.search(r"injected +kill worker 1 after step 30, sent [\d:]+: applied after step "
+                     r"30\b", status), status
 
 
 def test_06_choosing_a_strategy():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -256,8 +257,21 @@ def test_stop_leaves_no_process_and_the_kernel_can_use_another_strategy(main):
 
 # -- faults -----------------------------------------------------------------------------------
 
+def test_inject_refuses_what_a_coordinator_cannot_survive_and_status_shows_the_kill(faults):
+    refused = faults["refused"]
+    assert "frozen worker hangs the run" in refused["inject stop 1"], refused
+    assert "experimental_get_current_worker_index() == 1" in refused["inject slow 1"], refused
+    assert "multiworker only" in refused["inject partition 1"], refused
+    assert "only workers can be targeted" in refused["inject kill ps0"], refused
+    assert "give the worker, 0..1" in refused["inject kill 2"], refused
+    assert re.search(r"kill worker 1 after step 20, sent [\d:]+: applied after step 20",
+                     faults["status_after_kill"]), faults["status_after_kill"]
+
+
 def test_a_killed_worker_s_steps_are_retried_on_the_other(faults):
+    assert faults["inject_kill_error"] is None, faults["inject_kill_error"]
     assert faults["worker_kill_error"] is None, faults["worker_kill_error"]
+    assert faults["kill_applied_step"] == 20   # `inject kill 1 --at-step 20`
     run = faults["worker_kill_run"]
     assert run["status"] == "done" and run["steps"] == 400
     assert faults["workers_after_kill"] == [0]                 # only the survivor after

@@ -258,6 +258,29 @@ def test_library_hooks_degrade_on_objects_without_the_api() -> None:
     assert ipyparallel_hooks.client_config(object()) == {}
 
 
+def test_atomic_updates_change_only_parameter_server_variables() -> None:
+    """A Keras 3 variable of this process keeps Keras' own read-then-write ``assign_add``
+    while the hook is active; one on a ``/job:ps/`` device gets the atomic op (the cluster
+    tests check the counts that depend on it)."""
+    import keras
+    import tensorflow as tf
+
+    def update_ops(variable: Any) -> set[str]:
+        graph = tf.function(lambda: variable.assign_add(1.0)).get_concrete_function().graph
+        return {op.type for op in graph.get_operations()} & {"AssignVariableOp",
+                                                              "AssignAddVariableOp"}
+
+    local = keras.Variable(0.0)
+    with keras_hooks.atomic_variable_updates():
+        assert update_ops(local) == {"AssignVariableOp"}
+        local.assign_add(2.0)
+    assert float(local.numpy()) == 2.0
+    placed = type("Placed", (), {"device": "/job:ps/replica:0/task:1/device:CPU:0"})()
+    assert keras_hooks.on_parameter_server(placed)
+    assert not keras_hooks.on_parameter_server(local.value)
+    assert not keras_hooks.on_parameter_server(object())
+
+
 def test_watch_comm_sees_each_message_and_unwatch_restores_the_method() -> None:
     class Comm:
         def _reply_subshell_for(self, data: Any, default: Any) -> Any:

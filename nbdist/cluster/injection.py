@@ -4,11 +4,14 @@ is ``inengine.faults``.
 
 - ``kill``: SIGKILL (a crash, the OOM killer); ``stop``: SIGSTOP (a frozen process);
 - ``slow``: sleep ``--delay`` seconds after every step (a straggler; ``--delay 0`` ends it);
-- ``partition``: cut the worker's network link, at once; only engine sets that can do it
-  (a ``partition(worker)`` method: workers on hosts of their own) offer it.
+- ``partition``: take the worker's network link down (a pulled cable: the process runs on and
+  reaches no one). Only where nbdist can cut one worker off (``engines.links``: a
+  ``--cluster`` engine in a network namespace of its own on this machine, as on the hosts of
+  tests/hostbed.py); refused, saying why, elsewhere. The link comes back up with
+  ``heal WORKER``, and at ``%distribute stop`` / ``restart``.
 
-``--at-step N``: once the worker has done N steps of its run (multiworker only); without it,
-at once.
+``--at-step N``: once the worker has done N steps of its run (multiworker only; for
+``partition`` the worker says when, and the kernel cuts); without it, at once.
 """
 
 from __future__ import annotations
@@ -20,22 +23,23 @@ from ..errors import ConfigError
 from . import protocol
 from .failures import ClusterError
 
-FAULTS = ("kill", "stop", "slow", "partition")
+FAULTS = ("kill", "stop", "slow", "partition", "heal")
 DEFAULT_DELAY_S = 0.5
 
 NO_PARTITION = (
     "`%distribute inject partition` cuts one worker's network link, which needs each worker "
-    "on a host of its own whose link nbdist controls (a network namespace of the test bed in "
-    "tests/hostbed.py). These workers cannot be cut off one by one (local workers share this "
-    "machine's loopback interface; a --cluster's links are not nbdist's). To take a worker "
-    "away use `kill` (it dies) or `stop` (it freezes)."
+    "in a network namespace of its own on this machine (a container, a host of the test bed "
+    "in tests/hostbed.py), reached with `--cluster PROFILE`. These workers share this "
+    "machine's network stack (nbdist started them here), so they cannot be cut off one by "
+    "one. To take a worker away use `kill` (it dies) or `stop` (it freezes)."
 )
 
 
 def check(fault: str | None, worker: str | None, workers: int, at_step: int | None,
           delay: float | None) -> tuple[str, int, float | None]:
     """Validate an inject line; return (fault, worker index, delay). Raises ConfigError."""
-    usage = "`%distribute inject kill|stop|slow|partition WORKER [--at-step N] [--delay S]`"
+    usage = ("`%distribute inject kill|stop|slow|partition|heal WORKER [--at-step N] "
+             "[--delay S]`")
     if fault not in FAULTS:
         raise ConfigError(f"inject: {fault!r} is not a fault; use {usage}, e.g. "
                           "`%distribute inject kill 1 --at-step 20`.")
@@ -50,9 +54,8 @@ def check(fault: str | None, worker: str | None, workers: int, at_step: int | No
     if delay is not None and not delay >= 0:
         raise ConfigError(f"--delay {delay}: give the seconds added to every step (0 ends a "
                           "slow-down).")
-    if fault == "partition" and at_step is not None:
-        raise ConfigError("`inject partition` cuts the link at once (the kernel does it, not "
-                          "the worker): drop --at-step.")
+    if fault == "heal" and at_step is not None:
+        raise ConfigError("`inject heal` brings the link back up at once: drop --at-step.")
     if fault == "slow":
         return fault, int(worker), DEFAULT_DELAY_S if delay is None else delay
     return fault, int(worker), None
@@ -70,14 +73,41 @@ def send(send_to: Any, log: list[dict[str, Any]], fault: str, worker: int,
     return f"nbdist: {what(e)}."
 
 
-def partition(engines: Any, worker: int, log: list[dict[str, Any]]) -> str:
-    """Cut ``worker``'s link through its engine set, if the set can (else NO_PARTITION)."""
-    cut = getattr(engines, "partition", None)
-    if cut is None:
+def links_of(engines: Any) -> Any:
+    """The engine set's ``links.LinkControl``, or a ConfigError saying why there is none."""
+    links = getattr(engines, "links", None)
+    if links is None:
         raise ConfigError(NO_PARTITION)
-    cut(worker)
-    log.append(entry("partition", worker, None, None, applied_step=-1))
-    return f"nbdist: {what(log[-1])}."
+    return links
+
+
+def cut_now(links: Any, worker: int, e: dict[str, Any]) -> None:
+    """Take ``worker``'s link down for the log entry ``e`` (at once, or when the worker said
+    it reached ``--at-step``: then on the channel's thread, so a failure goes into ``e``)."""
+    links.partition(worker)
+    e["applied_step"] = -1 if e["applied_step"] is None else e["applied_step"]
+    e["cut_at"] = time.monotonic()
+
+
+def links_fault(engines: Any, send_to: Any, monitor: Any, fault: str, worker: int,
+                at_step: int | None) -> str:
+    """``partition`` / ``heal``: the kernel changes the link (``engines.links``); with
+    ``--at-step`` when the worker says it got there (``monitor.cut_link``)."""
+    links, log = links_of(engines), monitor.injections
+    monitor.cut_link = lambda w, e: cut_now(links, w, e)
+    if fault == "heal":
+        links.heal(worker)
+        log.append(entry("heal", worker, None, None, applied_step=-1))
+        return f"nbdist: {what(log[-1])}: its link is up again."
+    links.peer(worker)   # refuses before anything is sent
+    if at_step is not None:
+        return send(send_to, log, fault, worker, at_step, None) + (
+            " The kernel cuts the link when the worker says it got there.")
+    e = entry("partition", worker, None, None)
+    cut_now(links, worker, e)
+    log.append(e)
+    return (f"nbdist: {what(e)}: its link is down (`%distribute inject heal {worker}`, stop "
+            "or restart bring it back up).")
 
 
 def entry(fault: str, worker: int, at_step: int | None, delay: float | None,
@@ -99,7 +129,8 @@ def status_lines(entries: list[dict[str, Any]]) -> list[str]:
     lines = []
     for i, e in enumerate(entries):
         done = e.get("applied_step")
-        state = ("pending" if done is None else "applied" if done < 0
+        state = (f"FAILED: {e['error']}" if e.get("error") else "pending" if done is None
+                 else "applied" if done < 0
                  else f"applied after step {done}" if e["at_step"] is not None
                  else f"applied (the worker had done {done} steps of its run)")
         lines.append(f"{'injected' if i == 0 else '':<10} {what(e)}, sent {e['time']}: {state}")

@@ -22,6 +22,7 @@ RUN_END = "run_end"          # {"run": key, "status": str, "notes": [str]}
 PAUSED = "paused"            # {"step": int}: stopped at a step boundary, waiting for orders
 STACKS = "stacks"            # {"step": int, "phase": str, "threads": [...]}: inengine.stacks
 INJECTED = "injected"        # {"fault": str, "step": int}: about to apply an injected fault
+ROWS_FLUSHED = "rows_flushed"  # {}: every row recorded so far was sent (after FLUSH_ROWS)
 # kernel -> worker
 STOP = "stop"                # stop at a step boundary that every worker reaches
 HALT = "halt"                # stop here
@@ -30,6 +31,8 @@ DUMP_STACKS = "dump_stacks"  # answer with STACKS (from the channel's thread: wo
                              # worker's main thread is blocked)
 INJECT = "inject"            # {"fault": "kill"|"stop"|"slow", "at_step": int|None,
                              #  "delay": float}: inengine.faults
+FLUSH_ROWS = "flush_rows"    # send the rows not sent yet, then ROWS_FLUSHED (channel thread:
+                             # the kernel asks before it kills a worker blocked in a collective)
 
 #: A paused worker waits this long for the kernel's decision, then stops on its own.
 STOP_DECISION_TIMEOUT_S = 60.0

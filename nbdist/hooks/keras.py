@@ -39,6 +39,11 @@ def wrapped_variable(variable: Any) -> Any:
     return getattr(variable, "_value", None)
 
 
+def on_parameter_server(variable: Any) -> bool:
+    """True for a TensorFlow variable placed on a parameter-server task (``/job:ps/``)."""
+    return "/job:ps/" in str(getattr(variable, "device", "") or "")
+
+
 def atomic_variable_updates() -> contextlib.AbstractContextManager[None]:
     """While active, a Keras 3 ``Variable``'s ``assign_add``/``assign_sub`` are the atomic
     ops of the tf.Variable it wraps (``KerasVariable._value``), instead of Keras' ``assign(self
@@ -46,6 +51,12 @@ def atomic_variable_updates() -> contextlib.AbstractContextManager[None]:
     parameter-server variable is lost (Keras 3 metrics updated by several workers lost
     steps: an accuracy of 0.5 where 1.0 was right). Inside Keras' stateless scopes
     (``stateless_scope.in_stateless_scope``) Keras' own method runs.
+
+    Only variables that live on a parameter server (``on_parameter_server``: the only ones
+    several processes update at once) change; every other Keras variable of the kernel keeps
+    Keras' own method. The patch is on the class, for the cluster's lifetime: a metric or
+    optimizer variable may be created in any later cell, and its updates are traced into the
+    workers' functions wherever that happens, so no narrower place catches them all.
 
     Feature: ``%distribute parameter_server`` (active while the cluster is). Checked with
     keras 3.15. Without ``_value`` the method is Keras' own (updates may be lost).
@@ -62,7 +73,7 @@ def atomic_variable_updates() -> contextlib.AbstractContextManager[None]:
 
         def update(self: Any, value: Any) -> Any:
             inner = wrapped_variable(self)
-            if inner is None or in_stateless_scope():
+            if inner is None or in_stateless_scope() or not on_parameter_server(inner):
                 return keras_own(self, value)
             import tensorflow as tf
 

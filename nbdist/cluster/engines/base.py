@@ -1,7 +1,8 @@
 """What every set of worker engines offers: ``local.LocalEngines`` (started by nbdist on this
 machine, stopped with it) and ``profile.ProfileEngines`` (a cluster the user runs: used,
 restarted at stop, never killed). The families' backends use only this interface;
-``engines.make`` picks the class."""
+``engines.make`` picks the class. Optional: ``links`` (a ``links.LinkControl``, for
+``%distribute inject partition``), offered by ``ProfileEngines`` only."""
 
 from __future__ import annotations
 

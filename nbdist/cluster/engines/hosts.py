@@ -24,7 +24,7 @@ from ..inengine.identity import namespaces, route_ip
 from .base import ClusterStartError
 
 
-def _same(ident: dict[str, Any], *keys: str) -> bool | None:
+def same_as_here(ident: dict[str, Any], *keys: str) -> bool | None:
     """Whether ``ident`` has this process's values of ``keys`` (None: unknown on a side)."""
     mine = namespaces()
     if any(mine[k] is None or ident.get(k) is None for k in keys):
@@ -34,13 +34,13 @@ def _same(ident: dict[str, Any], *keys: str) -> bool | None:
 
 def shares_network(ident: dict[str, Any]) -> bool:
     """True if the engine described by ``ident`` reaches this process over loopback."""
-    same = _same(ident, "boot_id", "netns")
+    same = same_as_here(ident, "boot_id", "netns")
     return is_local(ident) if same is None else same
 
 
 def is_local(ident: dict[str, Any]) -> bool:
     """True if the engine described by ``ident`` is a process this one can see by its pid."""
-    if _same(ident, "boot_id", "pidns") is False:
+    if same_as_here(ident, "boot_id", "pidns") is False:
         return False
     if ident["host"] != socket.gethostname():
         return False

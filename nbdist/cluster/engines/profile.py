@@ -9,28 +9,26 @@ engines registered there, in engine-id order (``--workers N``: the first N).
 
 Addresses. Each engine reports its host name, process and the IP it uses to reach the
 controller, and its kernel instance and namespaces (``hosts``). When every engine shares this
-process's network stack, TF_CONFIG uses 127.0.0.1 and the telemetry channel binds
-127.0.0.1. Otherwise each worker is addressed by that IP (an engine in this process's network
-stack by this machine's IP toward the others) and the channel binds the kernel's IP toward
-the engines: the workers must be able to open TCP connections to it (its messages are
-HMAC-signed; nothing on it is trusted without the session key). TF_CONFIG ports are chosen on
-each engine's host by asking an engine there.
+process's network stack, TF_CONFIG uses 127.0.0.1 and the telemetry channel binds 127.0.0.1.
+Otherwise each worker is addressed by that IP (an engine in this process's network stack by
+this machine's IP toward the others) and the channel binds the kernel's IP toward the engines:
+the workers must be able to open TCP connections to it (its messages are HMAC-signed; nothing
+on it is trusted without the session key). TF_CONFIG ports are chosen on each engine's host.
 
-Stopping. TensorFlow allows one MultiWorkerMirroredStrategy per process (a second one in the
-same process, with a new TF_CONFIG, hangs: checked with TF 2.21), and a parameter_server
-task's ``tf.distribute.Server`` cannot be stopped, so an engine that served as
-a worker cannot serve another session. ``stop`` therefore ends the engines nbdist used and
-restarts the cluster's engines through ipyparallel (``Cluster.restart_engines``: the same
-launcher, the same number of engines, fresh processes with empty namespaces and new engine
-ids); the controller keeps running. ipyparallel restarts engines by engine *set*, so engines
-of those sets that nbdist did not use are restarted too. Without a cluster file (a hand-started
-controller) nbdist cannot restart engines: it resets their namespaces, closes its channel and
-says that they must be restarted before nbdist can use them again; a later session refuses
-such engines with that advice, and restarts them by itself when it can. At interpreter exit
-nbdist only lets go of the engines (no processes are started from a dying kernel); the next
-session restarts them. Restarted engines are recorded in the cluster file, so `ipcluster stop`
-stops them; if a foreground `ipcluster start` is interrupted instead, they exit on their own
-when the controller's heartbeats stop (``IPEngine.max_heartbeat_misses``).
+Stopping. TensorFlow allows one MultiWorkerMirroredStrategy per process (a second one, with a
+new TF_CONFIG, hangs: checked with TF 2.21), and a parameter_server task's
+``tf.distribute.Server`` cannot be stopped, so an engine that served as a worker cannot serve
+another session. ``stop`` first brings up the links ``inject partition`` cut (``links``), then
+ends the engines nbdist used and restarts the cluster's engines through ipyparallel
+(``Cluster.restart_engines``: the same launcher, the same number of engines, fresh processes
+with new engine ids); the controller keeps running. ipyparallel restarts engines by engine
+*set*, so unused engines of those sets are restarted too. Without a cluster file (a
+hand-started controller) nbdist cannot restart engines: it resets their namespaces, closes its
+channel and says that they must be restarted before nbdist can use them again; a later session
+refuses such engines with that advice, and restarts them by itself when it can. At interpreter
+exit nbdist only lets go of the engines (no processes are started from a dying kernel); the
+next session restarts them. `ipcluster stop` stops restarted engines (the cluster file lists
+them); after an interrupted `ipcluster start` they exit when the controller's heartbeats stop.
 """
 
 from __future__ import annotations
@@ -50,6 +48,7 @@ from .. import tfconfig
 from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
 from .hosts import is_local, is_loopback, shares_network, worker_hosts
+from .links import LinkControl
 from .lookup import find_cluster, resolve_profile
 from .retired import retire, retired
 
@@ -86,6 +85,7 @@ class ProfileEngines:
         self.channel_host = "127.0.0.1"
         self.exiting = False              # set at interpreter exit: no restart then
         self.touched = False              # nbdist ran its code there (preflight onwards)
+        self.links = LinkControl([])      # %distribute inject partition / heal
 
     # -- start -----------------------------------------------------------------------------
     @property
@@ -116,6 +116,7 @@ class ProfileEngines:
         self.remote = [not shares_network(d) for d in self.idents]
         self.hosts, self.channel_host = worker_hosts(self.idents,
                                                      [not r for r in self.remote])
+        self.links = LinkControl(self.idents)
 
     def _controller_host(self) -> str:
         cfg = client_config(self.client)
@@ -205,7 +206,7 @@ class ProfileEngines:
         self.touched = True   # from here on stop must restart the engines
 
     def kill_blocked(self, pids: list[int]) -> None:
-        """Nothing: a user's engines are restarted at stop instead."""
+        pass   # a user's engines are restarted at stop instead
 
     def restart_advice(self, family: str) -> str:
         return (f"restart the engines of profile {self.name!r} with that environment "
@@ -217,8 +218,7 @@ class ProfileEngines:
         """Nothing to remember: nbdist owns no process of this cluster."""
 
     def processes(self) -> list[psutil.Process]:
-        """Processes nbdist started for this cluster: none."""
-        return []
+        return []   # nbdist started none
 
     def send_signal(self, sig: int, engine_ids: list[int]) -> None:
         """Signal engines through ipyparallel (their nanny); local ones directly if that
@@ -240,6 +240,7 @@ class ProfileEngines:
     def stop(self, timeout: float = 1.0, quit_fn: Any = None) -> list[int]:
         """Leave the cluster running and clean: restart its engines (or reset them when
         that is impossible). Returns [] as nbdist kills nothing here."""
+        self.links.heal_all()   # first: no host of the user's cluster stays cut off
         if self.client is None:
             return []
         try:

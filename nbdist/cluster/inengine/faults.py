@@ -4,7 +4,8 @@ The kernel sends ``protocol.INJECT``; the worker applies it at once (from the ch
 thread) or, with ``at_step``, at the first step boundary where it has done that many steps of
 its run (from the training loop, so the step is exact). Before applying it tells the kernel
 (``protocol.INJECTED``), which shows it in ``%distribute status``. The faults are real: the
-process sends itself SIGKILL or SIGSTOP; ``slow`` sleeps after every step from then on.
+process sends itself SIGKILL or SIGSTOP; ``slow`` sleeps after every step from then on;
+for ``partition`` the worker only says it got there: the kernel takes its link down.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from .. import protocol
 
-FAULTS = ("kill", "stop", "slow")
+FAULTS = ("kill", "stop", "slow", "partition")
 
 
 class FaultPlan:
@@ -64,6 +65,6 @@ class FaultPlan:
             os.kill(os.getpid(), signal.SIGKILL)
         elif fault == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
-        else:
+        elif fault == "slow":
             delay = message.get("delay")
             self.delay_s = float(delay) if isinstance(delay, (int, float)) else 0.0

@@ -43,6 +43,22 @@ def namespaces() -> dict[str, str | None]:
             "pidns": read("/proc/self/ns/pid", link=True)}
 
 
+def link_toward(ip: str) -> dict[str, Any] | None:
+    """The network interface holding ``ip`` (this engine's address toward the controller):
+    its name, index and the index of the interface it is paired with (``iflink``: a veth
+    pair's other end, often in another network namespace). None where Linux does not say."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address == ip for a in addresses):
+            try:
+                with open(f"/sys/class/net/{name}/ifindex") as f:
+                    ifindex = int(f.read())
+                with open(f"/sys/class/net/{name}/iflink") as f:
+                    return {"name": name, "ifindex": ifindex, "iflink": int(f.read())}
+            except (OSError, ValueError):
+                return None
+    return None
+
+
 def identify(controller_host: str) -> dict[str, Any]:
     """Who and where this engine is, and whether nbdist already used its process."""
     host = socket.gethostname()
@@ -50,9 +66,10 @@ def identify(controller_host: str) -> dict[str, Any]:
         host_ip = socket.gethostbyname(host)
     except OSError:
         host_ip = None
+    ip = route_ip(controller_host)
     return {
         "host": host, "pid": os.getpid(), "started": psutil.Process().create_time(),
-        "ip": route_ip(controller_host), "host_ip": host_ip,
+        "ip": ip, "host_ip": host_ip, "link": link_toward(ip),
         "used": _SPENT or worker.is_worker() or ps_server.serving(), **namespaces(),
     }
 

@@ -5,6 +5,7 @@ its start and end messages."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,11 +26,13 @@ class Forwarder:
 
     Rows travel packed by column name, extras included (``rows.pack``).
     Batching keeps the cost per training step to a clock read; the dashboard still updates
-    ten times a second.
+    ten times a second. ``flush`` also runs on the channel's thread (``protocol.FLUSH_ROWS``,
+    while the training loop is blocked in a collective), hence the lock.
     """
 
     def __init__(self, st: WorkerState, key: str):
         self.st, self.key, self.sent, self.last = st, key, 0, 0.0
+        self._lock = threading.Lock()
 
     def on_step(self, run: Run) -> None:
         self.st.step = run.steps_done
@@ -42,12 +45,14 @@ class Forwarder:
             faults.on_step(run.steps_done)
 
     def flush(self, run: Run) -> None:
-        if run.n_rows == self.sent or self.st.channel is None:
-            return
-        names, values = run.table_since(self.sent)
-        self.sent += len(values)
-        self.st.channel.send({"type": protocol.ROWS, "run": self.key, **pack(names, values),
-                              "total_steps": run.total_steps, "epochs": run.epochs})
+        with self._lock:
+            if run.n_rows == self.sent or self.st.channel is None:
+                return
+            names, values = run.table_since(self.sent)
+            self.sent += len(values)
+            self.st.channel.send({"type": protocol.ROWS, "run": self.key,
+                                  **pack(names, values), "total_steps": run.total_steps,
+                                  "epochs": run.epochs})
 
     def should_stop(self) -> bool:
         return False
@@ -70,6 +75,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
     """Announce a run to the kernel; at its end send the last rows and the status."""
     st.gate.reset()
     st.step, st.running = 0, True
+    st.send_unsent = lambda: forward.flush(run)
     st.channel.send({"type": protocol.RUN_START, "run": key, "mode": mode, "total_steps": total})
     try:
         yield
@@ -79,7 +85,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
             run.finish("interrupted" if interrupted else "failed", str(err)[:500])
         raise
     finally:
-        st.running = False
+        st.running, st.send_unsent = False, None
         if run.status == "running":
             run.finish("done")
         forward.flush(run)

@@ -41,6 +41,7 @@ class WorkerState:
     running: bool = False                   # in a run (``runs.in_run``)
     gate: StopGate | None = None
     faults: FaultPlan | None = None
+    send_unsent: Any = None                 # in a run: sends its rows not sent yet (runs.in_run)
     cells: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -152,6 +153,11 @@ def _send(st: WorkerState, message: dict[str, Any]) -> None:
 
 
 def _flush(st: WorkerState) -> None:
+    """Send the run's unsent rows and wait until the channel has written everything (before
+    the process is killed or stopped)."""
+    send_unsent = st.send_unsent
+    if send_unsent is not None:
+        send_unsent()
     if st.channel is not None:
         st.channel.flush(2.0)
 
@@ -160,8 +166,12 @@ def _on_control(st: WorkerState, message: dict[str, Any]) -> None:
     """Kernel messages, on the channel's reader thread (they work while the main thread is
     blocked)."""
     kind = message["type"]
-    if kind == protocol.DUMP_STACKS:
+    if kind == protocol.DUMP_STACKS:   # a stall: the kernel may kill this worker next
+        _flush(st)
         _send(st, {"type": protocol.STACKS, **stacks.snapshot(st.step)})
+    elif kind == protocol.FLUSH_ROWS:
+        _flush(st)
+        _send(st, {"type": protocol.ROWS_FLUSHED})
     elif kind == protocol.INJECT:
         # --at-step N counts the steps of a run: between runs, wait for the next one
         st.faults.on_control(message, st.step if st.running else -1)

@@ -182,9 +182,11 @@ class MultiWorkerCluster(ClusterLifecycle):
                delay: float | None) -> str:
         """``%distribute inject``: a real fault, applied by the worker (``inengine.faults``)."""
         fault, index, delay = injection.check(fault, worker_index, self.n, at_step, delay)
-        self._usable()
-        if fault == "partition":
-            return injection.partition(self.engines, index, self.monitor.injections)
+        if fault != "heal":   # a link is healed even after its partition broke the cluster
+            self._usable()
+        if fault in ("partition", "heal"):   # the kernel changes the link (engines.links)
+            return injection.links_fault(self.engines, self._send, self.monitor, fault, index,
+                                         at_step)
         return injection.send(self._send, self.monitor.injections, fault, index, at_step, delay)
 
     def _usable(self) -> Dispatcher:

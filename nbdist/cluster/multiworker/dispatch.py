@@ -172,6 +172,7 @@ class Dispatcher:
         output.pump(final=True, show=True)
         blocked = sorted(w for w, ar in others.items() if not ar.ready())
         if blocked:   # else they wait for the collective timeout (minutes)
+            self.monitor.collect_unsent_rows(blocked)   # their last rows would die with them
             self.signal_workers(signal.SIGKILL, blocked)
         out = {}
         for w, ar in others.items():

@@ -31,6 +31,8 @@ from .stall import StallWatch
 HUNG_AFTER_S = 20.0
 #: How long the coordinator waits for a worker to pause before resuming the paused ones.
 PAUSE_GRACE_S = 0.5
+#: How long a worker about to be killed gets to send the rows it has not sent yet.
+UNSENT_ROWS_WAIT_S = 1.0
 
 
 @dataclass
@@ -40,6 +42,7 @@ class WorkerHealth:
     step: int | None = None              # steps done in the current run
     in_run: str | None = None            # key of the run the worker is in
     stacks: dict[str, Any] | None = None  # its last protocol.STACKS answer
+    flushed: bool = False                # answered the last protocol.FLUSH_ROWS
 
     def silent_for(self, now: float | None = None) -> float | None:
         if self.last_seen is None:
@@ -134,6 +137,8 @@ class ClusterMonitor:
         self.stall = StallWatch()
         #: ``%distribute inject``: {"fault", "worker", "at_step", "delay", "applied_step"}
         self.injections: list[dict[str, Any]] = []
+        #: ``cut_link(worker, entry)``: takes a link down when a worker reaches its partition
+        self.cut_link: Callable[[int, dict[str, Any]], None] | None = None
 
     # -- runs ------------------------------------------------------------------------------
     def expect_run(self, key: str, run: Run) -> None:
@@ -171,6 +176,19 @@ class ClusterMonitor:
     def ask_stacks(self, workers: list[int]) -> None:
         for w in workers:
             self.send(w, {"type": protocol.DUMP_STACKS})
+
+    def collect_unsent_rows(self, workers: list[int],
+                            wait_s: float = UNSENT_ROWS_WAIT_S) -> list[int]:
+        """Ask ``workers`` (about to be killed, blocked in a collective) for the rows they
+        recorded but did not send yet; wait until each has answered, at most ``wait_s``.
+        Returns the workers that did not answer (their last rows are lost)."""
+        for w in workers:
+            self.health[w].flushed = False
+            self.send(w, {"type": protocol.FLUSH_ROWS})
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not all(self.health[w].flushed for w in workers):
+            time.sleep(0.01)
+        return [w for w in workers if not self.health[w].flushed]
 
     def running_workers(self) -> set[int]:
         return {h.index for h in self.health if h.in_run is not None}
@@ -213,6 +231,8 @@ class ClusterMonitor:
             health.stacks = message
         elif kind == protocol.INJECTED:
             self._injected(worker, message)
+        elif kind == protocol.ROWS_FLUSHED:   # after its ROWS, on the same connection
+            health.flushed = True
 
     def _injected(self, worker: int, message: dict[str, Any]) -> None:
         for entry in self.injections:
@@ -222,6 +242,11 @@ class ClusterMonitor:
                 entry["applied_step"] = step if isinstance(step, int) else -1
                 if isinstance(step, int) and step >= 0:   # -1: between runs
                     self.health[worker].step = step
+                if entry["fault"] == "partition" and self.cut_link is not None:
+                    try:
+                        self.cut_link(worker, entry)
+                    except Exception as err:   # shown by %distribute status
+                        entry["error"] = str(err)
                 return
 
     def _record(self, worker: int, message: dict[str, Any]) -> None:

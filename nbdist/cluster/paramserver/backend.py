@@ -17,8 +17,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import psutil
-
 from ...backends.base import BackendStatus, refuse_keras_choice
 from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
@@ -35,14 +33,15 @@ from ..inengine import ps_server
 from ..lifecycle import ClusterLifecycle, live
 from . import context as ps_context
 from . import fit as ps_fit
-from .health import ProcessWatch, job_name
+from .faults import PSFaults
+from .health import TaskProcesses, job_name
 from .steps import PSStepLoop, require_known_length
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
 
 
-class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
+class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
     """Worker and parameter-server processes, with this kernel as their coordinator.
 
     The ``parameter_server`` backend (``nbdist.backends.base.Backend``).
@@ -76,6 +75,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         self.shell = shell
         self.traced_steps = StepCache()   # a re-run of a step cell reuses its trace
         self._atomic: Any = None   # hooks.keras.atomic_variable_updates while started
+        self.faults = PSFaults(lambda sig, w: self.signal_task(sig, "worker", w), self.n)
 
     @classmethod
     def create(cls, spec: StrategySpec, runs: RunList, shell: Any = None,
@@ -148,6 +148,7 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
     def stop(self) -> list[int]:
         """Detach the kernel, stop every process; return pids that had to be killed."""
         self.traced_steps.clear()
+        self.faults.forget()
         if self._atomic is not None:
             self._atomic.__exit__(None, None, None)
             self._atomic = None
@@ -171,35 +172,6 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         """psutil Processes of the controller, engines and their children still running."""
         return self.engines.processes() if self.engines is not None else []
 
-    # -- health (ps_health.ProcessWatch) ----------------------------------------------------
-    def pid(self, job: str, index: int) -> int | None:
-        return self.info.get((job, index), {}).get("pid")
-
-    def alive(self, job: str, index: int) -> bool:
-        pid = self.pid(job, index)
-        if pid is None:
-            return False
-        engines = self.engines
-        position = self.tasks.index((job, index))
-        if engines is not None and not engines.local[position]:
-            # another machine: ask ipyparallel's heartbeat
-            return engines.client is not None and engines.ids[position] in engines.client.ids
-        try:
-            return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE,
-                                                        psutil.STATUS_DEAD)
-        except psutil.NoSuchProcess:
-            return False
-
-    def dead(self) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {"worker": [], "ps": []}
-        for job, index in self.tasks:
-            if not self.alive(job, index):
-                out[job].append(index)
-        return out
-
-    def describe(self, job: str, index: int) -> str:
-        return f"{job_name(job)} {index} (pid {self.pid(job, index) or '?'})"
-
     # -- what the magics and the status show -----------------------------------------------
     @property
     def replicas(self) -> int:
@@ -216,6 +188,12 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         if self.coordinator is None:
             raise ClusterError("The parameter-server cluster is stopped. Run `%distribute "
                                "restart`.")
+
+    def inject(self, fault: str | None, worker: str | None, at_step: int | None,
+               delay: float | None) -> str:
+        """``%distribute inject``: the kernel signals the worker (``faults``)."""
+        self._usable()
+        return self.faults.inject(fault, worker, at_step, delay)
 
     def push(self, values: dict[str, Any]) -> None:
         raise ConfigError(_NO_PUSH)
@@ -246,7 +224,8 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
         require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
         run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
                             workers=self.n, devices=self.devices, epochs=cell.spec.epochs)
-        loop = PSStepLoop(cell.source, user_ns, cell.spec, run, observers=observers,
+        loop = PSStepLoop(cell.source, user_ns, cell.spec, run,
+                          observers=[*observers, self.faults.observer()],
                           checkpoint=inputs.checkpoint, dataset=inputs.dataset,
                           strategy=self.strategy, coordinator=self.coordinator,
                           workers=self.n, watch=self, per_epoch=inputs.per_epoch,
@@ -281,7 +260,8 @@ class ParameterServerCluster(ClusterLifecycle, ProcessWatch):
 
         started = len(self.runs)
         with self.strategy.scope(), ps_fit.recording_fits(
-                new_run, observers, self, extra_callbacks=fits.callbacks if fits else None):
+                new_run, [*observers, self.faults.observer()], self,
+                extra_callbacks=fits.callbacks if fits else None):
             result = run_cell_code(self.shell, f"# {cell.header}\n{cell.text}")
         if fits is not None and len(self.runs) == started:
             from ...checkpoint import NOTHING_TRAINED

@@ -6,10 +6,13 @@ may never arrive (``ready``, ``drain``).
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+import psutil
 
 from ...hooks.tf_coordinator import remote_value_ready
 from ..failures import ClusterError
@@ -28,6 +31,58 @@ class ProcessWatch:
 
     def describe(self, job: str, index: int) -> str:
         raise NotImplementedError
+
+
+class TaskProcesses(ProcessWatch):
+    """``ProcessWatch`` for a cluster of ipyparallel engines, one task each (the backend:
+    ``info[(job, index)]``, ``tasks`` in engine order, ``engines``)."""
+
+    info: dict[tuple[str, int], dict[str, Any]]
+    tasks: list[tuple[str, int]]
+    engines: Any
+
+    def pid(self, job: str, index: int) -> int | None:
+        return self.info.get((job, index), {}).get("pid")
+
+    def is_local(self, job: str, index: int) -> bool:
+        """The task's process is one this kernel can see by its pid."""
+        engines = self.engines
+        return engines is None or bool(engines.local[self.tasks.index((job, index))])
+
+    def alive(self, job: str, index: int) -> bool:
+        pid = self.pid(job, index)
+        if pid is None:
+            return False
+        engines = self.engines
+        if not self.is_local(job, index):   # another machine: ask ipyparallel's heartbeat
+            position = self.tasks.index((job, index))
+            return engines.client is not None and engines.ids[position] in engines.client.ids
+        try:
+            return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE,
+                                                        psutil.STATUS_DEAD)
+        except psutil.NoSuchProcess:
+            return False
+
+    def dead(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {"worker": [], "ps": []}
+        for job, index in self.tasks:
+            if not self.alive(job, index):
+                out[job].append(index)
+        return out
+
+    def describe(self, job: str, index: int) -> str:
+        return f"{job_name(job)} {index} (pid {self.pid(job, index) or '?'})"
+
+    def signal_task(self, sig: int, job: str, index: int) -> None:
+        """Signal a task's process: directly on this machine, else through ipyparallel."""
+        pid = self.pid(job, index)
+        if self.is_local(job, index) and pid is not None:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        elif self.engines is not None:
+            self.engines.send_signal(sig, [self.engines.ids[self.tasks.index((job, index))]])
 
 
 class TaskDied(ClusterError):

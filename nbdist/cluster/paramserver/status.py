@@ -11,6 +11,7 @@ from typing import Any
 
 from ...backends.base import BackendStatus
 from ...hooks import tensorflow as hooks_tf
+from ..injection import status_lines
 from .context import partitioner_code
 from .health import job_name
 
@@ -42,6 +43,7 @@ def backend_status(cluster: Any) -> BackendStatus:
     if cluster.dead_workers:
         lines.append("note       a worker died during a run: ClusterCoordinator re-ran its steps "
                      "on the others; restart the kernel before using another strategy")
+    lines += status_lines(cluster.faults.log)
     dead = cluster.dead()["worker"]
     return BackendStatus(
         spec=spec, headline=f"{spec.name} ({spec.tf_class}), asynchronous",

@@ -1,0 +1,116 @@
+"""``%distribute inject`` under parameter_server: the kernel applies the faults itself.
+
+The workers only run the TensorFlow functions the coordinator schedules (no nbdist code runs
+in them), so the kernel signals the worker's process (its engine; through ipyparallel for
+remote ones), at once or, with ``--at-step N``, once that worker has done N steps of a run
+(counted from the rows the coordinator records, so a step is counted when it is recorded):
+
+- ``kill``: SIGKILL. ClusterCoordinator takes the worker as preempted: the steps it held go
+  back in the queue, the other workers run them and the run goes on (tutorial 05).
+- ``stop`` and ``slow`` are refused (``NOT_HERE``): a frozen or paused worker process stalls
+  TensorFlow's ClusterCoordinator, which waits for the steps it holds without a time limit
+  (tried: pausing a worker 0.2 s after each of its recorded steps stalled a 200-step cell
+  for over 100 s; where inside the coordinator was not found), and scheduled steps cannot be
+  withdrawn, so the cell would not end, not even on an interrupt. A straggler is made in the
+  step code instead (tutorial 05, section 6).
+
+Only workers can be targeted. A parameter server lost ends the run at once with an error
+naming it (its variables are gone): kill its process (its pid is in ``%distribute status``)
+to see that. ``partition`` is not offered here.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import ConfigError
+from ...telemetry.rows import POSITION
+from ...telemetry.run import Run
+from ..injection import check, entry, what
+
+NOT_HERE = {
+    "stop": ("`%distribute inject stop` under parameter_server: a frozen worker hangs the "
+             "run. TensorFlow's ClusterCoordinator waits for the steps it holds without a time "
+             "limit (it cannot tell a frozen worker from a slow one), and scheduled steps "
+             "cannot be withdrawn, so the cell would never end, not even on an interrupt. "
+             "Use `inject kill WORKER`: the coordinator re-runs its steps on the others."),
+    "slow": ("`%distribute inject slow` under parameter_server: the workers only run the "
+             "TensorFlow functions the coordinator sends them (no nbdist code runs between "
+             "their steps), and pausing the process stalls the coordinator as a frozen worker "
+             "does. Make the straggler in your step code: `if tf.distribute.coordinator."
+             "experimental_get_current_worker_index() == 1:` do extra work (tutorial 05, "
+             "section 6)."),
+    "partition": ("`%distribute inject partition` is offered under multiworker only: under "
+                  "parameter_server use `inject kill WORKER` to take a worker away."),
+}
+NOT_HERE["heal"] = NOT_HERE["partition"]
+
+
+class PSFaults:
+    """The injection log and the faults waiting for their step. ``signal_worker(sig,
+    worker)`` signals a worker's process."""
+
+    def __init__(self, signal_worker: Callable[[int, int], None], workers: int):
+        self.signal_worker, self.workers = signal_worker, workers
+        self.log: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []
+
+    def inject(self, fault: str | None, worker: str | None, at_step: int | None,
+               delay: float | None) -> str:
+        if isinstance(worker, str) and worker.startswith("ps"):
+            raise ConfigError(f"inject {fault} {worker}: only workers can be targeted. A "
+                              "parameter server lost ends the run at once with an error "
+                              "naming it (its variables are gone); to see that, kill its "
+                              "process (the pid `%distribute status` shows).")
+        fault, index, delay = check(fault, worker, self.workers, at_step, delay)
+        if fault in NOT_HERE:
+            raise ConfigError(NOT_HERE[fault])
+        e = entry(fault, index, at_step, delay)
+        self.log.append(e)
+        if at_step is None:
+            self.apply(e, -1)
+        else:
+            self.pending.append(e)
+        return f"nbdist: {what(e)}."
+
+    def observer(self) -> _Watch:
+        """For one cell's runs: applies the faults waiting for their step."""
+        return _Watch(self)
+
+    def forget(self) -> None:
+        """Drop the faults still waiting for their step (the cluster stops)."""
+        self.pending.clear()
+
+    def apply(self, e: dict[str, Any], steps_done: int) -> None:
+        e["applied_step"], e["applied_at"] = steps_done, time.time()
+        self.signal_worker(signal.SIGKILL, e["worker"])   # kill: the only fault offered
+
+
+class _Watch:
+    """RunObserver: counts each worker's recorded steps of this run."""
+
+    def __init__(self, faults: PSFaults):
+        self.faults, self.run = faults, None
+        self.seen, self.done = 0, [0] * faults.workers
+
+    def on_step(self, run: Run) -> None:
+        if run is not self.run:   # a scope cell's second model.fit: a new run
+            self.run, self.seen, self.done = run, 0, [0] * self.faults.workers
+        if run.n_rows == self.seen:
+            return
+        rows = run.block_since(self.seen)
+        self.seen += len(rows)
+        for value in rows[:, POSITION.worker]:
+            worker = int(value)
+            if not 0 <= worker < len(self.done):
+                continue
+            self.done[worker] += 1
+        for e in [e for e in self.faults.pending if self.done[e["worker"]] >= e["at_step"]]:
+            self.faults.pending.remove(e)
+            self.faults.apply(e, self.done[e["worker"]])
+
+    def should_stop(self) -> bool:
+        return False

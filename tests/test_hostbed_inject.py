@@ -1,0 +1,75 @@
+"""`%distribute inject partition|heal` on simulated hosts (tests/hostbed.py): nbdist takes a
+host's link down itself, at once or when the worker reaches a step, and brings it back up.
+
+A bed of its own (2 hosts): the first use of its ipcluster, so this test does not depend on
+the bed's engines coming back after a restart. Skipped with the reason where network
+namespaces cannot be made (not root, no iproute2).
+"""
+
+import re
+import subprocess
+import time
+
+import pytest
+from helpers import run_err, run_ok
+from test_cluster import SETUP, STEP  # one model per worker's own data, 8 batches
+
+from nbdist.cluster.failures import WorkerUnreachable
+from nbdist.errors import ConfigError
+from nbdist.session import current_session
+
+hostbed = pytest.importorskip("hostbed")
+
+
+def link_state(name):
+    return re.search(r"state (\w+)", subprocess.run(
+        ["ip", "link", "show", "dev", name], capture_output=True, text=True).stdout).group(1)
+
+
+def test_inject_partition_at_once_heal_at_a_step_status_and_stop_heals(ip, capsys):
+    reason = hostbed.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    ip.run_line_magic("distribute", "stop")
+    with hostbed.HostBed(2) as bed:
+        bed.start_cluster()
+        try:
+            ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
+            run_ok(ip, SETUP)
+            cluster = current_session().backend
+            victim = [info["host"] for info in cluster.info].index("host2")
+            link = bed.links[1]   # this machine's end of host2's veth pair
+
+            ip.run_line_magic("distribute", f"inject partition {victim}")
+            assert link_state(link) == "DOWN"
+            ip.run_line_magic("distribute", f"inject heal {victim}")
+            assert link_state(link) == "UP"
+            with pytest.raises(ConfigError, match="did not cut worker"):
+                ip.run_line_magic("distribute", f"inject heal {victim}")
+
+            ip.run_line_magic("distribute", f"inject partition {victim} --at-step 30")
+            assert link_state(link) == "UP"   # not yet: when the worker gets there
+            err = run_err(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+            ended = time.monotonic()
+            entry = cluster.monitor.injections[-1]
+            with capsys.disabled():
+                print(f"\npartition -> error {ended - entry['cut_at']:.1f} s: {err}")
+            assert isinstance(err, WorkerUnreachable), repr(err)
+            assert f"worker {victim} on host2 ({bed.ips[1]}) is unreachable" in str(err), err
+            seen = int(re.search(r"last step seen: (\d+)", str(err)).group(1))
+            assert 29 <= seen < 40, err   # step 29 is its 30th: cut when it said so
+            assert ended - entry["cut_at"] <= 10
+            assert link_state(link) == "DOWN"
+            capsys.readouterr()
+            ip.run_line_magic("distribute", "status")
+            out = capsys.readouterr().out
+            assert re.search(rf"partition worker {victim} at once, sent [\d:]+: applied", out), out
+            assert re.search(rf"heal worker {victim} at once, sent [\d:]+: applied", out), out
+            assert re.search(rf"partition worker {victim} after step 30, sent [\d:]+: applied "
+                             "after step 30", out), out
+            ip.run_line_magic("distribute", "stop")
+            assert link_state(link) == "UP"   # stop brings back what nbdist cut
+        finally:
+            ip.run_line_magic("distribute", "stop")
+            bed.heal(1)
+            ip.run_line_magic("distribute", "mirrored --devices 4")
