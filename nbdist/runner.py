@@ -19,10 +19,10 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .data.iterate import new_iterator, release, timed_batches
 from .fastcall import FastCall
 from .hooks.tensorflow import quiet_retracing_warning
 from .kerashooks import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
@@ -138,7 +138,7 @@ class StepRunner(StepLoop):
         pacer = TimingPacer(self.spec.timing_every)
         for epoch in range(first_epoch, self.spec.epochs):
             self._epoch = epoch
-            for batch, data_ms in _timed_batches(dist_ds, self.spec.steps):
+            for batch, data_ms in timed_batches(dist_ds, self.spec.steps):
                 timed = pacer.due(step)
                 traced = timed not in self._compiled
                 step_ms = self._one_step(step, epoch, batch, data_ms, timed)
@@ -159,30 +159,42 @@ class StepRunner(StepLoop):
         step = self._first_step = first_step
         for epoch in range(first_epoch, self.spec.epochs):
             self._epoch = epoch
-            iterator, left = iter(self.dataset), self.spec.steps
-            while left is None or left > 0:
-                timed = pacer.due(step)
-                wanted = 1 if timed else sizer.size()
-                if not timed and pacer.every > 0 and pacer.next > step:   # end before it
-                    wanted = min(wanted, pacer.next - step)
-                wanted = wanted if left is None else min(wanted, left)
-                traced = timed not in self._compiled
-                ran, call_ms = self._group(step, epoch, iterator, wanted, timed)
-                if ran and not traced:
-                    pacer.observe(step, call_ms / ran, timed)
-                    if not timed:
-                        sizer.observe(ran, call_ms)
-                step += ran
-                left = None if left is None else left - ran
-                self.notify()
-                if self.should_stop():
-                    return
-                if ran < wanted:   # the data ended
-                    break
+            iterator = new_iterator(self.dataset)
+            try:
+                step, stop = self._group_epoch(sizer, pacer, iterator, epoch, step)
+            finally:
+                iterator = release(iterator)   # deleting it can take a minute (data.iterate)
+            if stop:
+                return
             if self.checkpoint is not None:
                 self.checkpoint.save(epoch + 1, step)
         if sizer.note():
             self.run.note(sizer.note())
+
+    def _group_epoch(self, sizer: CallSizer, pacer: TimingPacer, iterator: Any, epoch: int,
+                     step: int) -> tuple[int, bool]:
+        """One epoch of ``_loop_groups`` from ``step``: the next step, and whether to stop."""
+        left = self.spec.steps
+        while left is None or left > 0:
+            timed = pacer.due(step)
+            wanted = 1 if timed else sizer.size()
+            if not timed and pacer.every > 0 and pacer.next > step:   # end before it
+                wanted = min(wanted, pacer.next - step)
+            wanted = wanted if left is None else min(wanted, left)
+            traced = timed not in self._compiled
+            ran, call_ms = self._group(step, epoch, iterator, wanted, timed)
+            if ran and not traced:
+                pacer.observe(step, call_ms / ran, timed)
+                if not timed:
+                    sizer.observe(ran, call_ms)
+            step += ran
+            left = None if left is None else left - ran
+            self.notify()
+            if self.should_stop():
+                return step, True
+            if ran < wanted:   # the data ended
+                break
+        return step, False
 
     def _done(self) -> None:
         every = self.spec.timing_every
@@ -266,21 +278,6 @@ class StepRunner(StepLoop):
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
-
-
-def _timed_batches(dist_ds: Any, max_steps: int | None) -> Iterator[tuple[Any, float]]:
-    """Yield (batch, milliseconds spent fetching it), at most ``max_steps`` per epoch."""
-    iterator = iter(dist_ds)
-    count = 0
-    while max_steps is None or count < max_steps:
-        start = time.perf_counter()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return
-        count += 1
-        yield batch, (time.perf_counter() - start) * 1e3
-
 
 
 @functools.lru_cache(maxsize=64)

@@ -11,6 +11,7 @@ import gc
 
 from helpers import run_ok
 
+from nbdist.data.iterate import wait_released
 from nbdist.hooks.tf_gradients import _gradient_registry
 
 MODEL = """
@@ -36,6 +37,9 @@ soak_optimizer.apply_gradients(zip(grads, soak_model.trainable_variables))
 def _alive() -> tuple[int, int]:
     from tensorflow.python.framework.func_graph import FuncGraph
 
+    # The runs' dataset iterators (and their per-device graphs) are deleted on threads of
+    # their own (nbdist.data.iterate): count once they are.
+    assert wait_released(120), "a dataset iterator was not deleted within 120 s"
     gc.collect()
     graphs = sum(isinstance(o, FuncGraph) for o in gc.get_objects())
     custom = sum(k.startswith("CustomGradient") for k in _gradient_registry())

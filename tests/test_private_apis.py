@@ -23,7 +23,7 @@ from nbdist.hooks import ipykernel as ipykernel_hooks
 from nbdist.hooks import ipyparallel as ipyparallel_hooks
 from nbdist.hooks import keras as keras_hooks
 from nbdist.hooks import tensorflow as tf_hooks
-from nbdist.hooks import tf_coordinator, tf_gradients, tf_keras
+from nbdist.hooks import tf_coordinator, tf_data, tf_gradients, tf_keras
 
 PACKAGE = pathlib.Path(hooks.__file__).resolve().parent.parent
 #: Non-public import paths: only nbdist/hooks/ may import from them.
@@ -342,3 +342,26 @@ def test_gradient_registrations_of_a_trace_are_recorded_and_released() -> None:
     with tf_gradients.recording_gradient_registrations(keys):
         pass   # nothing traced, nothing recorded
     assert keys == []
+
+
+def test_untuned_device_pipelines_turn_autotuning_off_only_inside(monkeypatch) -> None:
+    import tensorflow as tf
+    from tensorflow.python.data.ops import multi_device_iterator_ops as mdi
+
+    with tf_data.untuned_device_pipelines():   # a real iterator over the wrapped pipelines
+        iterator = mdi.OwnedMultiDeviceIterator(tf.data.Dataset.range(6).batch(2),
+                                                devices=["/cpu:0"])
+    assert [int(tf.reduce_sum(next(iterator)[0])) for _ in range(3)] == [1, 5, 9]
+    built = tf.data.Dataset.range(3)
+    monkeypatch.setattr(mdi, "_create_device_dataset", lambda *args, **kwargs: built)
+    original = mdi._create_device_dataset
+    with tf_data.untuned_device_pipelines():
+        with tf_data.untuned_device_pipelines():   # nested: wrapped once
+            inside = mdi._create_device_dataset(None, None, 1, False)
+        assert inside.options().autotune.enabled is False
+        assert list(inside.as_numpy_iterator()) == [0, 1, 2]
+    assert mdi._create_device_dataset is original
+    assert built.options().autotune.enabled is not False
+    monkeypatch.delattr(mdi, "_create_device_dataset")
+    with tf_data.untuned_device_pipelines():   # gone: nothing to do
+        assert not hasattr(mdi, "_create_device_dataset")

@@ -109,3 +109,34 @@ def test_stop_and_another_strategy_release_the_cached_steps(shell):
     assert len(kept) == 1
     shell.run_line_magic("distribute", "stop")
     assert len(kept) == 0
+
+
+def test_the_cells_iterators_are_deleted_off_the_cells_thread(shell, monkeypatch):
+    """TensorFlow can block a minute deleting a distributed dataset's iterator
+    (benchmarks/iterator_delete.py), so each one a step cell makes, one per epoch, is deleted
+    on nbdist's release thread, and none is kept once it has."""
+    import threading
+    import weakref
+
+    from nbdist.data.iterate import wait_released
+
+    made = []
+    deleted_on: list[str] = []
+    distributed = type(shell.user_ns["strategy"].experimental_distribute_dataset(
+        shell.user_ns["train_ds"]))
+    make_iterator = distributed.__iter__
+
+    def recorded_iter(self):
+        iterator = make_iterator(self)
+        made.append(weakref.ref(iterator))
+        weakref.finalize(iterator, lambda: deleted_on.append(threading.current_thread().name))
+        return iterator
+
+    monkeypatch.setattr(distributed, "__iter__", recorded_iter)
+    step(shell, flags="--epochs 2")                          # each epoch runs out of data
+    step(shell, flags="--steps 2")                           # stops inside the epoch
+    step(shell, flags="--steps-per-call 2 --epochs 2")       # several steps per call
+    assert wait_released(120)
+    assert len(made) == 5
+    assert all(ref() is None for ref in made)
+    assert deleted_on == ["nbdist-iterator-release"] * 5

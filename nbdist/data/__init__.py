@@ -30,7 +30,8 @@ gets a warning saying the same).
 
 ``kinds`` says what a ``--data`` value is (``classify``), ``checks`` what is wrong with it,
 ``read`` hands it to the strategy (``distributed_input``; ``per_worker_input`` under
-parameter_server).
+parameter_server), ``iterate`` reads it (``timed_batches``) and deletes the iterators it made on
+a background thread (``release``: TensorFlow can block a minute deleting one).
 """
 
 from .checks import check_dataset, steps_per_epoch

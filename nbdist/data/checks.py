@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigError, DataError
+from .iterate import first_element
 from .kinds import ACCEPTED, DATASET, GET_STRATEGY, StepData
 
 
@@ -22,7 +23,7 @@ def check_dataset(dataset: Any, name: str, replicas: int, max_steps: int | None)
     static = {s.shape[0] for s in specs if s.shape.rank and s.shape[0] is not None}
     sizes = static
     if not sizes:  # batch size not static (no drop_remainder): look at the first element
-        first = next(iter(dataset.take(1)), None)
+        first = first_element(dataset)
         sizes = {int(t.shape[0]) for t in tf.nest.flatten(first)
                  if getattr(t, "shape", None) is not None and t.shape.rank}
     small = [b for b in sizes if b < replicas]

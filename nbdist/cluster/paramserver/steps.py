@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...data.iterate import release
 from ...errors import DataError, StepCodeError
 from ...kerashooks import call_building_optimizers
 from ...runner import TimingPacer
@@ -137,8 +138,14 @@ class PSStepLoop(StepLoop):
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first: int) -> None:
-        per_epoch = require_known_length(self.spec.data, self.per_epoch)
         iterator = iter(self.dataset)   # per-worker already (data.per_worker_input)
+        try:
+            self._schedule_all(iterator, first)
+        finally:
+            iterator = release(iterator)   # not on the cell's thread (data.iterate)
+
+    def _schedule_all(self, iterator: Any, first: int) -> None:
+        per_epoch = require_known_length(self.spec.data, self.per_epoch)
         total = per_epoch * self.spec.epochs
         window = WINDOW_PER_WORKER * self.workers
         self._pacer = TimingPacer(self.spec.timing_every)
