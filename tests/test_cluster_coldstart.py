@@ -17,8 +17,8 @@ from nbdist.cluster.multiworker.backend import live_clusters
 
 
 def _engines(marker: str = "nbdist.cluster.inengine.preload") -> list[psutil.Process]:
-    """This process's local engines (launched through ``inengine.preload``), or its children
-    whose command line holds ``marker``."""
+    """This process's local engines (launched through ``inengine.preload``), or its live
+    children whose command line holds ``marker``."""
     found = []
     for proc in psutil.Process().children(recursive=True):
         try:
@@ -46,13 +46,27 @@ def no_cluster(ip):
     ip.run_line_magic("distribute", "mirrored --devices 4")   # conftest's kernel strategy
 
 
-def test_an_engine_killed_while_importing_tensorflow_fails_the_line_and_leaves_nothing(
-        no_cluster):
-    killed = []
+def _registered_engine():
+    """An engine of the starting cluster once all have registered (their pids are known)."""
+    starting = live_clusters()
+    engines = starting[0].engines if starting else None
+    pids = list(engines.pids.values()) if engines is not None else []
+    return psutil.Process(pids[0]) if pids else None
 
-    def victim():
-        engines = _engines()
-        return engines[0] if engines and _importing_tensorflow(engines[0]) else None
+
+def _engine_importing_tensorflow():
+    engines = _engines()
+    return engines[0] if engines and _importing_tensorflow(engines[0]) else None
+
+
+@pytest.mark.parametrize("moment", ["registering", "registered"])
+def test_an_engine_killed_during_the_start_fails_the_line_and_leaves_nothing(
+        no_cluster, moment):
+    """Killed while it imports TensorFlow before registering (seen by the launcher), or once
+    registered while the kernel waits for that import (seen by its pid): either way the line
+    fails naming the process, and every other process is stopped."""
+    victim = _engine_importing_tensorflow if moment == "registering" else _registered_engine
+    killed = []
 
     def kill():
         proc = victim()
@@ -63,9 +77,9 @@ def test_an_engine_killed_while_importing_tensorflow_fails_the_line_and_leaves_n
     with pytest.raises(ClusterStartError) as info:
         no_cluster.run_line_magic("distribute", "multiworker --workers 2")
     thread.join(5)
-    assert done and killed, "no engine was seen importing TensorFlow"
+    assert done and killed, f"no engine was seen {moment}"
     text = str(info.value)
-    assert str(killed[0]) in text or "engine" in text, text
+    assert f"(pid {killed[0]})" in text and "run the `%distribute" in text, text
     assert live_clusters() == []
     assert _engines("ipyparallel") == _engines() == [], "processes left after the failed start"
 

@@ -31,6 +31,7 @@ class EngineSet(Protocol):
     client: Any                 # the ipyparallel Client
     ids: list[int]              # engine id of worker i
     local: list[bool]           # worker i's engine runs on this machine
+    pids: dict[int, int]        # engine id -> pid, for engines nbdist started (and watches)
     channel_host: str           # where the telemetry channel binds so that engines reach it
     exiting: bool               # set at interpreter exit: no engine is started then
 

@@ -26,7 +26,7 @@ from .. import injection, tfconfig
 from ..compat import check_engines
 from ..engines import make as make_engines
 from ..engines.base import ClusterStartError, EngineSet
-from ..failures import ClusterError, WorkerError, build_error
+from ..failures import ClusterError, WorkerDied, WorkerError, build_error, died_starting
 from ..inengine import cells, worker
 from ..lifecycle import ClusterLifecycle, live
 from .dispatch import Dispatcher
@@ -104,8 +104,10 @@ class MultiWorkerCluster(ClusterLifecycle):
                 self.n = len(engines.ids)
                 self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
             self.channel = ChannelServer(key, self.monitor.handle, host=engines.channel_host)
+            # engines nbdist started are watched by pid: one dying as it imports TF fails fast
+            pids = {w: engines.pids[e] for w, e in enumerate(engines.ids) if e in engines.pids}
             self.dispatcher = Dispatcher(engines.client, engines.ids, self.monitor,
-                                         self._signal)
+                                         self._signal, pids)
             engines.mark_used()
             self._engine_pids = check_engines(
                 self.dispatcher, engines.ids, env,
@@ -135,6 +137,9 @@ class MultiWorkerCluster(ClusterLifecycle):
             self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)
                                     if engines.local[i]}
             engines.remember_processes()
+        except WorkerDied as died:   # before the strategy existed: nothing to restart
+            self.stop()
+            raise died_starting(died, engines.restart_advice(self.spec.name)) from None
         except BaseException:
             self.stop()
             raise
@@ -226,10 +231,7 @@ class MultiWorkerCluster(ClusterLifecycle):
     def _new_run(self, mode: str) -> Run:
         run = self.runs.new(mode=mode, strategy="multiworker", replicas=self.replicas_local,
                             workers=self.n, devices=self.devices)
-        if mode == "fit":
-            run.note(FIT_NOTE)
-        else:
-            run.note(STEP_NOTE)
+        run.note(FIT_NOTE if mode == "fit" else STEP_NOTE)
         return run
 
     def _new_fit_run(self) -> Run:
