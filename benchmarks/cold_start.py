@@ -158,18 +158,26 @@ def _engine_clocks(shell, t0: float) -> list:
     return out
 
 
-def run_nbdist() -> dict:
+def run_nbdist(attempts: int = 3) -> dict:
+    """The nbdist side's round, repeated if the session failed (e.g. a port taken by another
+    process between nbdist choosing it and TensorFlow binding it: nbdist says "run again")."""
     out = tempfile.mktemp(suffix=".json")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    cpu0, t0 = _children_cpu(), time.time()
-    subprocess.run([sys.executable, __file__, "--nbdist-session", str(t0), out], env=env,
-                   check=True, timeout=600)
-    cpu = _children_cpu() - cpu0
-    with open(out) as f:
-        result = json.load(f)
-    os.remove(out)
-    return {**result, "cpu_s": cpu}
+    for _ in range(attempts):
+        cpu0, t0 = _children_cpu(), time.time()
+        done = subprocess.run([sys.executable, __file__, "--nbdist-session", str(t0), out],
+                              env=env, timeout=600, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+        cpu = _children_cpu() - cpu0
+        if done.returncode == 0:
+            with open(out) as f:
+                result = json.load(f)
+            os.remove(out)
+            return {**result, "cpu_s": cpu}
+        print("  (the nbdist session failed, round repeated): "
+              + (done.stderr.strip().splitlines() or ["?"])[-1][:300], flush=True)
+    raise RuntimeError(f"the nbdist session failed {attempts} times")
 
 
 # -- the bare side: two worker processes with TF_CONFIG, one step ---------------------------
@@ -200,7 +208,18 @@ def bare_worker(index: int, ports: str, t0: float, out: str) -> None:
     os._exit(0)   # skip TensorFlow's exit barrier, as nbdist's workers do
 
 
-def bare() -> dict:
+def bare(attempts: int = 3) -> dict:
+    """The bare side's round; retried if a worker failed (on a shared machine another process
+    can take a chosen port before TensorFlow binds it), its partner killed, not left waiting."""
+    for _ in range(attempts):
+        result = _bare_once()
+        if result is not None:
+            return result
+        print("  (a bare worker failed, e.g. its port was taken: round repeated)", flush=True)
+    raise RuntimeError(f"the bare script failed {attempts} times")
+
+
+def _bare_once() -> dict | None:
     from nbdist.cluster.tfconfig import free_ports
 
     ports = ",".join(map(str, free_ports(2)))
@@ -208,11 +227,26 @@ def bare() -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     cpu0, t0 = _children_cpu(), time.time()
     procs = [subprocess.Popen([sys.executable, __file__, "--bare-worker", str(i), ports,
-                               str(t0), outs[i]], env=env, stderr=subprocess.DEVNULL)
+                               str(t0), outs[i]], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
              for i in range(2)]
+    deadline = time.monotonic() + 600
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if any(p.poll() not in (None, 0) for p in procs):
+            break   # the other waits for it forever
+        time.sleep(0.05)
     for p in procs:
-        p.wait(timeout=600)
+        if p.poll() is None:
+            p.kill()
+        p.wait()
     cpu = _children_cpu() - cpu0
+    failed = [p for p, out in zip(procs, outs, strict=True)
+              if p.returncode != 0 or not os.path.exists(out)]
+    if failed:
+        for out in outs:
+            with contextlib.suppress(OSError):
+                os.remove(out)
+        return None
     workers = []
     for path in outs:
         with open(path) as f:
