@@ -134,8 +134,10 @@ def _cpu_by_process() -> dict:
     for proc in [me, *me.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
             line = " ".join(proc.cmdline())
-            name = ("kernel" if proc.pid == me.pid else "engine nannies" if "nanny" in line
-                    else "engines" if "inengine.preload" in line or "ipyparallel.engine" in line
+            name = ("kernel" if proc.pid == me.pid
+                    else "engines" if "inengine.preload" in line
+                    else "engine nannies" if "ipyparallel.engine.nanny" in line
+                    else "engines" if "ipyparallel.engine" in line
                     else "controller" if "controller" in line else proc.name())
             t = proc.cpu_times()
             out[name] = out.get(name, 0.0) + t.user + t.system

@@ -12,6 +12,7 @@ engine's pid (``pids``), signals it directly and watches it with psutil.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import shutil
@@ -112,17 +113,17 @@ class LocalEngines:
             self._wait_for_engines()
             self.ids = sorted(self.client.ids)[: self.n]
             pids = self.client[self.ids].apply_async(os.getpid)   # answered during the import
-            self._wait_while_engines_live(pids.done)
+            self._wait_while_engines_live(pids)
             self.pids = dict(zip(self.ids, pids.get(1), strict=True))
         except BaseException:
             self.stop()
             raise
         self.remember_processes()
 
-    def _wait_while_engines_live(self, done: Any) -> None:
-        """Wait until ``done()`` (at most the start timeout); fail at once if an engine exits."""
+    def _wait_while_engines_live(self, future: Any) -> None:
+        """Wait for ``future`` (at most the start timeout); fail at once if an engine exits."""
         deadline = time.monotonic() + self.timeout + 5
-        while not done():
+        while not future.done() and time.monotonic() < deadline:
             exited = [pid for pid in self.launcher_pids()["engines"] if not _running(pid)]
             if exited:
                 raise ClusterStartError(
@@ -130,14 +131,12 @@ class LocalEngines:
                     "of memory, or an error in its log below), so the workers cannot start. "
                     "nbdist stops the others; run the `%distribute` line again for fresh "
                     "engines. Its log:\n" + self.engine_log_tail())
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
+            concurrent.futures.wait([future], timeout=0.1)   # returns once it is done
 
     def _wait_for_engines(self) -> None:
         future = self.client.wait_for_engines(self.n, block=False, timeout=self.timeout,
                                               interactive=False)
-        self._wait_while_engines_live(future.done)
+        self._wait_while_engines_live(future)
         try:
             future.result(timeout=1)
         except Exception as err:
