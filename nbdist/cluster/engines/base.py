@@ -2,7 +2,9 @@
 machine, stopped with it) and ``profile.ProfileEngines`` (a cluster the user runs: used,
 restarted at stop, never killed). The families' backends use only this interface;
 ``engines.make`` picks the class. Optional: ``links`` (a ``links.LinkControl``, for
-``%distribute inject partition``), offered by ``ProfileEngines`` only."""
+``%distribute inject partition``), offered by ``ProfileEngines`` only; ``pids`` ({engine id:
+pid}, engines started without ipyparallel's nanny, watched and signalled by pid), offered by
+``LocalEngines`` only."""
 
 from __future__ import annotations
 
@@ -31,7 +33,6 @@ class EngineSet(Protocol):
     client: Any                 # the ipyparallel Client
     ids: list[int]              # engine id of worker i
     local: list[bool]           # worker i's engine runs on this machine
-    pids: dict[int, int]        # engine id -> pid, for engines nbdist started (and watches)
     channel_host: str           # where the telemetry channel binds so that engines reach it
     exiting: bool               # set at interpreter exit: no engine is started then
 

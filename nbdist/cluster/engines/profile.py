@@ -80,7 +80,6 @@ class ProfileEngines:
         self.ids: list[int] = []          # engine id of worker i
         self.idents: list[dict[str, Any]] = []
         self.local: list[bool] = []      # its pid is a process of this machine
-        self.pids: dict[int, int] = {}    # none started by nbdist: their nannies report deaths
         self.remote: list[bool] = []     # it does not share this process's network stack
         self.hosts: list[str] = []
         self.channel_host = "127.0.0.1"

@@ -43,10 +43,8 @@ SETUP_FAIL_FAST_S = 2.0
 
 
 class MultiWorkerCluster(ClusterLifecycle):
-    """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel.
-
-    The ``multiworker`` backend (``nbdist.backends.base.Backend``).
-    """
+    """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel: the
+    ``multiworker`` backend (``nbdist.backends.base.Backend``)."""
 
     exclusive = True
 
@@ -104,14 +102,13 @@ class MultiWorkerCluster(ClusterLifecycle):
                 self.n = len(engines.ids)
                 self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
             self.channel = ChannelServer(key, self.monitor.handle, host=engines.channel_host)
-            # engines nbdist started are watched by pid: one dying as it imports TF fails fast
-            pids = {w: engines.pids[e] for w, e in enumerate(engines.ids) if e in engines.pids}
-            self.dispatcher = Dispatcher(engines.client, engines.ids, self.monitor,
-                                         self._signal, pids)
+            known = getattr(engines, "pids", {})   # LocalEngines' (engines.base): watched, so
+            self.dispatcher = Dispatcher(   # one dying as it imports TensorFlow fails at once
+                engines.client, engines.ids, self.monitor, self._signal,
+                {w: known[e] for w, e in enumerate(engines.ids) if e in known})
             engines.mark_used()
-            self._engine_pids = check_engines(
-                self.dispatcher, engines.ids, env,
-                engines.restart_advice(self.spec.name))
+            self._engine_pids = check_engines(self.dispatcher, engines.ids, env,
+                                              engines.restart_advice(self.spec.name))
             addresses = engines.task_addresses()
             # A user's engines outlive this kernel: they must not exit when it does.
             options = {"spec": self.spec.to_dict(), "channel": list(self.channel.address),
