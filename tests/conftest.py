@@ -34,6 +34,7 @@ FILE_TIERS = {
     "test_run_store.py": "unit",
     "test_checkpoint.py": "kernel",       # its multiworker tests: cluster
     "test_cluster.py": "cluster",
+    "test_cluster_coldstart.py": "cluster",
     "test_cluster_compat.py": "cluster",
     "test_cluster_input.py": "cluster",
     "test_cluster_profile.py": "cluster",

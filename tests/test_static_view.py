@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -43,10 +45,26 @@ def test_the_warm_up_draws_a_whole_dashboard_once_per_kernel(monkeypatch) -> Non
     assert {PLOTLY_MIME, "image/svg+xml", "text/plain"} <= set(bundle)
     assert len(bundle[PLOTLY_MIME]["data"]) >= 2        # one loss line per worker at least
     monkeypatch.setattr(warm, "_started", type(warm._started)())
+    mine = _nice(threading.get_native_id())
     thread = warm.warm_in_background()
     assert thread is not None and warm.warm_in_background() is None
+    nice = set()   # the warm-up thread's nice values seen while it draws
+    while thread.is_alive():
+        nice.add(_nice(thread.native_id))
+        time.sleep(0.001)
+    assert warm.NICE in nice, nice   # it yields the CPU to the starting workers
+    assert _nice(threading.get_native_id()) == mine   # the kernel's own thread is untouched
     thread.join(60)
     assert not thread.is_alive()
+
+
+def _nice(tid: int) -> int | None:
+    """A thread's nice value (Linux), None once it has exited."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[16])
+    except (OSError, IndexError):
+        return None
 
 
 def test_static_bundle_is_svg_plotly_json_and_text_and_stays_small() -> None:

@@ -165,3 +165,13 @@ def clean_tf_message(message: str) -> str:
         return match.group(1).strip()
     first = message.strip().splitlines()
     return first[0] if first else message
+
+
+def died_starting(died: WorkerDied, advice: str) -> NbdistError:
+    """A worker's process died while the workers were starting (``advice``: how to retry)."""
+    from .engines.base import ClusterStartError
+
+    who = str(died).split(": ")[0]   # "worker 1 (pid 123) died"
+    return ClusterStartError(f"The workers could not start: {who} while starting: its process "
+                             f"is gone (killed, or out of memory). Nothing is left running; "
+                             f"{advice}.")

@@ -4,11 +4,15 @@ In a fresh kernel the first dashboard figure costs about a second (plotly's modu
 property validators load on first use), paid when the first cell finishes. Starting a
 strategy's worker processes leaves the kernel waiting for seconds, so ``%distribute`` draws a
 figure of a tiny made-up Run meanwhile (it belongs to no RunList and is displayed nowhere).
+The thread runs at the lowest CPU priority (Linux: a thread's own nice value): on a machine
+whose cores the starting workers keep busy (TensorFlow's import, their first trace) it only
+uses what they leave idle, instead of delaying their first step.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -40,7 +44,19 @@ def sample_bundle() -> dict[str, Any]:
     return static_bundle(run)
 
 
+#: The warm-up thread's nice value (the lowest priority).
+NICE = 19
+
+
+def _lower_my_priority() -> None:
+    try:   # on Linux PRIO_PROCESS with a thread id sets that thread's nice value only
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (AttributeError, OSError) as err:   # elsewhere: a head start at normal priority
+        log.debug("dashboard warm-up keeps its priority: %r", err)
+
+
 def _draw_once() -> None:
+    _lower_my_priority()
     try:
         sample_bundle()
     except Exception as err:  # noqa: BLE001 - only a head start: the real figure reports errors

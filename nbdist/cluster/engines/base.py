@@ -2,7 +2,9 @@
 machine, stopped with it) and ``profile.ProfileEngines`` (a cluster the user runs: used,
 restarted at stop, never killed). The families' backends use only this interface;
 ``engines.make`` picks the class. Optional: ``links`` (a ``links.LinkControl``, for
-``%distribute inject partition``), offered by ``ProfileEngines`` only."""
+``%distribute inject partition``), offered by ``ProfileEngines`` only; ``pids`` ({engine id:
+pid}, engines started without ipyparallel's nanny, watched and signalled by pid), offered by
+``LocalEngines`` only."""
 
 from __future__ import annotations
 

@@ -3,12 +3,16 @@
 ``LocalEngines`` starts one controller and N engines on this machine through ipyparallel's
 ``Cluster`` API (its ``LocalControllerLauncher`` / ``LocalEngineSetLauncher``), in a private
 profile directory, with every socket on 127.0.0.1. ``stop`` ends them through the same API,
-then checks with psutil that no process is left (the engines' nannies and the controller's
-schedulers included) and kills any that is.
+then checks with psutil that no process is left and kills any that is.
+
+The engines run without ipyparallel's nanny, a second process per engine (0.3 s of CPU each
+during a cold start) that relays signals and reports an engine's death: nbdist knows each
+engine's pid (``pids``), signals it directly and watches it with psutil.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import shutil
@@ -46,8 +50,8 @@ class LocalEngines:
         self.cluster: Any = None
         self.client: Any = None
         self.ids: list[int] = []          # engine id of worker i
+        self.pids: dict[int, int] = {}      # engine id -> its process
         self._known: dict[int, psutil.Process] = {}
-        self._nannies: set[int] = set()     # helpers that may be killed without a word
         self.exiting = False
 
     @property
@@ -103,29 +107,36 @@ class LocalEngines:
             self.cluster.start_engines_sync(
                 self.n, environment={**self.environment, preload.URL_FILE_ENV: url_file},
                 engine_args=[*self.engine_args,
-                             f"--IPEngine.wait_for_url_file={self.timeout:.0f}"])
+                             f"--IPEngine.wait_for_url_file={self.timeout:.0f}",
+                             "--IPEngine.enable_nanny=False"])
             self.client = self.cluster.connect_client_sync()
             self._wait_for_engines()
+            self.ids = sorted(self.client.ids)[: self.n]
+            pids = self.client[self.ids].apply_async(os.getpid)   # answered during the import
+            self._wait_while_engines_live(pids)
+            self.pids = dict(zip(self.ids, pids.get(1), strict=True))
         except BaseException:
             self.stop()
             raise
-        self.ids = sorted(self.client.ids)[: self.n]
         self.remember_processes()
+
+    def _wait_while_engines_live(self, future: Any) -> None:
+        """Wait for ``future`` (at most the start timeout); fail at once if an engine exits."""
+        deadline = time.monotonic() + self.timeout + 5
+        while not future.done() and time.monotonic() < deadline:
+            exited = [pid for pid in self.launcher_pids()["engines"] if not _running(pid)]
+            if exited:
+                raise ClusterStartError(
+                    f"An engine process (pid {exited[0]}) exited during startup (killed, out "
+                    "of memory, or an error in its log below), so the workers cannot start. "
+                    "nbdist stops the others; run the `%distribute` line again for fresh "
+                    "engines. Its log:\n" + self.engine_log_tail())
+            concurrent.futures.wait([future], timeout=0.1)   # returns once it is done
 
     def _wait_for_engines(self) -> None:
         future = self.client.wait_for_engines(self.n, block=False, timeout=self.timeout,
                                               interactive=False)
-        deadline = time.monotonic() + self.timeout + 5
-        while not future.done():
-            exited = [pid for pid in self.launcher_pids()["engines"] if not _running(pid)]
-            if exited:
-                raise ClusterStartError(
-                    f"An engine process (pid {exited[0]}) exited during startup. Its log:\n"
-                    + self.engine_log_tail()
-                )
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        self._wait_while_engines_live(future)
         try:
             future.result(timeout=1)
         except Exception as err:
@@ -160,10 +171,7 @@ class LocalEngines:
                 except psutil.NoSuchProcess:
                     continue
                 for p in family:
-                    if p.pid not in self._known:
-                        self._known[p.pid] = p
-                        if _is_nanny(p):
-                            self._nannies.add(p.pid)
+                    self._known.setdefault(p.pid, p)
 
     def processes(self) -> list[psutil.Process]:
         """The cluster's processes that are still running."""
@@ -182,9 +190,12 @@ class LocalEngines:
         return "\n".join(text) or "  (empty)"
 
     def send_signal(self, sig: int, engine_ids: list[int]) -> None:
-        """Signal engines through their nanny (works for remote engines too)."""
-        if self.client is not None and engine_ids:
-            self.client.send_signal(sig, targets=engine_ids, block=True)
+        """Signal engines (their processes, directly)."""
+        for engine_id in engine_ids:
+            try:
+                os.kill(self.pids[engine_id], sig)
+            except (KeyError, OSError):   # not started, or gone already
+                continue
 
     # -- stop ------------------------------------------------------------------------------
     def stop(self, timeout: float = 1.0, quit_fn: Any = None) -> list[int]:
@@ -193,9 +204,8 @@ class LocalEngines:
         ``quit_fn``, if given, is first run on every engine (without waiting for an answer)
         to make it exit by itself; engines still running after a moment are stopped by
         ipyparallel (SIGTERM, then SIGKILL). Processes left ``timeout`` seconds after that
-        are killed: typically the engines' nannies, which otherwise linger 3 s trying to
-        tell the stopped controller that their engine exited. All this fits in the 2.5 s
-        Jupyter gives a kernel to exit before it sends SIGTERM.
+        are killed. All this fits in the 2.5 s Jupyter gives a kernel to exit before it sends
+        SIGTERM.
         """
         if self.cluster is not None:
             self.remember_processes()
@@ -214,9 +224,9 @@ class LocalEngines:
                 log.warning("ipyparallel could not stop the cluster cleanly: %s", err)
             self.cluster.shutdown_atexit = False
             self.cluster = None
-        killed = [p for p in _reap(list(self._known.values()), timeout)
-                  if p not in self._nannies]
+        killed = _reap(list(self._known.values()), timeout)
         self._known.clear()
+        self.pids = {}
         shutil.rmtree(self.profile_dir, ignore_errors=True)
         return killed
 
@@ -239,13 +249,6 @@ def _running(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
-        return False
-
-
-def _is_nanny(proc: psutil.Process) -> bool:
-    try:
-        return "ipyparallel.engine.nanny" in " ".join(proc.cmdline())
-    except psutil.Error:
         return False
 
 

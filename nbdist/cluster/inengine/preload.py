@@ -25,12 +25,13 @@ import time
 URL_FILE_ENV = "NBDIST_ENGINE_URL_FILE"
 URL_FILE_WAIT_S = 120.0
 
-_CLOCKS: dict[str, float | None] = {"tf_import_started": None, "tf_imported": None}
+_CLOCKS: dict[str, float | None] = {"python_up": None, "tf_import_started": None,
+                                    "tf_imported": None}
 
 
 def clocks() -> dict[str, float | None]:
-    """When this engine began and finished importing TensorFlow (``time.time()``; None: not
-    preloaded, or the import failed)."""
+    """When this engine's Python reached this module, and began and finished importing
+    TensorFlow (``time.time()``; None: not preloaded, or the import failed)."""
     return dict(_CLOCKS)
 
 
@@ -56,6 +57,7 @@ def _wait_for_connection_file(path: str, timeout: float) -> None:
 
 
 def main() -> None:
+    _CLOCKS["python_up"] = time.time()
     threading.Thread(target=_import_tensorflow, name="nbdist-preload-tensorflow",
                      daemon=True).start()
     url_file = os.environ.pop(URL_FILE_ENV, None)

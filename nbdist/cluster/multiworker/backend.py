@@ -26,7 +26,7 @@ from .. import injection, tfconfig
 from ..compat import check_engines
 from ..engines import make as make_engines
 from ..engines.base import ClusterStartError, EngineSet
-from ..failures import ClusterError, WorkerError, build_error
+from ..failures import ClusterError, WorkerDied, WorkerError, build_error, died_starting
 from ..inengine import cells, worker
 from ..lifecycle import ClusterLifecycle, live
 from .dispatch import Dispatcher
@@ -43,10 +43,8 @@ SETUP_FAIL_FAST_S = 2.0
 
 
 class MultiWorkerCluster(ClusterLifecycle):
-    """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel.
-
-    The ``multiworker`` backend (``nbdist.backends.base.Backend``).
-    """
+    """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel: the
+    ``multiworker`` backend (``nbdist.backends.base.Backend``)."""
 
     exclusive = True
 
@@ -104,12 +102,13 @@ class MultiWorkerCluster(ClusterLifecycle):
                 self.n = len(engines.ids)
                 self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
             self.channel = ChannelServer(key, self.monitor.handle, host=engines.channel_host)
-            self.dispatcher = Dispatcher(engines.client, engines.ids, self.monitor,
-                                         self._signal)
+            known = getattr(engines, "pids", {})   # LocalEngines' (engines.base): watched, so
+            self.dispatcher = Dispatcher(   # one dying as it imports TensorFlow fails at once
+                engines.client, engines.ids, self.monitor, self._signal,
+                {w: known[e] for w, e in enumerate(engines.ids) if e in known})
             engines.mark_used()
-            self._engine_pids = check_engines(
-                self.dispatcher, engines.ids, env,
-                engines.restart_advice(self.spec.name))
+            self._engine_pids = check_engines(self.dispatcher, engines.ids, env,
+                                              engines.restart_advice(self.spec.name))
             addresses = engines.task_addresses()
             # A user's engines outlive this kernel: they must not exit when it does.
             options = {"spec": self.spec.to_dict(), "channel": list(self.channel.address),
@@ -135,6 +134,9 @@ class MultiWorkerCluster(ClusterLifecycle):
             self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)
                                     if engines.local[i]}
             engines.remember_processes()
+        except WorkerDied as died:   # before the strategy existed: nothing to restart
+            self.stop()
+            raise died_starting(died, engines.restart_advice(self.spec.name)) from None
         except BaseException:
             self.stop()
             raise
@@ -226,10 +228,7 @@ class MultiWorkerCluster(ClusterLifecycle):
     def _new_run(self, mode: str) -> Run:
         run = self.runs.new(mode=mode, strategy="multiworker", replicas=self.replicas_local,
                             workers=self.n, devices=self.devices)
-        if mode == "fit":
-            run.note(FIT_NOTE)
-        else:
-            run.note(STEP_NOTE)
+        run.note(FIT_NOTE if mode == "fit" else STEP_NOTE)
         return run
 
     def _new_fit_run(self) -> Run:
