@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from . import errormap
 from .errors import CheckpointError, RunInterrupted, StepCodeError
 from .hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
+from .interrupts import HeldInterrupts
 from .rewrite import StepSource
 from .spec import RunSpec
 from .telemetry.run import Run
@@ -49,6 +50,7 @@ class StepLoop:
     _factory: Any = None     # the generated ``make_step(probe)``
     _epoch: int = 0          # the epoch under way (for messages)
     _gradient_keys: list[str] = field(default_factory=list)   # what tracing registered
+    interrupts: HeldInterrupts = field(default_factory=HeldInterrupts)   # hold() over a call
 
     # -- what a family provides ------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
@@ -95,7 +97,7 @@ class StepLoop:
                 self.observers = [*self.observers, self.checkpoint]
                 first_epoch, first_step = self.checkpoint.restore(self.spec.epochs, run)
             self._epoch = first_epoch
-            with self._running():
+            with self._running(), self.interrupts:
                 self._loop(first_epoch, first_step)
         except KeyboardInterrupt:
             message = self._interrupted()
