@@ -14,6 +14,7 @@ from inside ``strategy.run``). A family supplies only how steps are scheduled:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +51,7 @@ class StepLoop:
     _factory: Any = None     # the generated ``make_step(probe)``
     _epoch: int = 0          # the epoch under way (for messages)
     _gradient_keys: list[str] = field(default_factory=list)   # what tracing registered
+    _variable_sites: errormap.VariableSites | None = None   # where tracing created variables
     interrupts: HeldInterrupts = field(default_factory=HeldInterrupts)   # hold() over a call
 
     # -- what a family provides ------------------------------------------------------------
@@ -113,7 +115,7 @@ class StepLoop:
                 if clearer is err:
                     raise
                 raise clearer from None
-            mapped = errormap.to_cell_error(err, self.source)
+            mapped = errormap.to_cell_error(err, self.source, self._variable_sites)
             run.finish("failed", str(mapped or err))
             if mapped is not None:
                 raise mapped from err
@@ -125,9 +127,15 @@ class StepLoop:
             run.finish("done")
         return run
 
-    def tracing(self) -> contextlib.AbstractContextManager[None]:
-        """A context around tracing the step: records what it registers globally."""
-        return recording_gradient_registrations(self._gradient_keys)
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[None]:
+        """A context around tracing the step: records what it registers globally and where
+        it creates variables (for errors that name no cell line)."""
+        if self._variable_sites is None:
+            self._variable_sites = errormap.VariableSites(self.source)
+        with (recording_gradient_registrations(self._gradient_keys),
+              self._variable_sites.recording()):
+            yield
 
     def release(self) -> None:
         """Free what this loop's traced steps hold globally; call it once they are dropped
