@@ -33,40 +33,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import cluster_cells  # noqa: E402
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-SETUP = """%%distribute
-import time
-import numpy as np
-import tensorflow as tf
-GLOBAL_BATCH = 32
-rng = np.random.default_rng(nbdist_worker)
-xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
-ys = xs.sum(axis=1, keepdims=True)
-ds = tf.data.Dataset.from_tensor_slices((xs, ys))
-long_ds = ds.batch(GLOBAL_BATCH, drop_remainder=True).repeat()
-def slow_source():
-    for i in range(10**6):
-        if nbdist_worker == 1 and i == GLOBAL_BATCH // 2 * 30:
-            open(STALL_FILE, "w").write(str(time.time()))
-            time.sleep(3600)
-        yield xs[i % len(xs)], ys[i % len(ys)]
-options = tf.data.Options()
-options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-stuck_ds = tf.data.Dataset.from_generator(slow_source, output_signature=(
-    tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))
-).batch(GLOBAL_BATCH, drop_remainder=True).with_options(options)
-model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-optimizer = tf.keras.optimizers.SGD(0.05)
-"""
-
-STEP = """%%distribute --step --data {data} --steps 100000
-x, y = batch
-with tf.GradientTape() as tape:
-    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
+# the cells of the cluster tests (tests/cluster_cells.py); worker 1's input sticks at its
+# 30th batch of GLOBAL_BATCH / 2
+SETUP = cluster_cells.SETUP + cluster_cells.stuck_input("GLOBAL_BATCH // 2 * 30")
+STEP = cluster_cells.STEP.replace("{flags}", "--steps 100000")
 
 
 LOCAL = ("kill", "SIGSTOP", "stuck input")

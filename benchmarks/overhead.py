@@ -31,6 +31,8 @@ import os
 import statistics
 import time
 
+from common import nbdist_shell, ok
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 WARMUP = 20
@@ -104,7 +106,7 @@ def _setup_step_bench(ip, kind: str, replicas: int) -> None:
     global_batch = 64 if kind == "mlp" else 32
     ip.user_ns.update(GLOBAL_BATCH=global_batch, kind=kind, time=time)
     ip.user_ns["strategy"] = nbdist.session.current_session().backend.strategy
-    _ok(ip, """
+    ok(ip, """
         train_ds = make_data(kind, GLOBAL_BATCH).repeat()
         dist_ds = strategy.experimental_distribute_dataset(train_ds)
         with strategy.scope():
@@ -112,7 +114,7 @@ def _setup_step_bench(ip, kind: str, replicas: int) -> None:
             optimizer = tf.keras.optimizers.SGD(0.01)
             optimizer.build(model.trainable_variables)
     """)
-    _ok(ip, HAND)
+    ok(ip, HAND)
 
 
 def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
@@ -124,7 +126,7 @@ def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
     for _ in range(rounds):
         hand.append(ip.user_ns["hand_loop"](steps, WARMUP))
         started = time.perf_counter()
-        _ok(ip, cell)
+        ok(ip, cell)
         run = nbdist.runs[-1]
         ours.append(steady_rate(run, WARMUP))
         cell_s = time.perf_counter() - started
@@ -173,7 +175,7 @@ def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int
     import nbdist.widgets.dashboard as dashboard
 
     _setup_step_bench(ip, kind, replicas)
-    _ok(ip, """
+    ok(ip, """
         from nbdist.fastcall import FastCall
         hand_it = iter(dist_ds)
         first = next(hand_it)
@@ -191,7 +193,7 @@ def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int
 
     dashboard.observer_for = observer_for
     try:
-        _ok(ip, f"%%distribute --step --data train_ds --steps {steps}\n{STEP_BODY}")
+        ok(ip, f"%%distribute --step --data train_ds --steps {steps}\n{STEP_BODY}")
     finally:
         dashboard.observer_for = real
     ours, hand = made[0].ours[WARMUP:], made[0].hand[WARMUP + 1:]
@@ -225,7 +227,7 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
     ip.run_line_magic("distribute", "mirrored --devices 4")
     ip.user_ns["strategy"] = nbdist.session.current_session().backend.strategy
     ip.user_ns.update(GLOBAL_BATCH=64, kind="mlp", time=time)
-    _ok(ip, """
+    ok(ip, """
         fit_ds = make_data("mlp", 64).repeat()
         with strategy.scope():
             model = make_model("mlp")
@@ -238,7 +240,7 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
 
     def timed_call(side: str, n: int) -> float:
         start = time.perf_counter()
-        _ok(ip, cells[side].format(n=n))
+        ok(ip, cells[side].format(n=n))
         return time.perf_counter() - start
 
     spent = [0.0]
@@ -273,15 +275,6 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
           flush=True)
 
 
-def _ok(ip, code: str) -> None:
-    import textwrap
-
-    result = ip.run_cell(textwrap.dedent(code), store_history=False)
-    if result.error_before_exec or result.error_in_exec:
-        error = result.error_before_exec or result.error_in_exec
-        raise SystemExit(f"benchmark cell failed: {error}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -290,12 +283,8 @@ def main() -> None:
     parser.add_argument("--interleaved-steps", type=int, default=3000)
     parser.add_argument("--fit-rounds", type=int, default=3)
     args = parser.parse_args()
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "nbdist")
-    ip.run_line_magic("distribute", "mirrored --devices 4")   # 4 logical CPUs for the process
-    _ok(ip, SETUP)
+    ip = nbdist_shell()
+    ok(ip, SETUP)
     for kind in ("mlp", "conv"):
         if args.only in (None, kind):
             for replicas in (1, 4):

@@ -20,10 +20,10 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import HAND, SETUP, STEP_BODY, _ok  # noqa: E402  (the same model and step)
+from common import mlp_on_strategy, nbdist_shell, ok, ratio, timed  # noqa: E402
+from overhead import HAND, SETUP, STEP_BODY  # noqa: E402  (the same model and step)
 
 EPOCH = """
 def hand_epoch(limit):
@@ -36,13 +36,6 @@ def hand_epoch(limit):
 """
 
 
-def timed(action) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of ``action()``."""
-    cpu, wall = time.process_time(), time.perf_counter()
-    action()
-    return time.process_time() - cpu, time.perf_counter() - wall
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -50,28 +43,16 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--uncached-rounds", type=int, default=3)
     args = parser.parse_args()
-    from IPython.testing.globalipapp import start_ipython
-
     import nbdist
 
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "nbdist")
-    ip.run_line_magic("distribute", f"mirrored --devices {args.replicas}")
-    ip.user_ns.update(GLOBAL_BATCH=64, kind="mlp", time=time, STEPS=args.steps)
-    _ok(ip, SETUP)
-    _ok(ip, """
-        train_ds = make_data("mlp", GLOBAL_BATCH).repeat().take(STEPS)
-        dist_ds = strategy.experimental_distribute_dataset(train_ds)
-        with strategy.scope():
-            model = make_model("mlp")
-            optimizer = tf.keras.optimizers.SGD(0.01)
-            optimizer.build(model.trainable_variables)
-    """)
-    _ok(ip, HAND + EPOCH)
+    ip = nbdist_shell(f"mirrored --devices {args.replicas}")
+    ok(ip, SETUP)
+    mlp_on_strategy(ip, args.steps)
+    ok(ip, HAND + EPOCH)
     cache = nbdist.session.current_session().backend.traced_steps
 
     def cell(steps: int) -> None:
-        _ok(ip, f"%%distribute --step --data train_ds --steps {steps}\n{STEP_BODY}")
+        ok(ip, f"%%distribute --step --data train_ds --steps {steps}\n{STEP_BODY}")
         assert nbdist.runs[-1].steps_done == steps, nbdist.runs[-1].summary()
 
     def hand(steps: int) -> None:
@@ -89,9 +70,6 @@ def main() -> None:
         uncached_hand.append(timed(lambda: hand(args.steps)))
         cache.clear()
         sides["uncached"].append(timed(lambda: cell(args.steps)))
-
-    def ratio(a: list, b: list, i: int) -> float:
-        return sum(x[i] for x in a) / sum(x[i] for x in b)
 
     print(f"{args.steps}-step cell x{args.replicas} replicas, {args.rounds} interleaved rounds "
           f"({hits} of {args.rounds} re-runs reused the trace):")

@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from overhead import HAND, SETUP, STEP_BODY, _ok  # noqa: E402  (the same model and step)
-from rerun import timed  # noqa: E402
+from common import mlp_on_strategy, nbdist_shell, ok, ratio, timed  # noqa: E402
+from overhead import HAND, SETUP, STEP_BODY  # noqa: E402  (the same model and step)
 
 
 def bench(ip, replicas: int, rounds: int, steps: int) -> None:
@@ -29,29 +28,20 @@ def bench(ip, replicas: int, rounds: int, steps: int) -> None:
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "one_device" if replicas == 1
                       else f"mirrored --devices {replicas}")
-    ip.user_ns.update(GLOBAL_BATCH=64, kind="mlp", time=time, STEPS=steps)
-    _ok(ip, """
-        train_ds = make_data("mlp", GLOBAL_BATCH).repeat().take(STEPS)
-        dist_ds = strategy.experimental_distribute_dataset(train_ds)
-        with strategy.scope():
-            model = make_model("mlp")
-            optimizer = tf.keras.optimizers.SGD(0.01)
-            optimizer.build(model.trainable_variables)
-    """)
-    _ok(ip, HAND)
+    mlp_on_strategy(ip, steps)
+    ok(ip, HAND)
     cell = f"%%distribute --step --data train_ds --steps-per-call auto\n{STEP_BODY}"
     hand_loop = ip.user_ns["hand_loop"]
     hand_loop(steps, 0)
-    _ok(ip, cell)   # warm-up: traces the step
+    ok(ip, cell)   # warm-up: traces the step
     hand_side, cell_side, chosen = [], [], []
     for _ in range(rounds):
         hand_side.append(timed(lambda: hand_loop(steps, 0)))
-        cell_side.append(timed(lambda: _ok(ip, cell)))
+        cell_side.append(timed(lambda: ok(ip, cell)))
         run = nbdist.runs[-1]
         assert run.steps_done == steps, run.summary()
         chosen += [n.split(" chose ")[1].split(" ")[0] for n in run.notes if " chose " in n]
-    cpu = sum(h[0] for h in hand_side) / sum(c[0] for c in cell_side)
-    wall = sum(h[1] for h in hand_side) / sum(c[1] for c in cell_side)
+    cpu, wall = ratio(hand_side, cell_side, 0), ratio(hand_side, cell_side, 1)
     per_round = ", ".join(f"{h[1] / c[1]:.2f}" for h, c in zip(hand_side, cell_side, strict=True))
     print(f"mlp x{replicas} replica(s), {steps} steps, {rounds} rounds: --steps-per-call auto "
           f"vs hand-written one step per call: CPU-time ratio {cpu:.2f}, wall ratio {wall:.2f} "
@@ -63,12 +53,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=1500)
     args = parser.parse_args()
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "nbdist")
-    ip.run_line_magic("distribute", "mirrored --devices 4")   # 4 logical CPUs for the process
-    _ok(ip, SETUP)
+    ip = nbdist_shell()
+    ok(ip, SETUP)
     for replicas in (1, 4):
         bench(ip, replicas, args.rounds, args.steps)
 

@@ -21,30 +21,23 @@ import argparse
 import os
 import statistics
 import sys
-import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from bn_scenario import BUILD, SETUP, STEP  # noqa: E402  (the same cells as the tests)
+from common import nbdist_shell, ok  # noqa: E402
 
 WARMUP = 10
 COLUMNS = ("compute_ms", "wait_ms", "allreduce_ms", "other_collective_ms", "step_ms")
-
-
-def _ok(ip, code: str) -> None:
-    result = ip.run_cell(textwrap.dedent(code), store_history=False)
-    if result.error_before_exec or result.error_in_exec:
-        error = result.error_before_exec or result.error_in_exec
-        raise SystemExit(f"benchmark cell failed: {error}")
 
 
 def one_round(ip, synchronized: bool, steps: int) -> dict[str, float]:
     import nbdist
     from nbdist.widgets.series import bus_bandwidth
 
-    _ok(ip, BUILD.format(synchronized=synchronized))
-    _ok(ip, STEP.format(data="bench_ds", flags=f"--steps {steps} --timing-every 1"))
+    ok(ip, BUILD.format(synchronized=synchronized))
+    ok(ip, STEP.format(data="bench_ds", flags=f"--steps {steps} --timing-every 1"))
     run = nbdist.runs[-1]
     frame = run.metrics
     frame = frame[frame["step"] >= WARMUP]
@@ -60,13 +53,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "nbdist")
-    ip.run_line_magic("distribute", "mirrored --devices 2")
-    _ok(ip, SETUP)
-    _ok(ip, "bench_ds = bn_ds.repeat()")
+    ip = nbdist_shell("mirrored --devices 2")
+    ok(ip, SETUP)
+    ok(ip, "bench_ds = bn_ds.repeat()")
     results: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     for r in range(args.rounds):
         for synchronized in (False, True):

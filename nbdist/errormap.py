@@ -8,9 +8,12 @@ the cell through ``StepSource.cell_line``.
 
 from __future__ import annotations
 
+import contextlib
+import linecache
 import os
 import re
 import types
+from typing import Any
 
 from .errors import LossNotScalar, NbdistError, StepCodeError
 from .rewrite import StepSource, assigned_line
@@ -18,8 +21,8 @@ from .rewrite import StepSource, assigned_line
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
 # A variable created in a step that is traced without being called (get_concrete_function)
 # fails later, when TensorFlow lifts its initializer out of the graph, naming no cell line.
-_UNLIFTABLE_INITIALIZER = re.compile(r"Unable to lift tensor .*/Initializer/")
-_CREATES_VARIABLE = re.compile(r"\bVariable\s*\(")
+_UNLIFTABLE_INITIALIZER = re.compile(
+    r"Unable to lift tensor <tf\.Tensor '([^':]+/Initializer/[^':]*)")
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -70,8 +73,58 @@ def _root_message(message: str) -> str:
     return message.strip().splitlines()[-1] if message.strip() else ""
 
 
-def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
-    """A StepCodeError pointing at the cell line behind ``err``, or None if none is found.
+class VariableSites:
+    """Where a step creates variables while it is traced: the cell line behind each (from the
+    traceback TensorFlow keeps for the graph operations the creation made), however the cell
+    made it: ``tf.Variable(...)``, a helper function it calls or a library object. TensorFlow's
+    error for such a variable, when a step traced without a call lifts its initializer, names
+    only those operations; ``line_of`` finds the line from them."""
+
+    def __init__(self, source: StepSource):
+        self.source = source
+        self.sites: list[tuple[frozenset[str], int]] = []   # (operations made, cell line)
+
+    def recording(self) -> contextlib.AbstractContextManager[Any]:
+        import tensorflow as tf
+
+        return tf.variable_creator_scope(self._creator)
+
+    def _creator(self, next_creator: Any, **kwargs: Any) -> Any:
+        import tensorflow as tf
+
+        graph = tf.compat.v1.get_default_graph()   # the step's graph while it is traced
+        before = len(graph.get_operations())
+        variable = next_creator(**kwargs)
+        made = graph.get_operations()[before:]
+        line = self._cell_line(made[-1].traceback) if made else None
+        if line is not None:
+            self.sites.append((frozenset(op.name for op in made), line))
+        return variable
+
+    def _cell_line(self, frames: Any) -> int | None:
+        """The cell line of the innermost frame of the step's generated code. AutoGraph maps
+        its frames back to the file it first converted that code from, which is another
+        cell's when an identical cell ran before: a file with the same text counts."""
+        own = linecache.getlines(self.source.filename)
+        for frame in reversed(list(frames)):
+            if frame.filename == self.source.filename or (
+                    frame.filename.startswith("<") and linecache.getlines(frame.filename) == own):
+                return self.source.cell_line(frame.lineno)
+        return None
+
+    def line_of(self, message: str) -> int | None:
+        """The cell line that created the variable TensorFlow could not lift in ``message``."""
+        match = _UNLIFTABLE_INITIALIZER.search(message)
+        if match is None or not self.sites:
+            return None
+        return next((line for ops, line in self.sites if match.group(1) in ops),
+                    self.sites[-1][1])
+
+
+def to_cell_error(err: BaseException, source: StepSource,
+                  sites: VariableSites | None = None) -> NbdistError | None:
+    """A StepCodeError pointing at the cell line behind ``err``, or None if none is found
+    (``sites``: where tracing the step created variables).
 
     An NbdistError raised by nbdist's own code while tracing comes back wrapped by AutoGraph
     (a StagingError whose context is ours); it is returned unwrapped.
@@ -87,8 +140,8 @@ def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
         seen = seen.__cause__ or seen.__context__
     message = str(err)
     line = cell_line_of(message, source)
-    if line is None and _UNLIFTABLE_INITIALIZER.search(message):   # traced without a call
-        line = _first_line(source, _CREATES_VARIABLE)
+    if line is None and sites is not None:   # a variable created in a step traced without a call
+        line = sites.line_of(message)
         message = _VARIABLE_ON_EVERY_CALL if line else message
     if line is None:
         return None
@@ -104,11 +157,6 @@ def to_cell_error(err: BaseException, source: StepSource) -> NbdistError | None:
         f"{type(err).__name__} while running the step: {_root_message(message)}",
         cell_line=line, line_text=text,
     )
-
-
-def _first_line(source: StepSource, pattern: re.Pattern[str]) -> int | None:
-    lines = source.cell.splitlines()
-    return next((i + 1 for i, text in enumerate(lines) if pattern.search(text)), None)
 
 
 def _cell_text(source: StepSource, line: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 
 class TimingPacer:
@@ -21,8 +22,9 @@ class TimingPacer:
     max_gap = 100         # still sample the allreduce at least this often (in steps)...
     max_gap_ms = 500.0    # ...or this often in time, for steps too quick for the budget
 
-    def __init__(self, every: int | None):
+    def __init__(self, every: int | None, agree: Callable[[int], int] | None = None):
         self.auto = every is None
+        self.agree = agree   # several workers: one gap for all (stepgroups.agreement)
         self.every = self.min_gap if every is None else every
         self.next = 0
         self.plain_ms: float | None = None
@@ -43,6 +45,8 @@ class TimingPacer:
             extra = max(0.0, self.timed_ms - self.plain_ms)
             longest = max(self.max_gap, math.ceil(self.max_gap_ms / self.plain_ms))
             gap = max(gap, min(longest, math.ceil(extra / (self.budget * self.plain_ms))))
+            if self.agree is not None:
+                gap = self.agree(gap)
         self.next = step + gap
 
 

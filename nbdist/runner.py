@@ -16,12 +16,12 @@ checkpoint resume) is ``steploop.StepLoop``'s, shared with the parameter-server 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from . import stepgroups
 from .data.iterate import new_iterator, release, timed_batches
 from .fastcall import FastCall
 from .hooks.tensorflow import quiet_retracing_warning
@@ -35,7 +35,6 @@ from .stepcache import (
     depends_on,
     execute_cached,
 )
-from .stepgroups import GROUPED_NOTE, CallSizer, compile_group, stack_replicas
 from .steploop import StepLoop
 from .strategies import StrategyHandle
 from .telemetry.collectives import T_GRAD_START, split_timing
@@ -79,9 +78,9 @@ class StepRunner(StepLoop):
         def train_step(dist_batch: Any) -> Any:
             out = strategy.run(replica_fn, args=(dist_batch,))
             keys[:] = list(out)
-            return stack_replicas(strategy, out)
+            return stepgroups.stack_replicas(strategy, out)
 
-        compiled = (compile_group(strategy, replica_fn, keys) if self.grouped
+        compiled = (stepgroups.compile_group(strategy, replica_fn, keys) if self.grouped
                     else tf.function(train_step))
         # Each cell compiles a fresh tf.function of this same code, and FastCall's calls do not
         # count as calls for TensorFlow, so after a few cells it would warn about "frequent
@@ -154,8 +153,10 @@ class StepRunner(StepLoop):
     def _loop_groups(self, first_epoch: int, first_step: int) -> None:
         """``--steps-per-call``: calls of several steps; a timed step is a call of its own;
         stop, checkpoints and epochs at call boundaries (a call never spans two epochs)."""
-        sizer, pacer = CallSizer(self.spec.steps_per_call), TimingPacer(self.spec.timing_every)
-        self.run.note(GROUPED_NOTE)
+        agree = stepgroups.agreement(self.handle.strategy)
+        sizer = stepgroups.CallSizer(self.spec.steps_per_call, agree)
+        pacer = TimingPacer(self.spec.timing_every, agree)
+        self.run.note(stepgroups.GROUPED_NOTE)
         step = self._first_step = first_step
         for epoch in range(first_epoch, self.spec.epochs):
             self._epoch = epoch
@@ -171,8 +172,8 @@ class StepRunner(StepLoop):
         if sizer.note():
             self.run.note(sizer.note())
 
-    def _group_epoch(self, sizer: CallSizer, pacer: TimingPacer, iterator: Any, epoch: int,
-                     step: int) -> tuple[int, bool]:
+    def _group_epoch(self, sizer: stepgroups.CallSizer, pacer: TimingPacer, iterator: Any,
+                     epoch: int, step: int) -> tuple[int, bool]:
         """One epoch of ``_loop_groups`` from ``step``: the next step, and whether to stop."""
         left = self.spec.steps
         while left is None or left > 0:
@@ -215,6 +216,7 @@ class StepRunner(StepLoop):
         elif timed not in self._announced:   # traced by an earlier run of this cell
             self._announced.add(timed)
             self.traced(self._functions[timed], arg, timed)
+        self.interrupts.hold()   # released once the call's rows are recorded
         return fn(arg)
 
     def _trace(self, timed: bool, arg: Any) -> Any:
@@ -243,20 +245,25 @@ class StepRunner(StepLoop):
         values = dict(zip(self._keys[timed], out.numpy(), strict=True))
         step_ms = (time.perf_counter() - start) * 1e3
         self._record(step, epoch, values, step_ms, data_ms, timed)
+        self.interrupts.release()
         return step_ms
 
     def _group(self, step: int, epoch: int, iterator: Any, wanted: int,
                timed: bool) -> tuple[int, float]:
         """One call of up to ``wanted`` steps; returns how many ran and the call's ms."""
         start = time.perf_counter()
-        arg = (iterator, _steps_tensor(wanted))
+        arg = (iterator, stepgroups.steps_tensor(wanted))
         if step == self._first_step:
             # Every variant is traced before any of them runs on the iterator: a trace after
             # a call that read from it made deleting the iterator take 15-80 s here.
             for variant in (False, True) if self.spec.timing_every != 0 else (False,):
                 if variant not in self._compiled:
                     self._trace(variant, arg)
-        rows, stamps, count = self._call(timed, arg)
+        try:
+            rows, stamps, count = self._call(timed, arg)
+        except Exception:
+            self.run.note(stepgroups.lost_rows_note(step, wanted))
+            raise
         rows, stamps, ran = rows.numpy(), stamps.numpy(), int(count)
         call_ms = (time.perf_counter() - start) * 1e3
         keys = self._keys[timed]
@@ -264,6 +271,7 @@ class StepRunner(StepLoop):
             values = dict(zip(keys, rows[i], strict=True))
             self._record(step + i, epoch, values, (stamps[i + 1] - stamps[i]) * 1e3,
                          math.nan, timed, wall_time=float(stamps[i + 1]))
+        self.interrupts.release()
         return ran, call_ms
 
     def _record(self, step: int, epoch: int, values: dict[str, Any], step_ms: float,
@@ -280,12 +288,6 @@ class StepRunner(StepLoop):
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
 
 
-@functools.lru_cache(maxsize=64)
-def _steps_tensor(n: int) -> Any:
-    """``n`` as the int32 tensor a grouped call takes (one trace for every group size)."""
-    import tensorflow as tf
-
-    return tf.constant(n, tf.int32)
 
 
 def _trace_only(fn: Any, arg: Any) -> Any:

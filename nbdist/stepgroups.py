@@ -16,8 +16,10 @@ between calls), measured on the run's first calls (3 of one step, 3 of 8 steps).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from .errors import ConfigError
@@ -68,6 +70,38 @@ def compile_group(strategy: Any, replica_fn: Any, keys: list[str]) -> Any:
     return tf.function(train_steps)
 
 
+def agreement(strategy: Any) -> Callable[[int], int] | None:
+    """For a strategy whose replicas span several workers (multiworker): a function that
+    turns each worker's choice of a whole number into the one all of them take (the mean,
+    rounded up) with one all-reduce; None when every replica is in this process.
+
+    Each worker measures its own calls, but the calls must be the same on every worker: a
+    worker running more steps in a call than a peer, or a timed step the peer runs grouped,
+    waits in the call's collective until it times out. So ``auto`` group sizes and the
+    timed steps' spacing are agreed on; each worker calls it at the same steps (all take
+    the same decisions before it)."""
+    import tensorflow as tf
+
+    local = len(strategy.extended.worker_devices)
+    if strategy.num_replicas_in_sync <= local:
+        return None
+
+    def agree(choice: int) -> int:
+        mine = strategy.run(lambda: tf.constant(float(choice), tf.float64))
+        total = strategy.reduce(tf.distribute.ReduceOp.SUM, mine, axis=None)
+        return math.ceil(float(total) / strategy.num_replicas_in_sync)
+
+    return agree
+
+
+@functools.lru_cache(maxsize=64)
+def steps_tensor(n: int) -> Any:
+    """``n`` as the int32 tensor a grouped call takes (one trace for every group size)."""
+    import tensorflow as tf
+
+    return tf.constant(n, tf.int32)
+
+
 class CallSizer:
     """How many steps the next call runs (see the module doc)."""
 
@@ -77,8 +111,9 @@ class CallSizer:
     probe = 8              # auto measures calls of 1 and of this many steps
     samples = 3
 
-    def __init__(self, setting: int | str):
+    def __init__(self, setting: int | str, agree: Callable[[int], int] | None = None):
         self.auto = setting == "auto"
+        self.agree = agree   # several workers: one K for all (``agreement``)
         self.k = 1 if self.auto else int(setting)
         self._one: list[float] = []                      # ms of calls of one step
         self._many: list[tuple[int, float]] = []         # (steps, ms) of longer calls
@@ -106,6 +141,8 @@ class CallSizer:
         wanted = math.ceil(dispatch * (1 - self.target) / (self.target * compute))
         longest = max(1, math.floor(self.max_call_ms / compute))
         self.k = max(1, min(wanted, longest, self.max_steps))
+        if self.agree is not None:
+            self.k = self.agree(self.k)
         self.measured = (dispatch, compute)
 
     def note(self) -> str | None:
@@ -119,6 +156,13 @@ class CallSizer:
         dispatch, compute = self.measured
         return (f"--steps-per-call auto chose {self.k} steps per call (measured {dispatch:.2f} "
                 f"ms to dispatch a call, {compute:.2f} ms per step)")
+
+
+def lost_rows_note(step: int, wanted: int) -> str:
+    """For the Run of a grouped call that failed."""
+    return (f"the call of steps {step}-{step + wanted - 1} failed: the rows of the steps it "
+            f"finished are lost with it (at most {wanted - 1}; their updates to the weights "
+            "are kept), as --steps-per-call runs them inside one compiled call")
 
 
 GROUPED_NOTE = ("data_ms is not measured with --steps-per-call: the batches are read inside the "

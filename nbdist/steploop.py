@@ -14,12 +14,14 @@ from inside ``strategy.run``). A family supplies only how steps are scheduled:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import errormap
 from .errors import CheckpointError, RunInterrupted, StepCodeError
 from .hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
+from .interrupts import HeldInterrupts
 from .rewrite import StepSource
 from .spec import RunSpec
 from .telemetry.run import Run
@@ -49,6 +51,8 @@ class StepLoop:
     _factory: Any = None     # the generated ``make_step(probe)``
     _epoch: int = 0          # the epoch under way (for messages)
     _gradient_keys: list[str] = field(default_factory=list)   # what tracing registered
+    _variable_sites: errormap.VariableSites | None = None   # where tracing created variables
+    interrupts: HeldInterrupts = field(default_factory=HeldInterrupts)   # hold() over a call
 
     # -- what a family provides ------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
@@ -95,7 +99,7 @@ class StepLoop:
                 self.observers = [*self.observers, self.checkpoint]
                 first_epoch, first_step = self.checkpoint.restore(self.spec.epochs, run)
             self._epoch = first_epoch
-            with self._running():
+            with self._running(), self.interrupts:
                 self._loop(first_epoch, first_step)
         except KeyboardInterrupt:
             message = self._interrupted()
@@ -111,7 +115,7 @@ class StepLoop:
                 if clearer is err:
                     raise
                 raise clearer from None
-            mapped = errormap.to_cell_error(err, self.source)
+            mapped = errormap.to_cell_error(err, self.source, self._variable_sites)
             run.finish("failed", str(mapped or err))
             if mapped is not None:
                 raise mapped from err
@@ -123,9 +127,15 @@ class StepLoop:
             run.finish("done")
         return run
 
-    def tracing(self) -> contextlib.AbstractContextManager[None]:
-        """A context around tracing the step: records what it registers globally."""
-        return recording_gradient_registrations(self._gradient_keys)
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[None]:
+        """A context around tracing the step: records what it registers globally and where
+        it creates variables (for errors that name no cell line)."""
+        if self._variable_sites is None:
+            self._variable_sites = errormap.VariableSites(self.source)
+        with (recording_gradient_registrations(self._gradient_keys),
+              self._variable_sites.recording()):
+            yield
 
     def release(self) -> None:
         """Free what this loop's traced steps hold globally; call it once they are dropped

@@ -24,6 +24,52 @@ optimizer.apply_gradients(zip(gradients, model.trainable_variables))
 """
 
 
+# A small regression the step-mode tests train: GLOBAL_BATCH-example batches of 8 features ->
+# 3 targets, seeded, as a kernel cell making `train_ds` (``rows`` examples, an expression of
+# GLOBAL_BATCH: not a multiple of it gives a partial last batch).
+REGRESSION_DATA = """
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH = 64
+rng = np.random.default_rng(0)
+features = rng.normal(size=({rows}, 8)).astype("float32")
+targets = rng.normal(size=({rows}, 3)).astype("float32")
+train_ds = tf.data.Dataset.from_tensor_slices((features, targets)).batch(GLOBAL_BATCH)
+"""
+
+
+def regression_data(rows: str) -> str:
+    return REGRESSION_DATA.format(rows=rows)
+
+
+def regression_step(flags: str = "", data: str = "train_ds", extra: str = "") -> str:
+    """The step cell of TensorFlow's custom-training tutorial on that data (the loss scaled by
+    the global batch size); ``extra`` is appended to the line computing `loss`."""
+    return f"""%%distribute --step --data {data} {flags}
+x, y = batch
+with tf.GradientTape() as tape:
+    per_example = tf.reduce_sum(tf.square(model(x, training=True) - y), axis=-1)
+    loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH){extra}
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+def weights_after(shell, build: str, step: str):
+    """Run the `build` then the `step` cell: the model's weights after it, and its Run."""
+    import nbdist
+
+    run_ok(shell, build)
+    run_ok(shell, step)
+    return [w.copy() for w in shell.user_ns["model"].get_weights()], nbdist.runs[-1]
+
+
+def kernel_strategy(shell, line: str = "mirrored --devices 4"):
+    """Switch the kernel to ``line`` (the tests' default strategy: conftest's 4 CPUs)."""
+    shell.run_line_magic("distribute", "stop")
+    shell.run_line_magic("distribute", line)
+
+
 def run_ok(shell, code: str):
     """Run a cell; fail the test with the cell's error if it raised."""
     result = shell.run_cell(textwrap.dedent(code), store_history=False)
@@ -74,6 +120,19 @@ def once_running(action, min_rows=20, timeout=90):
                 and run.n_rows >= min_rows)
 
     return when(ready, action, timeout)
+
+
+class StopAfter:
+    """What the dashboard's Stop button does: an observer asking to stop (after ``rows``)."""
+
+    def __init__(self, rows=20):
+        self.wanted, self.rows = rows, 0
+
+    def on_step(self, run):
+        self.rows = run.n_rows
+
+    def should_stop(self):
+        return self.rows >= self.wanted
 
 
 def interrupt_me():

@@ -192,17 +192,12 @@ def main_scenario(ip):
     out["cache_rerun"] = [traced.hits, traced.misses]
 
     # the dashboard's Stop button: an observer asking to stop after 30 steps
+    from helpers import StopAfter
+
     from nbdist.spec import RunSpec
 
-    class StopAfter:
-        def on_step(self, run):
-            self.rows = run.n_rows
-
-        def should_stop(self):
-            return getattr(self, "rows", 0) >= 30
-
     spec = RunSpec(step=True, data="long_ds", steps=100000)
-    current_session().run_step_cell(STEP.split("\n", 1)[1], spec, [StopAfter()],
+    current_session().run_step_cell(STEP.split("\n", 1)[1], spec, [StopAfter(rows=30)],
                                     header="%%distribute --step --data long_ds")
     out["stopped_run"] = frame_summary(nbdist.runs[-1])
 

@@ -130,16 +130,17 @@ DIE_IN_EPOCH_3 = {   # (how, the run's status, steps it finished)
 }
 
 
-def _die_then_resume(ip, cell, ckpt, capsys):
+def _die_then_resume(ip, cell, ckpt, capsys, extra="", recorded=None):
     """Train with --checkpoint, interrupt the kernel in epoch 3, rebuild the model (other
-    seed, as after a restart), resume."""
+    seed, as after a restart), resume. ``recorded``: the steps the dying run records, if not
+    all it finished."""
     how, status, steps = DIE_IN_EPOCH_3[cell]
     run_ok(ip, MODEL)
     run_ok(ip, how)
-    flags = f"--checkpoint {ckpt}"
+    flags = f"--checkpoint {ckpt} {extra}"
     run_err(ip, cell.format(flags=flags))
     died = nbdist.runs[-1]
-    assert (died.status, died.steps_done) == (status, steps)
+    assert (died.status, died.steps_done) == (status, steps if recorded is None else recorded)
     ip.user_ns["SEED"] = 2                       # as after a restart: a fresh model
     run_ok(ip, MODEL)
     ip.user_ns["SEED"] = 1
@@ -161,6 +162,24 @@ def test_local_step_mode_resumes_from_the_last_completed_epoch(local, capsys):
     assert "model" in resumed.notes[-1] and "optimizer" in resumed.notes[-1]
     assert_same_steps(resumed, died)
     assert not os.path.exists(step_dir)              # finished: the backup is gone
+
+
+def test_local_steps_per_call_resume_to_the_weights_of_one_step_per_call(local, capsys):
+    """Calls of 3 steps: the checkpoint after each epoch of 8 steps falls inside a group of 3
+    (the epoch's last call is shorter), and the run dies in a call ([22, 24): the call's rows
+    go with it, step 22 included). Resumed, it ends on the weights one step per call reaches
+    without dying."""
+    ip, ckpt = local
+    died, resumed, out = _die_then_resume(ip, STEP, ckpt, capsys, "--steps-per-call 3", 22)
+    assert "nbdist: resumed from epoch 2 of 3" in out
+    assert sorted(resumed.metrics["step"].unique()) == list(range(16, 24))
+    assert any("rows of the steps it finished are lost" in n for n in died.notes), died.notes
+    assert_same_steps(resumed, died)
+    grouped = [w.copy() for w in ip.user_ns["model"].get_weights()]
+    run_ok(ip, MODEL)
+    run_ok(ip, STEP.format(flags="--timing-every 0"))
+    for a, b in zip(grouped, ip.user_ns["model"].get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_local_keras3_fit_resumes_and_forgets_the_restored_epoch(local, capsys):

@@ -10,36 +10,17 @@ import sys
 import threading
 import time
 
+import numpy as np
 import psutil
 import pytest
-from helpers import interrupt_me, once_running, run_err, run_ok, when
+from cluster_cells import SETUP, STEP, stuck_input
+from helpers import StopAfter, interrupt_me, once_running, run_err, run_ok, when
 
 import nbdist
 from nbdist.cluster.failures import ClusterError, WorkerDied, WorkerError, WorkerStuck
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError, RunInterrupted, StepCodeError
 from nbdist.session import current_session
-
-SETUP = """%%distribute
-import numpy as np
-import tensorflow as tf
-GLOBAL_BATCH = 32
-rng = np.random.default_rng(nbdist_worker)
-xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
-ys = xs.sum(axis=1, keepdims=True)
-ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True)
-long_ds = ds.repeat()
-model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-optimizer = tf.keras.optimizers.SGD(0.05)
-"""
-
-STEP = """%%distribute --step --data {data} {flags}
-x, y = batch
-with tf.GradientTape() as tape:
-    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +187,52 @@ def test_step_mode_streams_rows_of_every_worker_live(mw):
     assert (timed.compute_ms >= 0).all() and not any("no all_reduce" in n for n in run.notes)
 
 
+def _trained(mw, flags, data="ds", observers=None):
+    """From the same start weights: the step cell's Run and each worker's weights after it."""
+    run_ok(mw, "%%distribute\nmodel.set_weights([np.full(w.shape, 0.1, 'float32') "
+               "for w in model.get_weights()])")
+    if observers is None:
+        run_ok(mw, STEP.format(data=data, flags=flags))
+        run = nbdist.runs[-1]
+    else:   # as the dashboard runs it: its Stop button is an observer
+        from nbdist.spec import RunSpec
+
+        header, body = STEP.format(data=data, flags=flags).split("\n", 1)
+        spec = RunSpec(step=True, data=data, steps=100000, steps_per_call=4)
+        run = current_session().run_step_cell(body, spec, observers, header=header)
+    run_ok(mw, "%%distribute\ntrained = model.get_weights()")
+    return run, [current_session().pull("trained", worker=w) for w in (0, 1)]
+
+
+def test_steps_per_call_train_what_one_step_per_call_trains_and_stop_on_both_workers(mw):
+    """Calls of 3 steps on 2 workers (each epoch's last call is shorter): one row per step and
+    worker, the same timed steps on both (they agree on the spacing), the weights of one step
+    per call. A Stop request in calls of 4 ends both workers after the same call, with the
+    weights of that many steps of one step per call."""
+    one, one_weights = _trained(mw, "--epochs 2")
+    three, three_weights = _trained(mw, "--epochs 2 --steps-per-call 3")
+    for run in (one, three):
+        assert run.status == "done" and run.metrics.groupby("worker").size().to_dict() == {
+            0: 16, 1: 16}
+    np.testing.assert_array_equal(*(r.metrics.sort_values(["step", "worker"])["loss"]
+                                    for r in (one, three)))
+    timed = three.metrics[three.metrics.allreduce_ms.notna()]
+    assert set(timed[timed.worker == 0].step) == set(timed[timed.worker == 1].step)
+    for weights in (*one_weights, *three_weights):
+        for a, b in zip(weights, one_weights[0], strict=True):
+            np.testing.assert_array_equal(a, b)
+
+    stopped, stopped_weights = _trained(mw, "--steps 100000 --steps-per-call 4", "long_ds",
+                                        [StopAfter(rows=20)])
+    last = stopped.metrics.groupby("worker")["step"].max().to_dict()
+    assert stopped.status == "stopped" and last[0] == last[1]
+    assert len(stopped.metrics) == 2 * (last[0] + 1)
+    _, weights = _trained(mw, f"--steps {last[0] + 1}", "long_ds")
+    for a, b in zip(stopped_weights[0] + stopped_weights[1], weights[0] + weights[0],
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_fit_runs_tf_keras_on_the_workers_and_is_recorded(mw, tf_keras):
     assert cluster().keras == "legacy"
     value = run_ok(mw, """%%distribute
@@ -255,14 +282,6 @@ def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw, attempt):
 
 
 def test_a_stop_request_ends_the_run_stopped(mw):
-    """What the dashboard's Stop button does: an observer asking to stop."""
-    class StopAfter:
-        def on_step(self, run):
-            self.rows = run.n_rows
-
-        def should_stop(self):
-            return getattr(self, "rows", 0) >= 20
-
     cell = STEP.format(data="long_ds", flags="--steps 100000")
     header, body = cell.split("\n", 1)
     from nbdist.spec import RunSpec
@@ -354,20 +373,7 @@ def test_a_stopped_worker_is_named_and_every_worker_ended_within_10_s(mw):
     assert cluster().broken
 
 
-STUCK_INPUT = """%%distribute
-import time
-def slow_source():
-    for i in range(10**6):
-        if nbdist_worker == 1 and i == GLOBAL_BATCH * 30:
-            open(STALL_FILE, "w").write(str(time.time()))
-            time.sleep(3600)
-        yield xs[i % len(xs)], ys[i % len(ys)]
-options = tf.data.Options()
-options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-stuck_ds = tf.data.Dataset.from_generator(slow_source, output_signature=(
-    tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))
-).batch(GLOBAL_BATCH, drop_remainder=True).with_options(options)
-"""
+STUCK_INPUT = "%%distribute\n" + stuck_input("GLOBAL_BATCH * 30")
 
 
 def test_a_worker_stuck_in_its_input_pipeline_is_named_with_its_cell_line(mw, tmp_path):

@@ -2,18 +2,11 @@
 
 import numpy as np
 import pytest
-from helpers import run_ok
+from helpers import kernel_strategy, regression_data, regression_step, run_ok, weights_after
 
 import nbdist
 
-SETUP = """
-import numpy as np
-import tensorflow as tf
-GLOBAL_BATCH = 64
-rng = np.random.default_rng(0)
-features = rng.normal(size=(GLOBAL_BATCH * 24, 8)).astype("float32")
-targets = rng.normal(size=(GLOBAL_BATCH * 24, 3)).astype("float32")
-train_ds = tf.data.Dataset.from_tensor_slices((features, targets)).batch(GLOBAL_BATCH)
+SETUP = regression_data("GLOBAL_BATCH * 24") + """
 def make_model(sync_bn=False):
     layers = [tf.keras.Input((8,)), tf.keras.layers.Dense(32, activation="relu")]
     if sync_bn:   # a collective for the batch statistics before the gradients' all-reduce
@@ -32,36 +25,22 @@ model = make_model({model_args})
 optimizer = tf.keras.optimizers.SGD(learning_rate=0.05)
 """
 
-# As in TensorFlow's custom training tutorial: the loss is scaled by the global batch size.
-STEP = """%%distribute --step --data train_ds {flags}
-x, y = batch
-with tf.GradientTape() as tape:
-    per_example = tf.reduce_sum(tf.square(model(x, training=True) - y), axis=-1)
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
-
 
 @pytest.fixture
 def mirrored(ip):
     run_ok(ip, SETUP)
     yield ip
-    ip.run_line_magic("distribute", "stop")
-    ip.run_line_magic("distribute", "mirrored --devices 4")
+    kernel_strategy(ip)
 
 
 def train(shell, flags="", model_args=""):
-    run_ok(shell, BUILD.format(model_args=model_args))
-    run_ok(shell, STEP.format(flags=flags))
-    return [w.copy() for w in shell.user_ns["model"].get_weights()], nbdist.runs[-1]
+    return weights_after(shell, BUILD.format(model_args=model_args), regression_step(flags))
 
 
 def test_four_replicas_equal_one_device_on_the_same_global_batches(mirrored):
     weights4, run4 = train(mirrored)
     assert run4.status == "done" and run4.steps_done == 24 and run4.replicas == 4
-    mirrored.run_line_magic("distribute", "stop")
-    mirrored.run_line_magic("distribute", "one_device")
+    kernel_strategy(mirrored, "one_device")
     weights1, run1 = train(mirrored)
     assert run1.replicas == 1 and run1.steps_done == 24
     for w4, w1 in zip(weights4, weights1, strict=True):

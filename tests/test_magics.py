@@ -26,6 +26,8 @@ rng = np.random.default_rng(0)
 xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
 ys = rng.normal(size=(GLOBAL_BATCH * 8, 1)).astype("float32")
 ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True)
+def make_counter():
+    return tf.Variable(0.0)
 """
 
 BUILD = """%%distribute
@@ -170,6 +172,11 @@ def test_more_gpus_than_exist(monkeypatch):
     ("--steps 1 --grads loss", BODY, StepCodeError, "list of gradient tensors"),
     ("--steps 1", "counter = tf.Variable(0.0)\n" + BODY, StepCodeError,
      r"cell line 2 `counter = tf\.Variable\(0\.0\)`: the step creates a tf\.Variable"),
+    # created by a helper, under lines that only mention tf.Variable( (the line is the call's)
+    ("--steps 1", "# no tf.Variable(1.0) here\nnote = 'tf.Variable(2)'\ncounter = make_counter()\n"
+     + BODY, StepCodeError, r"cell line 4 `counter = make_counter\(\)`: the step creates"),
+    ("--steps 1 --steps-per-call 2", "note = 'tf.Variable(2)'\nc = make_counter()\n" + BODY,
+     StepCodeError, r"cell line 3 `c = make_counter\(\)`: the step creates a tf\.Variable"),
     ("--steps 1", BODY + "tf.debugging.assert_all_finite(tf.math.log(-tf.abs(x) - 1.0), 'bad')\n",
      StepCodeError, "cell line 7 .*InvalidArgumentError.*bad"),
 ])

@@ -2,18 +2,11 @@
 
 import numpy as np
 import pytest
-from helpers import run_ok
+from helpers import kernel_strategy, regression_data, regression_step, run_ok
 
 import nbdist
 
-SETUP = """
-import numpy as np
-import tensorflow as tf
-GLOBAL_BATCH = 64
-rng = np.random.default_rng(0)
-features = rng.normal(size=(GLOBAL_BATCH * 6, 8)).astype("float32")
-targets = rng.normal(size=(GLOBAL_BATCH * 6, 3)).astype("float32")
-train_ds = tf.data.Dataset.from_tensor_slices((features, targets)).batch(GLOBAL_BATCH)
+SETUP = regression_data("GLOBAL_BATCH * 6") + """
 def make_model():
     return tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
                                 tf.keras.layers.Dense(3)])
@@ -24,25 +17,14 @@ model = make_model()
 optimizer = tf.keras.optimizers.SGD(learning_rate=0.05)
 """
 
-STEP = """%%distribute --step --data train_ds {flags}
-x, y = batch
-with tf.GradientTape() as tape:
-    per_example = tf.reduce_sum(tf.square(model(x, training=True) - y), axis=-1)
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH){extra}
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
-
 
 @pytest.fixture
 def shell(ip):
-    ip.run_line_magic("distribute", "stop")
-    ip.run_line_magic("distribute", "mirrored --devices 4")
+    kernel_strategy(ip)
     run_ok(ip, SETUP)
     run_ok(ip, BUILD)
     yield ip
-    ip.run_line_magic("distribute", "stop")
-    ip.run_line_magic("distribute", "mirrored --devices 4")
+    kernel_strategy(ip)
 
 
 def cache():
@@ -52,7 +34,7 @@ def cache():
 def step(shell, flags="", extra=""):
     """Run the step cell; return (reused its trace?, weights after it)."""
     hits = cache().hits
-    run_ok(shell, STEP.format(flags=flags, extra=extra))
+    run_ok(shell, regression_step(flags, extra=extra))
     assert nbdist.runs[-1].status == "done"
     return cache().hits > hits, [w.copy() for w in shell.user_ns["model"].get_weights()]
 

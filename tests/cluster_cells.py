@@ -1,0 +1,43 @@
+"""The cells of the 2-worker cluster tests (tests/test_cluster.py), also used by
+benchmarks/fault_latency.py: each worker's own data (seeded by its index), a linear model,
+the step cell, and an input pipeline that gets stuck on worker 1."""
+
+SETUP = """%%distribute
+import numpy as np
+import tensorflow as tf
+GLOBAL_BATCH = 32
+rng = np.random.default_rng(nbdist_worker)
+xs = rng.normal(size=(GLOBAL_BATCH * 8, 4)).astype("float32")
+ys = xs.sum(axis=1, keepdims=True)
+ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(GLOBAL_BATCH, drop_remainder=True)
+long_ds = ds.repeat()
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.SGD(0.05)
+"""
+
+STEP = """%%distribute --step --data {data} {flags}
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0], global_batch_size=GLOBAL_BATCH)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+
+def stuck_input(at: str) -> str:
+    """Cell lines making ``stuck_ds``: worker 1's generator writes the time to STALL_FILE and
+    sleeps for an hour at its example ``at`` (an expression); its `time.sleep` is the cell's
+    line 7 when the lines follow a ``%%distribute`` header."""
+    return f"""import time
+def slow_source():
+    for i in range(10**6):
+        if nbdist_worker == 1 and i == {at}:
+            open(STALL_FILE, "w").write(str(time.time()))
+            time.sleep(3600)
+        yield xs[i % len(xs)], ys[i % len(ys)]
+options = tf.data.Options()
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+stuck_ds = tf.data.Dataset.from_generator(slow_source, output_signature=(
+    tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))
+).batch(GLOBAL_BATCH, drop_remainder=True).with_options(options)
+"""
