@@ -4,8 +4,8 @@ and trains exactly what calling the tf.function would."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import run_ok
-from test_correctness import BUILD, SETUP, STEP
+from helpers import regression_step, run_ok
+from test_correctness import BUILD, SETUP
 
 import nbdist
 import nbdist.runner as runner
@@ -33,7 +33,7 @@ def train(shell, flags="", *, fast=True):
     runner.StepRunner.fast_calls = fast
     try:
         run_ok(shell, BUILD.format(model_args=""))
-        run_ok(shell, STEP.format(flags=flags))
+        run_ok(shell, regression_step(flags))
     finally:
         runner.StepRunner.fast_calls = True
     run = nbdist.runs[-1]
