@@ -79,6 +79,11 @@ def workers_where(bed) -> set[tuple[str, int]]:
     return where
 
 
+def ssh_children() -> list[str]:
+    return [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)
+            if p.name() == "ssh"]
+
+
 def wait_for(condition, timeout=60):
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
@@ -94,14 +99,20 @@ def train(ip) -> None:
     assert run.metrics.groupby("worker").size().to_dict() == {0: 8, 1: 8}
 
 
+def timed(ip, line: str) -> float:
+    started = time.monotonic()
+    ip.run_line_magic("distribute", line)
+    return time.monotonic() - started
+
+
 def test_ssh_launched_engines_train_and_restart_on_their_hosts(ip, bed, capsys):
-    ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir} --workers 2")
+    seconds = {"start": timed(ip, f"multiworker --cluster {bed.profile_dir} --workers 2")}
     first = workers_where(bed)
     assert sorted(host for host, _ in first) == ["host1", "host2"]
     assert engines_on_hosts(bed) == first
     train(ip)
 
-    ip.run_line_magic("distribute", "restart")   # through ipcluster: ssh kills and starts
+    seconds["restart"] = timed(ip, "restart")   # through ipcluster: ssh kills and starts
     second = workers_where(bed)
     assert sorted(host for host, _ in second) == ["host1", "host2"]
     assert engines_on_hosts(bed) == second       # the old engines are gone from the hosts
@@ -109,13 +120,18 @@ def test_ssh_launched_engines_train_and_restart_on_their_hosts(ip, bed, capsys):
     train(ip)
 
     capsys.readouterr()
-    ip.run_line_magic("distribute", "stop")
+    seconds["stop"] = timed(ip, "stop")
     assert "restarted the engines of profile" in capsys.readouterr().out
-    assert live_clusters() == []
+    assert live_clusters() == [] and current_session().backend is None
     # the engines nbdist used are gone; the cluster's fresh ones are on the same hosts
     assert wait_for(lambda: sorted(h for h, _ in engines_on_hosts(bed)) == ["host1", "host2"])
     assert engines_on_hosts(bed).isdisjoint(second)
 
+    started = time.monotonic()
     stopped = bed.ipcluster("stop")   # the user's `ipcluster stop`: over ssh too
+    seconds["ipcluster stop"] = time.monotonic() - started
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     assert wait_for(lambda: not engines_on_hosts(bed), 30), engines_on_hosts(bed)
+    # nor an ssh of ipyparallel's launchers in this kernel (each engine has one waiting on it)
+    assert wait_for(lambda: not ssh_children(), 30), ssh_children()
+    print("seconds:", {k: round(v, 1) for k, v in seconds.items()})
