@@ -16,36 +16,25 @@ import time
 
 import psutil
 import pytest
-from helpers import run_ok
+from helpers import host_bed, run_ok
 from test_cluster import SETUP, STEP  # one model per worker's own data, 8 batches
 
 import nbdist
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.session import current_session
 
-hostbed = pytest.importorskip("hostbed")
 hostbed_ssh = pytest.importorskip("hostbed_ssh")
 
 
 @pytest.fixture(scope="module")
 def bed(ip):
-    reason = hostbed.skip_reason()
-    if reason:
-        pytest.skip(reason)
     reason = hostbed_ssh.skip_reason()
     if reason and os.environ.get("NBDIST_REQUIRE_ALL") == "1":
         pytest.fail(f"{reason}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
     if reason:
         pytest.skip(reason)
-    ip.run_line_magic("distribute", "stop")
-    with hostbed.HostBed(2, ssh=True) as the_bed:
-        the_bed.start_cluster()
-        try:
-            yield the_bed
-        finally:
-            ip.run_line_magic("distribute", "stop")
-            ip.run_line_magic("distribute", "mirrored --devices 4")
-    assert live_clusters() == []
+    with host_bed(ip, 2, ssh=True) as the_bed:
+        yield the_bed
 
 
 def engines_on_hosts(bed) -> set[tuple[str, int]]:
