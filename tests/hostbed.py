@@ -12,7 +12,9 @@ and pids cannot tell hosts apart.
 ``start_cluster`` runs ``ipcluster start`` in a profile whose controller listens on
 the bridge address and whose engine command places each engine on a host that has none (so
 ``ipcluster``'s own launcher starts, stops and restarts the remote engines: nbdist's
-``%distribute stop`` and ``restart`` restart them for real). The kernel and the controller stay
+``%distribute stop`` and ``restart`` restart them for real). With ``ssh=True`` every host
+also runs an sshd and the profile's engines are started over ssh by ipyparallel's own
+``SSHEngineSetLauncher`` instead (tests/hostbed_ssh.py). The kernel and the controller stay
 on this machine, as a user's notebook and controller would.
 
 Every name carries ``nbd<pid>`` (the pid of the process that owns the bed); ``down`` removes
