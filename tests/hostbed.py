@@ -326,7 +326,8 @@ class HostBed:
             stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         cluster_file = os.path.join(profile, "security", "cluster-.json")
-        deadline = time.monotonic() + 60 + 30 * engines
+        wait_s = 60 + (60 if daemonize else 30) * engines   # each over several ssh commands
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.ipcluster_process.poll() not in (None, *([0] if daemonize else [])):
                 with open(os.path.join(self.workdir, "ipcluster.log")) as f:
@@ -338,8 +339,9 @@ class HostBed:
             except (OSError, ValueError):
                 pass
             time.sleep(0.2)
-        raise RuntimeError("ipcluster start wrote no cluster file with engines within "
-                           f"{60 + 30 * engines} s")
+        with open(os.path.join(self.workdir, "ipcluster.log")) as f:
+            raise RuntimeError("ipcluster start wrote no cluster file with engines within "
+                               f"{wait_s} s: {f.read()[-2000:]}")
 
     def _reap_orphaned_launchers(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
