@@ -52,6 +52,7 @@ FILE_TIERS = {
     "test_graphview.py": "kernel",
     "test_hostbed.py": "cluster",
     "test_hostbed_inject.py": "cluster",
+    "test_hostbed_ssh.py": "cluster",
     "test_import.py": "unit",
     "test_input.py": "kernel",
     "test_header.py": "unit",

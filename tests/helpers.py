@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -223,3 +224,28 @@ def assert_changed_nothing(shell, runs_before: int, path, capsys) -> None:
     capsys.readouterr()
     shell.run_line_magic("distribute", "status")
     assert "running" not in capsys.readouterr().out
+
+
+@contextlib.contextmanager
+def host_bed(ip, n: int, **kwargs):
+    """A bed of ``n`` simulated hosts (tests/hostbed.py, ``kwargs`` go to ``HostBed``) with
+    its ipcluster running, for a module's tests: skipped with the reason where the bed cannot
+    be made. The session's strategy is stopped before, and after (back to mirrored, no
+    cluster left)."""
+    import pytest
+    from hostbed import HostBed, skip_reason
+
+    from nbdist.cluster.multiworker.backend import live_clusters
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    ip.run_line_magic("distribute", "stop")
+    with HostBed(n, **kwargs) as bed:
+        bed.start_cluster()
+        try:
+            yield bed
+        finally:
+            ip.run_line_magic("distribute", "stop")
+            ip.run_line_magic("distribute", "mirrored --devices 4")
+    assert live_clusters() == []

@@ -12,7 +12,9 @@ and pids cannot tell hosts apart.
 ``start_cluster`` runs ``ipcluster start`` in a profile whose controller listens on
 the bridge address and whose engine command places each engine on a host that has none (so
 ``ipcluster``'s own launcher starts, stops and restarts the remote engines: nbdist's
-``%distribute stop`` and ``restart`` restart them for real). The kernel and the controller stay
+``%distribute stop`` and ``restart`` restart them for real). With ``ssh=True`` every host
+also runs an sshd and the profile's engines are started over ssh by ipyparallel's own
+``SSHEngineSetLauncher`` instead (tests/hostbed_ssh.py). The kernel and the controller stay
 on this machine, as a user's notebook and controller would.
 
 Every name carries ``nbd<pid>`` (the pid of the process that owns the bed); ``down`` removes
@@ -37,6 +39,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import hostbed_ssh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = "nbd"
@@ -165,8 +169,9 @@ class HostBed:
     """``n`` simulated hosts joined by a bridge; a context manager that removes them all."""
 
     def __init__(self, n: int, *, delay_ms: float | None = None, rate: str | None = None,
-                 shared: tuple[int, ...] = (), owner: int | None = None):
+                 shared: tuple[int, ...] = (), owner: int | None = None, ssh: bool = False):
         self.n = n
+        self.ssh = ssh
         self.delay_ms, self.rate, self.shared = delay_ms, rate, tuple(shared)
         self.owner = owner or os.getpid()
         tag = f"{PREFIX}{self.owner}"
@@ -181,6 +186,7 @@ class HostBed:
         self.workdir = ""
         self.profile_dir = ""
         self.ipcluster_process: subprocess.Popen | None = None
+        self.sshd: hostbed_ssh.SshHosts | None = None
         self._reaping: threading.Event | None = None
 
     def __enter__(self) -> HostBed:
@@ -219,6 +225,9 @@ class HostBed:
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "route", "add", "default", "via", self.bridge_ip)
             self._shape(ns)
+        if self.ssh:
+            self.sshd = hostbed_ssh.SshHosts(self)
+            self.sshd.start()
 
     def _shape(self, ns: str) -> None:
         """The delay and rate of the host's outgoing traffic (on its side of the link): netem;
@@ -248,6 +257,8 @@ class HostBed:
         for ns in self.namespaces:
             _kill_namespace_processes(ns)
             _ip("netns", "del", ns, check=False)
+        if self.sshd is not None:
+            self.sshd.stop()
         for name in [*self.links, self.bridge]:
             _ip("link", "del", name, check=False)
         if self.workdir:
@@ -279,33 +290,46 @@ class HostBed:
     # -- an ipyparallel cluster with engines on the hosts ----------------------------------
     def start_cluster(self, engines: int | None = None, env: dict | None = None) -> str:
         """``ipcluster start``: controller on the bridge address, one engine on each of the
-        first ``engines`` hosts. Returns the profile directory."""
+        first ``engines`` hosts, started by ipyparallel's SSH launcher on a bed with sshd
+        (``ssh=True``), else by an engine command that enters a free host. Returns the profile
+        directory."""
         engines = self.n if engines is None else engines
         self.profile_dir = profile = os.path.join(self.workdir, "profile")
         os.makedirs(profile, exist_ok=True)
-        wrapper = self._write_engine_wrapper()
         with open(os.path.join(profile, "ipcontroller_config.py"), "w") as f:
             f.write(f"c.IPController.ip = {self.bridge_ip!r}\n"
                     # the hub admits engines at its heartbeat (3 s by default)
                     "c.HeartMonitor.period = 500\nc.HeartMonitor.max_heartmonitor_misses = 20\n")
+        if self.sshd is not None:
+            config = self.sshd.ipcluster_config(
+                {alias: 1 for alias in self.sshd.aliases[:engines]},
+                {"PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+        else:
+            config = (f"c.EngineLauncher.engine_cmd = [{self._write_engine_wrapper()!r}]\n"
+                      "c.LocalEngineSetLauncher.delay = 0.1\n")
         with open(os.path.join(profile, "ipcluster_config.py"), "w") as f:
-            f.write(f"c.EngineLauncher.engine_cmd = [{wrapper!r}]\n"
-                    "c.LocalEngineSetLauncher.delay = 0.1\n")
-        # In the foreground, as this process's child: ipcluster then reaps the engine
-        # processes it stops at once (an orphan waits for the machine's init, which may be
-        # slow: ~2 s here). Engine launchers orphaned by another process (a kernel that
-        # restarted engines, then exited) come to this one and are reaped too.
-        self._reap_orphaned_launchers()
+            f.write(config)
+        # Engines over ssh: `--daemonize`, as users start such clusters; ipcluster exits once
+        # they run. A foreground ipcluster would also watch them and race the kernel (which
+        # restarts them) for each stopped engine's output file on its host.
+        daemonize = ["--daemonize"] if self.sshd is not None else []
+        if not daemonize:
+            # In the foreground, as this process's child: ipcluster then reaps the engine
+            # processes it stops at once (an orphan waits for the machine's init, which may
+            # be slow: ~2 s here). Engine launchers orphaned by another process (a kernel
+            # that restarted engines, then exited) come to this one and are reaped too.
+            self._reap_orphaned_launchers()
         log = open(os.path.join(self.workdir, "ipcluster.log"), "ab")
         self.ipcluster_process = subprocess.Popen(
             [sys.executable, "-m", "ipyparallel.cluster", "start", f"--n={engines}",
-             f"--profile-dir={profile}"], env=self._env(env), stdout=log, stderr=log,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+             f"--profile-dir={profile}", *daemonize], env=self._env(env), stdout=log,
+            stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         cluster_file = os.path.join(profile, "security", "cluster-.json")
-        deadline = time.monotonic() + 90
+        wait_s = 60 + (60 if daemonize else 30) * engines   # each over several ssh commands
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            if self.ipcluster_process.poll() is not None:
+            if self.ipcluster_process.poll() not in (None, *([0] if daemonize else [])):
                 with open(os.path.join(self.workdir, "ipcluster.log")) as f:
                     raise RuntimeError(f"ipcluster start failed: {f.read()[-2000:]}")
             try:
@@ -315,7 +339,9 @@ class HostBed:
             except (OSError, ValueError):
                 pass
             time.sleep(0.2)
-        raise RuntimeError("ipcluster start wrote no cluster file with engines within 90 s")
+        with open(os.path.join(self.workdir, "ipcluster.log")) as f:
+            raise RuntimeError("ipcluster start wrote no cluster file with engines within "
+                               f"{wait_s} s: {f.read()[-2000:]}")
 
     def _reap_orphaned_launchers(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -437,7 +463,7 @@ sys.exit(child.wait())
 
 
 def _main(argv: list[str]) -> int:
-    """``up N [--delay MS] [--rate RATE] [--shared-names]`` or ``down``."""
+    """``up N [--delay MS] [--rate RATE] [--shared I ...] [--ssh]`` or ``down``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python3 tests/hostbed.py", description=__doc__,
@@ -449,6 +475,9 @@ def _main(argv: list[str]) -> int:
     up.add_argument("--rate", help="rate of each host's link, e.g. 1gbit (netem, else tbf)")
     up.add_argument("--shared", type=int, nargs="*", default=[], metavar="I",
                     help="hosts (1-based) that keep this machine's hostname and PID space")
+    up.add_argument("--ssh", action="store_true",
+                    help="run sshd on every host; ipcluster starts the engines over ssh "
+                         "(ipyparallel's SSHEngineSetLauncher)")
     sub.add_parser("down", help="remove every bed started by hand")
     args = parser.parse_args(argv)
     reason = skip_reason()
@@ -465,8 +494,11 @@ def _main(argv: list[str]) -> int:
             bed.down()
             print(f"removed the bed of {d['n']} hosts on {d['bridge_ip']}/24")
         return 0
+    if args.ssh and hostbed_ssh.skip_reason():
+        print(hostbed_ssh.skip_reason(), file=sys.stderr)
+        return 1
     bed = HostBed(args.n, delay_ms=args.delay, rate=args.rate,
-                  shared=tuple(i - 1 for i in args.shared))
+                  shared=tuple(i - 1 for i in args.shared), ssh=args.ssh)
     with open(os.path.join(KEEP_DIR, f"{bed.owner}.json"), "w") as f:
         json.dump(bed.describe(), f)   # first, so that a failing `up` is still found by `down`
     try:
@@ -480,7 +512,9 @@ def _main(argv: list[str]) -> int:
     print(f"{args.n} hosts {', '.join(bed.hostnames)} at {', '.join(bed.ips)}; kernel side "
           f"{bed.bridge_ip}.\nIn a notebook on this machine:\n"
           f"  %distribute multiworker --cluster {bed.profile_dir}\n"
-          f"A shell on host1: {shlex.join(bed.on_host(0, ['bash']))}\n"
+          + (f"A shell on host1: ssh -F {bed.sshd.ssh_config} host1\n"
+             f"The profile's engines: {os.path.join(bed.profile_dir, 'ipcluster_config.py')}\n"
+             if bed.sshd else f"A shell on host1: {shlex.join(bed.on_host(0, ['bash']))}\n") +
           "Remove it all: python3 tests/hostbed.py down")
     return 0
 

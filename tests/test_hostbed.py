@@ -18,12 +18,11 @@ import sys
 import time
 
 import pytest
-from helpers import interrupt_me, once_running, run_err, run_ok
+from helpers import host_bed, interrupt_me, once_running, run_err, run_ok
 from test_cluster import SETUP, STEP  # one model per worker's own data, 8 batches
 
 import nbdist
 from nbdist.cluster.failures import WorkerUnreachable
-from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import RunInterrupted
 from nbdist.session import current_session
 
@@ -31,18 +30,8 @@ hostbed = pytest.importorskip("hostbed")
 
 @pytest.fixture(scope="module")
 def bed(ip):
-    reason = hostbed.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    ip.run_line_magic("distribute", "stop")
-    with hostbed.HostBed(3, shared=(2,)) as the_bed:
-        the_bed.start_cluster()
-        try:
-            yield the_bed
-        finally:
-            ip.run_line_magic("distribute", "stop")
-            ip.run_line_magic("distribute", "mirrored --devices 4")
-    assert live_clusters() == []
+    with host_bed(ip, 3, shared=(2,)) as the_bed:
+        yield the_bed
 
 
 def cluster():
