@@ -44,6 +44,8 @@ PREFIX = "nbd"
 KEEP_DIR = "/run/nbdist-hostbed"
 ENGINE_WRAPPER = "ipengine-on-a-free-host"
 PR_SET_CHILD_SUBREAPER = 36   # prctl(2)
+#: ``IPClusterEngines.early_shutdown`` of the bed's ipcluster, seconds.
+EARLY_SHUTDOWN_S = 50
 
 
 def skip_reason() -> str | None:
@@ -181,6 +183,7 @@ class HostBed:
         self.workdir = ""
         self.profile_dir = ""
         self.ipcluster_process: subprocess.Popen | None = None
+        self.cluster_started = 0.0   # time.time() of `ipcluster start`
         self._reaping: threading.Event | None = None
 
     def __enter__(self) -> HostBed:
@@ -290,13 +293,17 @@ class HostBed:
                     "c.HeartMonitor.period = 500\nc.HeartMonitor.max_heartmonitor_misses = 20\n")
         with open(os.path.join(profile, "ipcluster_config.py"), "w") as f:
             f.write(f"c.EngineLauncher.engine_cmd = [{wrapper!r}]\n"
-                    "c.LocalEngineSetLauncher.delay = 0.1\n")
+                    "c.LocalEngineSetLauncher.delay = 0.1\n"
+                    # ipcluster ends the cluster if its engines stop this soon (30 s by
+                    # default); longer here, so that a test surely stops engines within it
+                    f"c.IPClusterEngines.early_shutdown = {EARLY_SHUTDOWN_S}\n")
         # In the foreground, as this process's child: ipcluster then reaps the engine
         # processes it stops at once (an orphan waits for the machine's init, which may be
         # slow: ~2 s here). Engine launchers orphaned by another process (a kernel that
         # restarted engines, then exited) come to this one and are reaped too.
         self._reap_orphaned_launchers()
         log = open(os.path.join(self.workdir, "ipcluster.log"), "ab")
+        self.cluster_started = time.time()
         self.ipcluster_process = subprocess.Popen(
             [sys.executable, "-m", "ipyparallel.cluster", "start", f"--n={engines}",
              f"--profile-dir={profile}"], env=self._env(env), stdout=log, stderr=log,
@@ -306,8 +313,7 @@ class HostBed:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.ipcluster_process.poll() is not None:
-                with open(os.path.join(self.workdir, "ipcluster.log")) as f:
-                    raise RuntimeError(f"ipcluster start failed: {f.read()[-2000:]}")
+                raise RuntimeError(f"ipcluster start failed: {self.ipcluster_log(2000)}")
             try:
                 with open(cluster_file) as f:
                     if (json.load(f).get("engines") or {}).get("sets"):
@@ -316,6 +322,13 @@ class HostBed:
                 pass
             time.sleep(0.2)
         raise RuntimeError("ipcluster start wrote no cluster file with engines within 90 s")
+
+    def ipcluster_log(self, tail: int = 3000) -> str:
+        try:
+            with open(os.path.join(self.workdir, "ipcluster.log")) as f:
+                return f.read()[-tail:]
+        except OSError as err:
+            return str(err)
 
     def _reap_orphaned_launchers(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)

@@ -49,6 +49,27 @@ def cluster():
     return current_session().backend
 
 
+def test_stop_soon_after_ipcluster_start_keeps_the_users_cluster(ip, bed, capsys):
+    """A foreground `ipcluster start` ends the whole cluster, controller included, when its
+    engines stop within its early-shutdown window (30 s by default, the bed's profile sets
+    50 s): a `%distribute stop` that soon (it restarts the engines it used) ended the user's
+    cluster, and the next `--cluster` line found "no running ipyparallel cluster". nbdist reads
+    the window from the profile and waits it out."""
+    window = hostbed.EARLY_SHUTDOWN_S
+    ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
+    run_ok(ip, "%%distribute\nx = nbdist_worker")
+    assert time.time() - bed.cluster_started < window - 3, "too slow to test the window"
+    capsys.readouterr()
+    ip.run_line_magic("distribute", "stop")
+    out = capsys.readouterr()
+    assert bed.ipcluster_process.poll() is None, bed.ipcluster_log()
+    assert "restarted the engines of profile" in out.out, out
+    assert "before restarting the engines" in out.err and "early_shutdown" in out.err, out
+    assert time.time() - bed.cluster_started >= window
+    ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
+    assert sorted(info["host"] for info in cluster().info) == bed.hostnames
+
+
 def test_multiworker_over_three_hosts_addresses_status_push_pull_step_and_fit(
         ip, bed, tf_keras, capsys):
     ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
@@ -104,14 +125,6 @@ def test_multiworker_over_three_hosts_addresses_status_push_pull_step_and_fit(
     assert fit.metrics.groupby("worker").size().to_dict() == {0: 8, 1: 8, 2: 8}
 
 
-# Both passed on their branch. Since it was merged with the stall/inject and parameter-server
-# branches, the bed's ipcluster is no longer found after `%distribute stop` has restarted its
-# engines ("no running ipyparallel cluster in PROFILE"). Issue 14 stays open for this.
-_AFTER_RESTART = pytest.mark.skip(reason="issue 14: the bed's ipcluster is lost after the "
-                                  "engines are restarted since the merge; under investigation")
-
-
-@_AFTER_RESTART
 def test_parameter_server_over_three_hosts(ip, bed):
     """2 workers and a parameter server on 3 hosts, the kernel as coordinator (a fresh
     interpreter: ParameterServerStrategy takes over the kernel's TensorFlow devices)."""
@@ -142,7 +155,6 @@ def test_parameter_server_over_three_hosts(ip, bed):
     print(f"parameter_server stop {out['stop_s']:.1f} s")
 
 
-@_AFTER_RESTART
 def test_a_partitioned_host_ends_the_cell_and_stop_restart_are_quick(ip, bed, capsys):
     """A host's link goes down mid-run: the cell ends naming the host, the worker and its last
     step; `%distribute restart` and `stop` return while the host is still unreachable and
