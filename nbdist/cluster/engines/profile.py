@@ -49,7 +49,7 @@ from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
 from .hosts import is_local, is_loopback, shares_network, worker_hosts
 from .links import LinkControl
-from .lookup import find_cluster, resolve_profile
+from .lookup import find_cluster, missing_engines, resolve_profile
 from .restart import restart_engines
 from .retired import retired
 
@@ -105,6 +105,8 @@ class ProfileEngines:
         else:
             self.client = ipp.Client(profile_dir=self.profile_dir,
                                      cluster_id=self.cluster_id or "")
+        if self.restartable and missing_engines(self.cluster):
+            self._bring_back(missing_engines(self.cluster))
         self._wait_for_engines()
         self._choose()
         if any(d["used"] for d in self.idents):
@@ -126,16 +128,12 @@ class ProfileEngines:
         """Registered engines, less those nbdist restarted away (``retired``)."""
         return sorted(set(self.client.ids) - retired(self.client, self.profile_dir))
 
-    def _registered(self, want: int, seconds: float) -> bool:
-        """Whether ``want`` usable engines are registered within ``seconds``."""
-        deadline = time.monotonic() + seconds
-        while len(self._usable_ids()) < want and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return len(self._usable_ids()) >= want
-
     def _wait_for_engines(self, at_least: int = 1) -> None:
         want = max(at_least, min(self.expected_engines(), self.wanted or 10**6), 1)
-        if not self._registered(want, self.timeout):   # fewer engines may still be enough
+        deadline = time.monotonic() + self.timeout
+        while len(self._usable_ids()) < want and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if len(self._usable_ids()) < want:   # fewer engines may still be enough
             if len(self._usable_ids()) < max(at_least, 1):
                 raise ClusterStartError(
                     f"--cluster {self.name}: only {len(self._usable_ids())} engine(s) registered "
@@ -143,6 +141,16 @@ class ProfileEngines:
                     f"`ipcluster engines --profile-dir {self.profile_dir} --n 2 --daemonize`, "
                     "and check their logs in the profile's log/ directory."
                 ) from None
+
+    def _bring_back(self, missing: int) -> None:
+        """Restart the engine sets when some of their engines died (e.g. one started while
+        its host was cut off, by the restart at a partition, gave up registering): once the
+        host is back, it gets an engine again."""
+        print(f"nbdist: {missing} of the {self.expected_engines()} engines of profile "
+              f"{self.name!r} no longer run (an engine started while its host was cut off "
+              "gives up registering); restarting the cluster's engines to bring them back.",
+              file=sys.stderr)
+        self._restart()
 
     def _choose(self) -> None:
         available = self._usable_ids()
