@@ -44,8 +44,9 @@ PREFIX = "nbd"
 KEEP_DIR = "/run/nbdist-hostbed"
 ENGINE_WRAPPER = "ipengine-on-a-free-host"
 PR_SET_CHILD_SUBREAPER = 36   # prctl(2)
-#: ``IPClusterEngines.early_shutdown`` of the bed's ipcluster, seconds.
-EARLY_SHUTDOWN_S = 50
+#: ``IPClusterEngines.early_shutdown``, ipyparallel's default: its ``ipcluster start`` ends the
+#: whole cluster if its engines stop that soon after starting.
+EARLY_SHUTDOWN_S = 30
 
 
 def skip_reason() -> str | None:
@@ -184,6 +185,7 @@ class HostBed:
         self.profile_dir = ""
         self.ipcluster_process: subprocess.Popen | None = None
         self.cluster_started = 0.0   # time.time() of `ipcluster start`
+        self.early_shutdown = EARLY_SHUTDOWN_S
         self._reaping: threading.Event | None = None
 
     def __enter__(self) -> HostBed:
@@ -280,7 +282,8 @@ class HostBed:
         return [int(p) for p in _ip("netns", "pids", self.namespaces[i]).stdout.split()]
 
     # -- an ipyparallel cluster with engines on the hosts ----------------------------------
-    def start_cluster(self, engines: int | None = None, env: dict | None = None) -> str:
+    def start_cluster(self, engines: int | None = None, env: dict | None = None,
+                      early_shutdown: float = EARLY_SHUTDOWN_S) -> str:
         """``ipcluster start``: controller on the bridge address, one engine on each of the
         first ``engines`` hosts. Returns the profile directory."""
         engines = self.n if engines is None else engines
@@ -294,9 +297,8 @@ class HostBed:
         with open(os.path.join(profile, "ipcluster_config.py"), "w") as f:
             f.write(f"c.EngineLauncher.engine_cmd = [{wrapper!r}]\n"
                     "c.LocalEngineSetLauncher.delay = 0.1\n"
-                    # ipcluster ends the cluster if its engines stop this soon (30 s by
-                    # default); longer here, so that a test surely stops engines within it
-                    f"c.IPClusterEngines.early_shutdown = {EARLY_SHUTDOWN_S}\n")
+                    f"c.IPClusterEngines.early_shutdown = {early_shutdown}\n")
+        self.early_shutdown = early_shutdown
         # In the foreground, as this process's child: ipcluster then reaps the engine
         # processes it stops at once (an orphan waits for the machine's init, which may be
         # slow: ~2 s here). Engine launchers orphaned by another process (a kernel that

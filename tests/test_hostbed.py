@@ -37,7 +37,9 @@ def bed(ip):
         pytest.skip(reason)
     ip.run_line_magic("distribute", "stop")
     with hostbed.HostBed(3, shared=(2,)) as the_bed:
-        the_bed.start_cluster()
+        # a longer early-shutdown window than ipcluster's 30 s, so that the first test surely
+        # stops engines inside it
+        the_bed.start_cluster(early_shutdown=50)
         try:
             yield the_bed
         finally:
@@ -56,7 +58,7 @@ def test_stop_soon_after_ipcluster_start_keeps_the_users_cluster(ip, bed, capsys
     50 s): a `%distribute stop` that soon (it restarts the engines it used) ended the user's
     cluster, and the next `--cluster` line found "no running ipyparallel cluster". nbdist reads
     the window from the profile and waits it out."""
-    window = hostbed.EARLY_SHUTDOWN_S
+    window = bed.early_shutdown
     ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
     run_ok(ip, "%%distribute\nx = nbdist_worker")
     assert time.time() - bed.cluster_started < window - 3, "too slow to test the window"
@@ -164,7 +166,7 @@ def test_a_partitioned_host_ends_the_cell_and_a_restart_once_it_heals_trains_on_
     brings that host's engine back and a step cell trains on all three hosts; nothing the first
     run used is left running on any host."""
     # run alone, past ipcluster's early-shutdown window (nbdist waits it out before restarting)
-    time.sleep(max(0.0, bed.cluster_started + hostbed.EARLY_SHUTDOWN_S + 3 - time.time()))
+    time.sleep(max(0.0, bed.cluster_started + bed.early_shutdown + 3 - time.time()))
     ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
     run_ok(ip, SETUP)
     hosts = [info["host"] for info in cluster().info]
