@@ -227,11 +227,11 @@ def assert_changed_nothing(shell, runs_before: int, path, capsys) -> None:
 
 
 @contextlib.contextmanager
-def host_bed(ip, n: int, **kwargs):
+def host_bed(ip, n: int, cluster: dict | None = None, **kwargs):
     """A bed of ``n`` simulated hosts (tests/hostbed.py, ``kwargs`` go to ``HostBed``) with
-    its ipcluster running, for a module's tests: skipped with the reason where the bed cannot
-    be made. The session's strategy is stopped before, and after (back to mirrored, no
-    cluster left)."""
+    its ipcluster running (``cluster`` goes to ``start_cluster``), for a module's tests:
+    skipped with the reason where the bed cannot be made. The session's strategy is stopped
+    before, and after (back to mirrored, no cluster left)."""
     import pytest
     from hostbed import HostBed, skip_reason
 
@@ -242,7 +242,7 @@ def host_bed(ip, n: int, **kwargs):
         pytest.skip(reason)
     ip.run_line_magic("distribute", "stop")
     with HostBed(n, **kwargs) as bed:
-        bed.start_cluster()
+        bed.start_cluster(**(cluster or {}))
         try:
             yield bed
         finally:

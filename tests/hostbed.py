@@ -48,6 +48,9 @@ PREFIX = "nbd"
 KEEP_DIR = "/run/nbdist-hostbed"
 ENGINE_WRAPPER = "ipengine-on-a-free-host"
 PR_SET_CHILD_SUBREAPER = 36   # prctl(2)
+#: ``IPClusterEngines.early_shutdown``, ipyparallel's default: its ``ipcluster start`` ends the
+#: whole cluster if its engines stop that soon after starting.
+EARLY_SHUTDOWN_S = 30
 
 
 def skip_reason() -> str | None:
@@ -187,6 +190,8 @@ class HostBed:
         self.profile_dir = ""
         self.ipcluster_process: subprocess.Popen | None = None
         self.sshd: hostbed_ssh.SshHosts | None = None
+        self.cluster_started = 0.0   # time.time() of `ipcluster start`
+        self.early_shutdown = EARLY_SHUTDOWN_S
         self._reaping: threading.Event | None = None
 
     def __enter__(self) -> HostBed:
@@ -288,7 +293,8 @@ class HostBed:
         return [int(p) for p in _ip("netns", "pids", self.namespaces[i]).stdout.split()]
 
     # -- an ipyparallel cluster with engines on the hosts ----------------------------------
-    def start_cluster(self, engines: int | None = None, env: dict | None = None) -> str:
+    def start_cluster(self, engines: int | None = None, env: dict | None = None,
+                      early_shutdown: float = EARLY_SHUTDOWN_S) -> str:
         """``ipcluster start``: controller on the bridge address, one engine on each of the
         first ``engines`` hosts, started by ipyparallel's SSH launcher on a bed with sshd
         (``ssh=True``), else by an engine command that enters a free host. Returns the profile
@@ -308,7 +314,8 @@ class HostBed:
             config = (f"c.EngineLauncher.engine_cmd = [{self._write_engine_wrapper()!r}]\n"
                       "c.LocalEngineSetLauncher.delay = 0.1\n")
         with open(os.path.join(profile, "ipcluster_config.py"), "w") as f:
-            f.write(config)
+            f.write(config + f"c.IPClusterEngines.early_shutdown = {early_shutdown}\n")
+        self.early_shutdown = early_shutdown
         # Engines over ssh: `--daemonize`, as users start such clusters; ipcluster exits once
         # they run. A foreground ipcluster would also watch them and race the kernel (which
         # restarts them) for each stopped engine's output file on its host.
@@ -320,6 +327,7 @@ class HostBed:
             # that restarted engines, then exited) come to this one and are reaped too.
             self._reap_orphaned_launchers()
         log = open(os.path.join(self.workdir, "ipcluster.log"), "ab")
+        self.cluster_started = time.time()
         self.ipcluster_process = subprocess.Popen(
             [sys.executable, "-m", "ipyparallel.cluster", "start", f"--n={engines}",
              f"--profile-dir={profile}", *daemonize], env=self._env(env), stdout=log,
@@ -330,8 +338,7 @@ class HostBed:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.ipcluster_process.poll() not in (None, *([0] if daemonize else [])):
-                with open(os.path.join(self.workdir, "ipcluster.log")) as f:
-                    raise RuntimeError(f"ipcluster start failed: {f.read()[-2000:]}")
+                raise RuntimeError(f"ipcluster start failed: {self.ipcluster_log(2000)}")
             try:
                 with open(cluster_file) as f:
                     if (json.load(f).get("engines") or {}).get("sets"):
@@ -339,9 +346,15 @@ class HostBed:
             except (OSError, ValueError):
                 pass
             time.sleep(0.2)
-        with open(os.path.join(self.workdir, "ipcluster.log")) as f:
-            raise RuntimeError("ipcluster start wrote no cluster file with engines within "
-                               f"{wait_s} s: {f.read()[-2000:]}")
+        raise RuntimeError("ipcluster start wrote no cluster file with engines within "
+                           f"{wait_s} s: {self.ipcluster_log(2000)}")
+
+    def ipcluster_log(self, tail: int = 3000) -> str:
+        try:
+            with open(os.path.join(self.workdir, "ipcluster.log")) as f:
+                return f.read()[-tail:]
+        except OSError as err:
+            return str(err)
 
     def _reap_orphaned_launchers(self) -> None:
         libc = ctypes.CDLL(None, use_errno=True)

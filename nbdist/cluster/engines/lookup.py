@@ -1,10 +1,17 @@
 """Finding the cluster ``--cluster NAME[@CLUSTER_ID]`` names: its profile directory, and its
 running ipyparallel ``Cluster`` (from the profile's cluster files) or a hand-started
-controller's connection file."""
+controller's connection file.
+
+Engines that died. ``Cluster.from_file`` lowers an engine set's ``n`` to the engines still
+running and rewrites the file with it, so an engine that died (e.g. one started while its host
+was cut off, which gave up registering) would be forgotten, and restarting the set would not
+bring it back. The number each set was started with is read from the file first and put back
+(``missing_engines`` says how many are gone)."""
 
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
 from typing import Any
@@ -44,6 +51,7 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
     running = {}
     for path in sorted(glob.glob(os.path.join(profile_dir, "security", pattern))):
         found_id = os.path.basename(path)[len("cluster-"):-len(".json")]
+        started = _started(path)
         try:   # by profile dir: its ipcluster_config.py (launcher settings) is loaded too
             cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=found_id,
                                             log=log)
@@ -51,6 +59,8 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
             log.debug("skipping cluster file %s: %s", path, err)
             continue
         if cluster.controller is not None and cluster_running(cluster):
+            for set_id, engine_set in cluster.engines.items():
+                engine_set.n = max(engine_set.n or 0, started.get(set_id, 0))
             running[cluster.cluster_id] = cluster
     if len(running) == 1:
         return next(iter(running.values()))
@@ -68,3 +78,20 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
         f"{profile_dir} --n 2 --daemonize`, or drop --cluster to let nbdist start local "
         "workers."
     )
+
+
+def _started(path: str) -> dict[str, int]:
+    """How many engines each set of a cluster file was started with (its ``n``)."""
+    try:
+        with open(path) as f:
+            sets = json.load(f)["engines"]["sets"]
+        return {set_id: int(state.get("n") or 0) for set_id, state in sets.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def missing_engines(cluster: Any) -> int:
+    """Engines of the cluster's sets whose process is gone (sets that track each engine)."""
+    return sum(max(0, (engine_set.n or 0) - len(engine_set.launchers))
+               for engine_set in cluster.engines.values()
+               if isinstance(getattr(engine_set, "launchers", None), dict))

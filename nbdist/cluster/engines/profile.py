@@ -22,12 +22,13 @@ another session. ``stop`` first brings up the links ``inject partition`` cut (``
 ends the engines nbdist used and restarts the cluster's engines through ipyparallel
 (``Cluster.restart_engines``: the same launcher, the same number of engines, fresh processes
 with new engine ids); the controller keeps running. ipyparallel restarts engines by engine
-*set*, so unused engines of those sets are restarted too. Without a cluster file (a
-hand-started controller) nbdist cannot restart engines: it resets their namespaces, closes its
-channel and says that they must be restarted before nbdist can use them again; a later session
-refuses such engines with that advice, and restarts them by itself when it can. At interpreter
-exit nbdist only lets go of the engines (no processes are started from a dying kernel); the
-next session restarts them. `ipcluster stop` stops restarted engines (the cluster file lists
+*set*, so unused engines of those sets are restarted too (after a foreground ipcluster's
+early-shutdown window, ``earlystop``). Without a cluster file (a hand-started controller)
+nbdist cannot restart engines: it resets their namespaces, closes its channel and says that
+they must be restarted before nbdist can use them again; a later session refuses such engines
+with that advice, and restarts them by itself when it can. At interpreter exit nbdist only
+lets go of the engines (no processes are started from a dying kernel); the next session
+restarts them. `ipcluster stop` stops restarted engines (the cluster file lists
 them); after an interrupted `ipcluster start` they exit when the controller's heartbeats stop.
 """
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -49,17 +49,14 @@ from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
 from .hosts import is_local, is_loopback, shares_network, worker_hosts
 from .links import LinkControl
-from .lookup import find_cluster, resolve_profile
-from .retired import retire, retired
+from .lookup import find_cluster, missing_engines, resolve_profile
+from .restart import restart_engines
+from .retired import retired
 
 log = logging.getLogger("nbdist.cluster")
 
 #: Seconds to wait for a cluster's engines to register (after a start or a restart).
 REGISTER_TIMEOUT_S = 60.0
-#: Seconds the engines nbdist used get to run the quit function before they are killed.
-QUIT_WAIT_S = 1.0
-#: Seconds their nannies get to kill them before their sets are restarted.
-KILL_WAIT_S = 0.5
 
 
 class ProfileEngines:
@@ -108,6 +105,8 @@ class ProfileEngines:
         else:
             self.client = ipp.Client(profile_dir=self.profile_dir,
                                      cluster_id=self.cluster_id or "")
+        if self.restartable and missing_engines(self.cluster):
+            self._bring_back(missing_engines(self.cluster))
         self._wait_for_engines()
         self._choose()
         if any(d["used"] for d in self.idents):
@@ -143,6 +142,16 @@ class ProfileEngines:
                     "and check their logs in the profile's log/ directory."
                 ) from None
 
+    def _bring_back(self, missing: int) -> None:
+        """Restart the engine sets when some of their engines died (e.g. one started while
+        its host was cut off, by the restart at a partition, gave up registering): once the
+        host is back, it gets an engine again."""
+        print(f"nbdist: {missing} of the {self.expected_engines()} engines of profile "
+              f"{self.name!r} no longer run (an engine started while its host was cut off "
+              "gives up registering); restarting the cluster's engines to bring them back.",
+              file=sys.stderr)
+        self._restart()
+
     def _choose(self) -> None:
         available = self._usable_ids()
         if self.wanted is not None and self.wanted > len(available):
@@ -172,14 +181,13 @@ class ProfileEngines:
               "(TensorFlow's cluster state lasts as long as the process).", file=sys.stderr)
         from ..inengine.worker import exit_soon
 
-        self._quit_used(exit_soon)
-        self._restart()
+        self._restart(exit_soon)
         self._wait_for_engines()
         self._choose()
 
-    def _restart(self) -> None:
-        retire(self.client, self.profile_dir, self.client.ids)
-        self.cluster.restart_engines_sync()
+    def _restart(self, quit_fn: Any = None) -> None:
+        restart_engines(self.cluster, self.client, self.profile_dir, self.name, self.ids,
+                        quit_fn)
 
     def task_addresses(self) -> list[str]:
         """Each engine's address for a TensorFlow server: its host, a port free there (asked
@@ -249,8 +257,7 @@ class ProfileEngines:
             elif not self.touched:
                 pass   # e.g. --workers too large: nothing ran on the engines
             elif self.restartable and self.ids:
-                self._quit_used(quit_fn)
-                self._restart()
+                self._restart(quit_fn)
                 print(f"nbdist: restarted the engines of profile {self.name!r} (fresh "
                       "processes, empty namespaces); the cluster keeps running.")
             elif self.ids:
@@ -262,31 +269,6 @@ class ProfileEngines:
                 pass
             self.client = None
         return []
-
-    def _quit_used(self, quit_fn: Any) -> None:
-        """Make the used engines exit at once (quicker than ipyparallel's SIGTERM/SIGKILL):
-        ``quit_fn`` on each; a worker blocked in TensorFlow never runs it, so those that have
-        not answered within QUIT_WAIT_S are killed by their nanny (SIGKILL). An engine on a
-        host that cannot be reached is left to the restart (its launcher). The controller
-        lists killed engines until their heartbeats are missed: they are retired instead."""
-        if quit_fn is None:
-            return
-        asked = {}
-        for eid in self.ids:
-            try:
-                asked[eid] = self.client[eid].apply_async(quit_fn)
-            except Exception as err:  # a dead engine: the restart handles it
-                log.debug("could not ask engine %s to quit: %s", eid, err)
-        deadline = time.monotonic() + QUIT_WAIT_S
-        while not all(ar.ready() for ar in asked.values()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        blocked = [eid for eid, ar in asked.items() if not ar.ready()]
-        if blocked:
-            try:
-                self.client.send_signal(signal.SIGKILL, targets=blocked, block=False)
-            except Exception as err:
-                log.debug("could not signal engines %s: %s", blocked, err)
-            time.sleep(KILL_WAIT_S)
 
     def _release(self) -> None:
         try:
