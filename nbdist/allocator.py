@@ -12,10 +12,12 @@ step's tensors, the collective's receive buffers, the gRPC messages that carry t
 two workers spent 2.4x the CPU per step of the same all-reduce in a process where TensorFlow had
 not done this (``benchmarks/mw_step_cost.py``).
 
-``keep_large_buffers`` sets the threshold to 32 MiB, the most glibc's own dynamic threshold
-would reach (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit): freed buffers below it stay in the
-process for the next step, as in any process TensorFlow left alone, and larger ones still go
-back to the system when freed. Elsewhere than glibc it does nothing.
+``keep_large_buffers`` sets what glibc's dynamic threshold would reach at most: the mmap
+threshold to 32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit) and the trim threshold to twice
+that (else the heap is trimmed back to the system as soon as 128 KiB at its top are free, and
+the next step faults its pages in again). Freed buffers below 32 MiB then stay in the process
+for the next step, as in any process TensorFlow left alone; larger ones still go back to the
+system when freed. Elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import ctypes
 import platform
 from typing import Any
 
+M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 #: glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems (32 MiB).
 LARGE_BUFFERS = 32 * 1024 * 1024
@@ -49,4 +52,5 @@ def keep_large_buffers(threshold: int = LARGE_BUFFERS) -> bool:
     """Let buffers below ``threshold`` bytes be reused after they are freed (see the module
     doc); True if it was set (glibc only)."""
     mallopt = _libc_mallopt() if enabled else None
-    return bool(mallopt) and mallopt(M_MMAP_THRESHOLD, threshold) == 1
+    return (bool(mallopt) and mallopt(M_MMAP_THRESHOLD, threshold) == 1
+            and mallopt(M_TRIM_THRESHOLD, 2 * threshold) == 1)
