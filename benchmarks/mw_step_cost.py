@@ -6,10 +6,10 @@ A local 2-worker cluster (``%distribute multiworker --workers 2``) runs the step
 hand-written workers (``allreduce_ring.py --hand-worker``, no dataset) run the same
 all-reduce. Per size, three sides, interleaved:
 
-* before: TensorFlow's allocator setting left alone (``StepRunner.reuse_buffers = False`` on
+* before: TensorFlow's allocator setting left alone (``nbdist.allocator.enabled = False`` on
   the workers, glibc's mmap threshold set back to the 128 KiB TensorFlow's iterator sets and
   the trim threshold to glibc's default 128 KiB);
-* after: nbdist as it is (``reuse_buffers = True``);
+* after: nbdist as it is (``enabled = True``);
 * hand: the hand-written loop.
 
 ``step ms``: the median time of a step inside the runs (nbdist's ``step_ms`` rows, the
@@ -41,8 +41,8 @@ import allreduce_ring as ring  # noqa: E402 - the same step cell and hand-writte
 SHORT, LONG = 10, 40
 SET_SIDE = """%%distribute
 import ctypes as _ctypes
-import nbdist.runner as _runner
-_runner.StepRunner.reuse_buffers = {reuse}
+import nbdist.allocator as _allocator
+_allocator.enabled = {reuse}
 if not {reuse}:   # TensorFlow's 128 KiB mmap threshold, glibc's default trim threshold
     _ctypes.CDLL(None).mallopt(-3, 128 * 1024)
     _ctypes.CDLL(None).mallopt(-1, 128 * 1024)
