@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from . import stepgroups
+from .allocator import keep_large_buffers
 from .data.iterate import new_iterator, release, timed_batches
 from .fastcall import FastCall
 from .hooks.tensorflow import quiet_retracing_warning
@@ -184,6 +185,8 @@ class StepRunner(StepLoop):
             wanted = wanted if left is None else min(wanted, left)
             traced = timed not in self._compiled
             ran, call_ms = self._group(step, epoch, iterator, wanted, timed)
+            if left == self.spec.steps:   # the epoch's first call made the iterator's pipelines
+                keep_large_buffers()
             if ran and not traced:
                 pacer.observe(step, call_ms / ran, timed)
                 if not timed:

@@ -30,6 +30,7 @@ TIERS = ("unit", "kernel", "cluster", "browser", "notebooks")
 # file); a file missing here, or a test with two tier markers, fails collection.
 FILE_TIERS = {
     "test_binder.py": "notebooks",
+    "test_allocator.py": "kernel",
     "test_channel.py": "unit",
     "test_run_store.py": "unit",
     "test_checkpoint.py": "kernel",       # its multiworker tests: cluster

@@ -1,0 +1,56 @@
+"""Large tensors reused by the allocator, not mapped afresh on every step.
+
+TensorFlow (2.21, Linux, Python >= 3.11) calls glibc's ``mallopt(M_MMAP_THRESHOLD, 128 KiB)``
+whenever it builds a ``GeneratorDataset`` kernel, to mitigate a memory growth it saw with
+``Dataset.from_generator``. Every distributed dataset iterator builds one (its
+``MultiDeviceIterator`` feeds each device from a generator dataset), so the first step of a
+step cell does it in the kernel (local strategies) and in every multiworker worker. Setting
+the threshold also turns off glibc's dynamic threshold, which would otherwise rise to the size
+of the buffers a program frees and reuse them. From then on every buffer of 128 KiB or more (a
+step's tensors, the collective's receive buffers, the gRPC messages that carry them) is a fresh
+``mmap``, zero-filled one page fault at a time, and unmapped when freed: at 4 MB per all-reduce,
+two workers spent 2.4x the CPU per step of the same all-reduce in a process where TensorFlow had
+not done this (``benchmarks/mw_step_cost.py``).
+
+``keep_large_buffers`` sets what glibc's dynamic threshold would reach at most: the mmap
+threshold to 32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit) and the trim threshold to twice
+that (else the heap is trimmed back to the system as soon as 128 KiB at its top are free, and
+the next step faults its pages in again). Freed buffers below 32 MiB then stay in the process
+for the next step, as in any process TensorFlow left alone; larger ones still go back to the
+system when freed. Elsewhere than glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from typing import Any
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+#: glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems (32 MiB).
+LARGE_BUFFERS = 32 * 1024 * 1024
+
+#: False leaves TensorFlow's setting alone (``benchmarks/mw_step_cost.py`` compares both).
+enabled = True
+_mallopt: Any = None
+
+
+def _libc_mallopt() -> Any:
+    global _mallopt
+    if _mallopt is None:
+        _mallopt = False
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            try:
+                _mallopt = ctypes.CDLL(None).mallopt
+            except (OSError, AttributeError):
+                pass
+    return _mallopt
+
+
+def keep_large_buffers(threshold: int = LARGE_BUFFERS) -> bool:
+    """Let buffers below ``threshold`` bytes be reused after they are freed (see the module
+    doc); True if it was set (glibc only)."""
+    mallopt = _libc_mallopt() if enabled else None
+    return (bool(mallopt) and mallopt(M_MMAP_THRESHOLD, threshold) == 1
+            and mallopt(M_TRIM_THRESHOLD, 2 * threshold) == 1)
