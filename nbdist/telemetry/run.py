@@ -142,11 +142,12 @@ class Run(LoadsJsonLines):
     def n_rows(self) -> int:
         return self._table.n
 
-    def block_since(self, start: int) -> np.ndarray:
-        """Rows appended since row index ``start`` as one float64 array, a row per line and
-        the columns of ``COLUMNS`` (``rows.POSITION`` gives each column's index)."""
+    def block_since(self, start: int, stop: int | None = None) -> np.ndarray:
+        """Rows appended since row index ``start`` (up to ``stop``) as one float64 array, a
+        row per line and the columns of ``COLUMNS`` (``rows.POSITION`` gives each column's
+        index)."""
         with self._lock:
-            return self._table.block(start)
+            return self._table.block(start, stop)
 
     def rows_since(self, start: int) -> list[Row]:
         """Rows appended since row index ``start``, as ``Row`` tuples."""
