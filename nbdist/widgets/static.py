@@ -26,15 +26,16 @@ __all__ = ["static_bundle"]
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
-def static_bundle(run: Run, max_points: int = 250, max_total_points: int = 4000
-                  ) -> dict[str, Any]:
-    """``{plotly JSON, image/svg+xml, text/plain}`` for the finished ``run``."""
+def static_bundle(run: Run, max_points: int = 250, max_total_points: int = 4000,
+                  smoothing: float = 0.0) -> dict[str, Any]:
+    """``{plotly JSON, image/svg+xml, text/plain}`` for the finished ``run``; ``smoothing``
+    as the live figure's slider had it (``figure.run_figure``)."""
     if not run.n_rows:
         return {"text/plain": run_title(run, series_of(run))}
     keys = run.replicas * run.workers
-    traces = 4 * keys + 4 if keys <= AGGREGATE_ABOVE else 30
+    traces = (4 * keys + 4 if keys <= AGGREGATE_ABOVE else 30) * (2 if smoothing else 1)
     per_trace = min(max_points, max(50, max_total_points // traces))
-    fig = run_figure(run, max_points=per_trace)
+    fig = run_figure(run, max_points=per_trace, smoothing=smoothing)
     title = fig["layout"]["title"]["text"]
     return {
         PLOTLY_MIME: _typed_json(fig),
