@@ -136,6 +136,8 @@ class Run(LoadsJsonLines):
         if status not in STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
         self.status, self.error, self.ended = status, error, time.time()
+        with self._lock:
+            self._table.trim()      # a finished run keeps its rows, not a half-empty chunk
 
     # -- reading -------------------------------------------------------------------------
     @property

@@ -48,15 +48,17 @@ def static_bundle(run: Run, max_points: int = 250, max_total_points: int = 4000,
 def _typed_json(fig: dict[str, Any]) -> dict[str, Any]:
     """The figure as JSON data for plotly's mimetype: arrays as float32 base64 typed arrays
     (``bdata``, read by plotly.js as they are), the template's name resolved to its
-    definition (plotly.js knows no names). No validation pass through ``go.Figure``: it
-    took seconds on a big run's figure, whose dicts the live figure already sends as they
-    are."""
+    definition (plotly.js knows no names): one dict shared by every bundle, as IPython keeps
+    each displayed bundle in its history. No validation pass through ``go.Figure``: it took
+    seconds on a big run's figure, whose dicts the live figure already sends as they are."""
     data = [{k: _bdata(v) if isinstance(v, np.ndarray) else v for k, v in t.items()}
             for t in fig["data"]]
-    layout = dict(fig["layout"])
-    if isinstance(layout.get("template"), str):
-        layout["template"] = _template(layout["template"])
-    return plotly_json({"data": data, "layout": layout})
+    template = fig["layout"].get("template")
+    layout = {k: v for k, v in fig["layout"].items() if k != "template"}
+    out = plotly_json({"data": data, "layout": layout})
+    if isinstance(template, str):
+        out["layout"]["template"] = _template(template)
+    return out
 
 
 def _bdata(values: np.ndarray) -> dict[str, str]:
