@@ -80,6 +80,13 @@ def test_long_runs_keep_bounded_bucket_means() -> None:
     k = series.aggregates.bands.k
     medians = np.median(values["loss"], axis=1)
     np.testing.assert_allclose(y, [medians[i * k:(i + 1) * k].mean() for i in range(len(x))])
+    # the min-max band spans each bucket's extremes: one slow step stays visible
+    spike = values["compute_ms"].max()
+    _, top = series.series[("time", "max")].points()
+    _, low = series.series[("time", "min")].points()
+    assert top.max() == spike and low.min() == values["compute_ms"].min()
+    slowest = values["compute_ms"].max(axis=1)
+    np.testing.assert_allclose(top, [slowest[i * k:(i + 1) * k].max() for i in range(len(x))])
 
 
 @pytest.mark.parametrize(("workers", "replicas", "aggregated"),

@@ -20,17 +20,23 @@ AGGREGATE_ABOVE = 16
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 1.0)
 STATS = ("min", "q10", "median", "q90", "max")
 METRIC_COLUMNS = ("loss", "grad_norm", "allreduce_ms", "time")
+#: The band's edges over a bucket of steps: the extremes, not their means.
+_REDUCE = {"min": "min", "max": "max"}
 
 
 class StepGrid:
     """Values of ``columns`` columns per step, kept in at most ``cap`` buckets of ``k`` steps
-    (bucket b: steps b*k ... b*k+k-1), each cell the mean of its finite values. Steps may
-    arrive in any order; when a step falls beyond the last bucket, pairs merge and k doubles."""
+    (bucket b: steps b*k ... b*k+k-1), each cell the mean of its finite values, and also their
+    least and greatest (``points(reduce=...)``: a min-max band keeps a one-step spike visible
+    in a long run). Steps may arrive in any order; when a step falls beyond the last bucket,
+    pairs merge and k doubles."""
 
     def __init__(self, columns: int, cap: int):
         self.cap, self.k, self.version = cap - cap % 2, 1, 0
         self._sum = np.zeros((self.cap, columns))
         self._count = np.zeros((self.cap, columns))
+        self._min = np.full((self.cap, columns), np.inf)
+        self._max = np.full((self.cap, columns), -np.inf)
         self._xsum = np.zeros(self.cap)
         self._xcount = np.zeros(self.cap)
 
@@ -49,6 +55,8 @@ class StepGrid:
         ok = np.isfinite(values)
         self._sum[used] += np.add.reduceat(np.where(ok, values, 0.0), starts, axis=0)
         self._count[used] += np.add.reduceat(ok.astype(np.float64), starts, axis=0)
+        self._min[used] = np.fmin(self._min[used], np.fmin.reduceat(values, starts, axis=0))
+        self._max[used] = np.fmax(self._max[used], np.fmax.reduceat(values, starts, axis=0))
         self._xsum[used] += np.add.reduceat(steps.astype(np.float64), starts)
         self._xcount[used] += np.diff(np.append(starts, len(steps)))
         self.version += 1
@@ -58,30 +66,38 @@ class StepGrid:
         for a in (self._sum, self._count, self._xsum, self._xcount):
             a[:half] = a[0::2] + a[1::2]
             a[half:] = 0
+        for a, merge, empty in ((self._min, np.fmin, np.inf), (self._max, np.fmax, -np.inf)):
+            a[:half] = merge(a[0::2], a[1::2])
+            a[half:] = empty
         self.k *= 2
 
-    def points(self) -> tuple[np.ndarray, np.ndarray]:
-        """(x: the mean step of each used bucket, values: buckets x columns, NaN if none)."""
+    def points(self, reduce: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+        """(x: the mean step of each used bucket, values: buckets x columns, NaN if none),
+        the values each bucket's mean, least or greatest (``reduce``: mean, min, max)."""
         used = self._xcount > 0
         x = self._xsum[used] / self._xcount[used]
         count = self._count[used]
+        if reduce != "mean":
+            extreme = (self._min if reduce == "min" else self._max)[used]
+            return x, np.where(count > 0, extreme, np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             values = np.where(count > 0, self._sum[used] / count, np.nan)
         return x, values
 
 
 class GridLine:
-    """One column of a StepGrid, read as a dashboard line (a ``Decimator``'s interface)."""
+    """One column of a StepGrid, read as a dashboard line (a ``Decimator``'s interface): each
+    bucket's mean, least or greatest value (``reduce``)."""
 
-    def __init__(self, grid: StepGrid, column: int):
-        self.grid, self.column = grid, column
+    def __init__(self, grid: StepGrid, column: int, reduce: str = "mean"):
+        self.grid, self.column, self.reduce = grid, column, reduce
 
     @property
     def version(self) -> int:
         return self.grid.version
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
-        x, values = self.grid.points()
+        x, values = self.grid.points(self.reduce)
         y = values[:, self.column]
         keep = np.isfinite(y)
         return x[keep], y[keep]
@@ -109,7 +125,7 @@ class StepAggregates:
 
     def lines(self) -> dict[tuple[str, str], GridLine]:
         """(metric, stat) -> its line."""
-        return {(m, s): GridLine(self.bands, i * len(STATS) + j)
+        return {(m, s): GridLine(self.bands, i * len(STATS) + j, _REDUCE.get(s, "mean"))
                 for i, m in enumerate(METRIC_COLUMNS) for j, s in enumerate(STATS)}
 
     def keep(self, data: np.ndarray) -> None:
