@@ -371,6 +371,22 @@ def test_the_final_figure_keeps_the_smoothing_set_on_the_live_slider(
     assert 'stroke-opacity="0.2"' in bundle["image/svg+xml"]
 
 
+def test_a_finished_runs_widgets_are_freed(recorder: Recorder) -> None:
+    """A session runs hundreds of cells: the live figure (its traces, its widget state) must
+    go with its widgets when the run ends and the cell's output becomes the static figure."""
+    import gc
+    import weakref
+
+    run = make_run(60)
+    dash = live_dashboard(run)
+    figure = weakref.ref(dash.views[1].fig)
+    run.finish("done")
+    dash.close()
+    del dash
+    gc.collect()
+    assert figure() is None, [type(r).__name__ for r in gc.get_referrers(figure())]
+
+
 # -- without a frontend -----------------------------------------------------------------------
 def test_headless_run_ends_with_static_figure_and_summary(
         recorder: Recorder, capsys: Any) -> None:

@@ -32,7 +32,9 @@ def _cdn() -> str:
 class LiveFigure(anywidget.AnyWidget):
     """A plotly figure updated by ``add_traces`` and ``restyle`` messages."""
 
-    _esm = Path(__file__).with_name("livefigure.js")
+    # The module's text, not its path: for a path anywidget connects every instance to the
+    # file's change signal (hot reload) with a strong reference, so no figure was ever freed.
+    _esm = Path(__file__).with_name("livefigure.js").read_text(encoding="utf-8")
     figure = traitlets.Dict().tag(sync=True)   # {"data", "layout"}: traces added later, no data
     cdn = traitlets.Unicode().tag(sync=True)   # plotly.js when nbdist's extension is absent
     smoothing = traitlets.Float(0.0).tag(sync=True)   # the slider's, set by the front end
