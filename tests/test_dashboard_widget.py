@@ -383,6 +383,9 @@ def test_a_finished_runs_widgets_are_freed(recorder: Recorder) -> None:
     run.finish("done")
     dash.close()
     del dash
+    for thread in threading.enumerate():   # the stall watch ends on its own thread
+        if thread.name == "nbdist-stall-watch":
+            thread.join(10)
     gc.collect()
     assert figure() is None, [type(r).__name__ for r in gc.get_referrers(figure())]
 
