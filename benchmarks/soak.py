@@ -2,15 +2,17 @@
 
 A user runs cells all day; what a finished run keeps must be its rows and a summary. This
 runs ``--runs`` step cells of ``--steps`` steps at 2 replicas, then ``--long`` cells of
-``--long-steps`` steps, and prints the kernel's RSS after ``gc.collect()`` every ``--every``
-runs, beside the rows' own bytes (13 float64 columns per row) and the growth beyond them
-(goal: at most 100 MB over 500 runs and 10^6 rows). Two kernels, one after the other:
+``--long-steps`` steps (``--steps-per-call`` 100 by default: the same rows, sooner), and
+prints the kernel's RSS after ``gc.collect()`` every ``--every`` runs, beside the rows'
+own bytes (13 float64 columns per row) and the growth beyond them (goal: at most 100 MB
+over 500 runs and 10^6 rows). Two kernels, one after the other:
 
 - ``jupyter``: a real Jupyter kernel (the dashboard's widgets are created and sent; this
   process drains the messages, as a frontend would);
 - ``shell``: IPython in a terminal (no widgets: the text summary).
 
     python benchmarks/soak.py [--runs 500] [--steps 2] [--long 10] [--long-steps 50000]
+                              [--long-steps-per-call 100] [--kernels jupyter,shell]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, act
 optimizer = tf.keras.optimizers.SGD(0.01)
 """
 STEP = """
-%%distribute --step --data ds --steps {steps}
+%%distribute --step --data ds --steps {steps}{per_call}
 features, labels = batch
 with tf.GradientTape() as tape:
     loss = tf.reduce_mean(tf.square(model(features) - labels))
@@ -60,11 +62,12 @@ def plan(args) -> list[tuple[str, bool]]:
     """The cells in order; True marks a probe."""
     cells = [(SETUP, False), (MODEL, False), (PROBE, True)]
     for i in range(1, args.runs + 1):
-        cells.append((STEP.format(steps=args.steps), False))
+        cells.append((STEP.format(steps=args.steps, per_call=""), False))
         if i % args.every == 0:
             cells.append((PROBE, True))
     for _ in range(args.long):
-        cells += [(STEP.format(steps=args.long_steps), False), (PROBE, True)]
+        per_call = f" --steps-per-call {args.long_steps_per_call}"
+        cells += [(STEP.format(steps=args.long_steps, per_call=per_call), False), (PROBE, True)]
     return cells
 
 
@@ -131,6 +134,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--long", type=int, default=10)
     parser.add_argument("--long-steps", type=int, default=50_000)
+    parser.add_argument("--long-steps-per-call", default="100")
     parser.add_argument("--kernels", default="jupyter,shell")
     args = parser.parse_args()
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -3,11 +3,13 @@ replicas, the worker x step heatmap, the top stragglers, and the switch itself."
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from nbdist.telemetry.run import Run
-from nbdist.widgets.aggregate import others_medians
+from nbdist.widgets.aggregate import others_medians, row_quantiles
 from nbdist.widgets.figure import run_figure
 from nbdist.widgets.series import RunSeries
 from nbdist.widgets.svgplot import figure_svg
@@ -56,6 +58,18 @@ def test_bands_equal_numpy_quantiles_over_all_replicas() -> None:
     assert [series.label(s.key) for s in series.stragglers()] == ["w5/r3"]
 
 
+def test_row_quantiles_match_numpy_with_missing_values() -> None:
+    rng = np.random.default_rng(5)
+    grid = rng.normal(size=(300, 24))
+    grid[rng.random(grid.shape) < 0.3] = np.nan
+    grid[7] = np.nan                               # a step where no replica measured it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = np.nanquantile(grid, list(STATS.values()), axis=1).T
+    np.testing.assert_allclose(row_quantiles(grid, tuple(STATS.values())), expected,
+                               rtol=1e-12, equal_nan=True)
+
+
 def test_long_runs_keep_bounded_bucket_means() -> None:
     run, values = synthetic_run(workers=4, replicas=8, steps=300, slow=(1, 3))
     series = RunSeries(replicas=8, workers=4, max_points=64)
@@ -66,6 +80,13 @@ def test_long_runs_keep_bounded_bucket_means() -> None:
     k = series.aggregates.bands.k
     medians = np.median(values["loss"], axis=1)
     np.testing.assert_allclose(y, [medians[i * k:(i + 1) * k].mean() for i in range(len(x))])
+    # the min-max band spans each bucket's extremes: one slow step stays visible
+    spike = values["compute_ms"].max()
+    _, top = series.series[("time", "max")].points()
+    _, low = series.series[("time", "min")].points()
+    assert top.max() == spike and low.min() == values["compute_ms"].min()
+    slowest = values["compute_ms"].max(axis=1)
+    np.testing.assert_allclose(top, [slowest[i * k:(i + 1) * k].max() for i in range(len(x))])
 
 
 @pytest.mark.parametrize(("workers", "replicas", "aggregated"),
@@ -89,8 +110,36 @@ def test_static_svg_fills_the_bands_and_draws_the_heatmap() -> None:
     run, _ = synthetic_run(workers=8, replicas=4, steps=20)
     svg = figure_svg(run_figure(run))
     assert svg.count("<polygon") == 2 * 4         # two bands in each of the four panels
-    assert svg.count("<rect") > 8 * 20            # a cell per worker and step
     assert "showing median, 10-90% and min-max bands" in svg
+    # the heatmap: one image, a pixel per worker and step, worker 0 on top as in the live
+    # figure (plotly's reversed axis), the slow worker 5 the brightest row
+    pixels = _png_pixels(svg)
+    assert pixels.shape == (8, 20, 4) and (pixels[..., 3] == 255).all()
+    brightness = pixels[..., :3].astype(int).sum(axis=2).mean(axis=1)
+    assert int(np.argmax(brightness)) == 5, brightness
+
+
+def _png_pixels(svg: str) -> np.ndarray:
+    """The RGBA pixels of the one PNG image in ``svg`` (rows top to bottom)."""
+    import base64
+    import re
+    import struct
+    import zlib
+
+    found = re.findall(r'href="data:image/png;base64,([^"]+)"', svg)
+    assert len(found) == 1, len(found)
+    png = base64.b64decode(found[0])
+    width, height = struct.unpack(">II", png[16:24])
+    assert png[24:26] == bytes([8, 6])           # 8 bits, RGBA
+    body, at = b"", 8
+    while at < len(png):
+        size = struct.unpack(">I", png[at:at + 4])[0]
+        if png[at + 4:at + 8] == b"IDAT":
+            body += png[at + 8:at + 8 + size]
+        at += 12 + size
+    raw = np.frombuffer(zlib.decompress(body), dtype=np.uint8).reshape(height, 1 + 4 * width)
+    assert (raw[:, 0] == 0).all()                 # no row filter
+    return raw[:, 1:].reshape(height, width, 4)
 
 
 def test_others_medians_is_the_leave_one_out_median() -> None:

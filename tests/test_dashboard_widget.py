@@ -323,6 +323,73 @@ def test_stop_signal_route_hook_sees_click_on_another_thread() -> None:
     assert StopSignal(FakeButton(), None).mode == "off"          # no kernel: no live stop
 
 
+@pytest.mark.parametrize("arrives", ["after the cell", "while the cell runs"])
+def test_the_final_figure_keeps_the_smoothing_set_on_the_live_slider(
+        recorder: Recorder, monkeypatch: pytest.MonkeyPatch, arrives: str) -> None:
+    """The slider lives in the browser; the figure left in the notebook must look the same.
+    Its message reaches the kernel's shell-channel thread while the cell still runs (seen
+    there through ipykernel's comm routing), or is handled once the cell ends."""
+    import base64
+
+    import comm
+
+    from nbdist.widgets.figure import ema
+    from nbdist.widgets.static import PLOTLY_MIME
+
+    busy = arrives == "while the cell runs"
+    if busy:      # ipykernel's Comm routes every message on the shell-channel thread
+        made = comm.create_comm
+
+        def routed(*args: Any, **kwargs: Any) -> Any:
+            c = made(*args, **kwargs)
+            c._reply_subshell_for = lambda data, default: default
+            return c
+
+        monkeypatch.setattr(comm, "create_comm", routed)
+    run = make_run(60)
+    dash = live_dashboard(run)
+    fig = dash.views[1].fig
+    update = {"method": "update", "state": {"smoothing": 0.6}, "buffer_paths": []}
+    if busy:
+        t = threading.Thread(target=fig.comm._reply_subshell_for, args=(update, None))
+        t.start()
+        t.join()
+        assert fig.smoothing == 0.0          # the kernel has not handled the message yet
+    else:
+        fig.comm.handle_msg({"content": {"data": update}, "buffers": []})
+    run.finish("done")
+    dash.close()
+    bundle = recorder.replaced[-1]
+
+    def values(t: dict[str, Any]) -> np.ndarray:
+        return np.frombuffer(base64.b64decode(t["y"]["bdata"]), dtype="<f4")
+
+    loss = [t for t in bundle[PLOTLY_MIME]["data"]
+            if t["name"] == "replica 0" and t["yaxis"] == "y"]
+    assert [t.get("opacity") for t in loss] == [0.8, 0.2]     # smoothed, then the faint raw
+    np.testing.assert_allclose(values(loss[0]), ema(values(loss[1]), 0.6), rtol=1e-5)
+    assert 'stroke-opacity="0.2"' in bundle["image/svg+xml"]
+
+
+def test_a_finished_runs_widgets_are_freed(recorder: Recorder) -> None:
+    """A session runs hundreds of cells: the live figure (its traces, its widget state) must
+    go with its widgets when the run ends and the cell's output becomes the static figure."""
+    import gc
+    import weakref
+
+    run = make_run(60)
+    dash = live_dashboard(run)
+    figure = weakref.ref(dash.views[1].fig)
+    run.finish("done")
+    dash.close()
+    del dash
+    for thread in threading.enumerate():   # the stall watch ends on its own thread
+        if thread.name == "nbdist-stall-watch":
+            thread.join(10)
+    gc.collect()
+    assert figure() is None, [type(r).__name__ for r in gc.get_referrers(figure())]
+
+
 # -- without a frontend -----------------------------------------------------------------------
 def test_headless_run_ends_with_static_figure_and_summary(
         recorder: Recorder, capsys: Any) -> None:

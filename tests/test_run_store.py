@@ -31,6 +31,29 @@ def test_rows_cross_chunk_boundaries_and_read_back_exactly(small_chunks):
     assert t.last().tolist() == [18.0, 19.0] and t.block(10).shape == (0, 2)
 
 
+def test_chunks_grow_from_small_and_a_finished_run_keeps_only_its_rows(monkeypatch):
+    """Hundreds of short runs in a session must not keep a 6.8 MB chunk each."""
+    monkeypatch.setattr(table, "FIRST", 2)
+    monkeypatch.setattr(table, "CHUNK", 8)
+    t = table.ColumnTable(2)
+    rows = np.arange(46.0).reshape(23, 2)
+    t.append(rows[:1])
+    t.append(rows[1:20], {"acc": np.arange(19.0)})
+    assert [len(c) for c in t._chunks] == [2, 2, 4, 8, 8]      # doubling up to CHUNK
+    t.trim()
+    assert [len(c) for c in t._chunks] == [2, 2, 4, 8, 4] and t.capacity == t.n == 20
+    assert [len(c) for c in t._extras["acc"]] == [2, 2, 4, 8, 4]
+    t.append(rows[20:])                   # rows after the trim (late telemetry): a new chunk
+    assert t.block().tolist() == rows.tolist() and t.last().tolist() == [44.0, 45.0]
+    assert t.block(7, 21)[:, 0].tolist() == rows[7:21, 0].tolist()
+    assert np.isnan(t.extra("acc")[[0, 20, 22]]).all() and t.extra("acc")[1:20].tolist() == \
+        list(np.arange(19.0))
+    run = Run(id=1, mode="step", strategy="mirrored", replicas=2)
+    run.record_step(0, 0, loss=[1.0, 2.0], step_ms=5.0)
+    run.finish("done")
+    assert run._table.capacity == 2 and run.last_losses() == [1.0, 2.0]
+
+
 def test_an_interrupted_append_leaves_no_partial_rows(small_chunks, monkeypatch):
     t = table.ColumnTable(1)
     t.append(np.ones((3, 1)))

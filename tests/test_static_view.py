@@ -45,13 +45,18 @@ def test_the_warm_up_draws_a_whole_dashboard_once_per_kernel(monkeypatch) -> Non
     assert {PLOTLY_MIME, "image/svg+xml", "text/plain"} <= set(bundle)
     assert len(bundle[PLOTLY_MIME]["data"]) >= 2        # one loss line per worker at least
     monkeypatch.setattr(warm, "_started", type(warm._started)())
+    # the figure is drawn in a few ms once plotly is warm: hold it until its nice value is read
+    drawn, draw = threading.Event(), warm.sample_bundle
+    monkeypatch.setattr(warm, "sample_bundle", lambda: (drawn.wait(30), draw())[1])
     mine = _nice(threading.get_native_id())
     thread = warm.warm_in_background()
     assert thread is not None and warm.warm_in_background() is None
     nice = set()   # the warm-up thread's nice values seen while it draws
-    while thread.is_alive():
+    deadline = time.monotonic() + 30
+    while thread.is_alive() and warm.NICE not in nice and time.monotonic() < deadline:
         nice.add(_nice(thread.native_id))
         time.sleep(0.001)
+    drawn.set()
     assert warm.NICE in nice, nice   # it yields the CPU to the starting workers
     assert _nice(threading.get_native_id()) == mine   # the kernel's own thread is untouched
     thread.join(60)

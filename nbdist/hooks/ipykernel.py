@@ -60,7 +60,9 @@ def _probe_route() -> str | None:
 
 DECLARED = [
     PrivateAPI("ipykernel", "Comm._reply_subshell_for", "ipykernel.watch_comm",
-               "the dashboard's Stop button while a cell runs (stop mode 'route')", CHECKED,
+               "the dashboard's Stop button while a cell runs (stop mode 'route'), and the "
+               "smoothing slider carried into the final figure", CHECKED,
                "Stop uses jupyter-ui-poll if it works, else the button says to interrupt the "
-               "kernel", _probe_route, ("_reply_subshell_for",)),
+               "kernel; the final figure is drawn unsmoothed", _probe_route,
+               ("_reply_subshell_for",)),
 ]

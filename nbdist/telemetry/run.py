@@ -136,17 +136,20 @@ class Run(LoadsJsonLines):
         if status not in STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
         self.status, self.error, self.ended = status, error, time.time()
+        with self._lock:
+            self._table.trim()      # a finished run keeps its rows, not a half-empty chunk
 
     # -- reading -------------------------------------------------------------------------
     @property
     def n_rows(self) -> int:
         return self._table.n
 
-    def block_since(self, start: int) -> np.ndarray:
-        """Rows appended since row index ``start`` as one float64 array, a row per line and
-        the columns of ``COLUMNS`` (``rows.POSITION`` gives each column's index)."""
+    def block_since(self, start: int, stop: int | None = None) -> np.ndarray:
+        """Rows appended since row index ``start`` (up to ``stop``) as one float64 array, a
+        row per line and the columns of ``COLUMNS`` (``rows.POSITION`` gives each column's
+        index)."""
         with self._lock:
-            return self._table.block(start)
+            return self._table.block(start, stop)
 
     def rows_since(self, start: int) -> list[Row]:
         """Rows appended since row index ``start``, as ``Row`` tuples."""

@@ -110,7 +110,7 @@ class Dashboard:
         if view is None or view.box is None:
             return
         try:
-            bundle = static_bundle(run)
+            bundle = static_bundle(run, smoothing=view.smoothing())
         except Exception as err:
             self._fail(err)
             bundle = {"text/plain": run.summary()}

@@ -227,7 +227,14 @@ async function render({ model, el }) {
   div.className = "nbdist-live-figure";
   div.style.width = "100%";
   const smoother = makeSmoother(div);
-  const control = smoothingControl(w => queue.smooth(w));
+  // the kernel keeps the slider's value: the figure left in the notebook when the run ends
+  // is drawn with the same smoothing
+  const smooth = w => {
+    queue.smooth(w);
+    model.set("smoothing", w);
+    model.save_changes();
+  };
+  const control = smoothingControl(smooth);
   el.append(control.bar, div);
   const queue = makeQueue(div, smoother);   // messages that arrive while plotly.js loads wait
   let Plotly = null;
@@ -258,7 +265,7 @@ async function render({ model, el }) {
   resize.observe(div);
   smoother.ready(Plotly, fig.data);
   queue.ready(Plotly);
-  if (control.initial) queue.smooth(control.initial);
+  if (control.initial) smooth(control.initial);
   return () => {
     resize.disconnect();
     model.off("msg:custom", onMessage);

@@ -17,6 +17,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from ..hooks.ipykernel import can_watch_comm, watch_comm
 from .figure import plotly_json
 
 __all__ = ["LiveFigure"]
@@ -31,15 +32,41 @@ def _cdn() -> str:
 class LiveFigure(anywidget.AnyWidget):
     """A plotly figure updated by ``add_traces`` and ``restyle`` messages."""
 
-    _esm = Path(__file__).with_name("livefigure.js")
+    # The module's text, not its path: for a path anywidget connects every instance to the
+    # file's change signal (hot reload) with a strong reference, so no figure was ever freed.
+    _esm = Path(__file__).with_name("livefigure.js").read_text(encoding="utf-8")
     figure = traitlets.Dict().tag(sync=True)   # {"data", "layout"}: traces added later, no data
     cdn = traitlets.Unicode().tag(sync=True)   # plotly.js when nbdist's extension is absent
+    smoothing = traitlets.Float(0.0).tag(sync=True)   # the slider's, set by the front end
 
     def __init__(self, figure: dict[str, Any]):
         super().__init__(figure=plotly_json(figure), cdn=_cdn())
         # What the front end shows now (numpy arrays as sent): for reading, e.g. in tests.
         self.current: dict[str, Any] = {"data": [dict(t) for t in figure["data"]],
                                         "layout": figure["layout"]}
+        self._slider: float | None = None
+        self._unwatch = watch_comm(self.comm, self._seen) if can_watch_comm(self.comm) else None
+
+    def _seen(self, data: Any) -> None:
+        """A message from the front end, seen as it arrives (the kernel is busy running the
+        cell and handles it only afterwards): keep the slider's value."""
+        if not isinstance(data, dict) or data.get("method") != "update":
+            return
+        state = data.get("state")
+        if isinstance(state, dict) and "smoothing" in state:
+            value = state["smoothing"]
+            if isinstance(value, (int, float)) and 0 <= value < 1:
+                self._slider = float(value)
+
+    def chosen_smoothing(self) -> float:
+        """The smoothing the user set on this figure's slider, even while the cell runs."""
+        return self._slider if self._slider is not None else self.smoothing
+
+    def close(self) -> None:
+        if self._unwatch is not None:
+            unwatch, self._unwatch = self._unwatch, None
+            unwatch()
+        super().close()
 
     def add_traces(self, traces: list[dict[str, Any]]) -> None:
         """Append traces (their data comes with later restyles)."""

@@ -88,6 +88,10 @@ class RunView:
                 self.fig.restyle(*heat)
         self._update_header(final)     # from the same rows as the plots, at the same time
 
+    def smoothing(self) -> float:
+        """The smoothing set on the live figure's slider (0 before it is drawn)."""
+        return self.fig.chosen_smoothing() if self.fig is not None else 0.0
+
     def leave_static(self, bundle: dict[str, Any]) -> None:
         """Replace the widgets in the cell's output with ``bundle`` and close them."""
         self._stop_watching()

@@ -29,7 +29,36 @@ KEY_METRICS = ("loss", "grad_norm", "allreduce_ms", "time")
 #: Per-step global lines (the two times: the slowest replica's).
 GLOBAL_METRICS = ("loss", "step_ms", "allreduce_ms", "other_collective_ms")
 
+#: The columns of ``RunSeries._pending``: a step's sums, counts and maxima so far.
+_PENDING = ("step", "loss_sum", "loss_n", "step_ms_sum", "step_ms_n", "allreduce_max",
+            "other_max", "rows")
+
 Key = tuple[int, int]          # (worker, replica); replica -1: reduced over the worker's replicas
+
+
+def _key_codes(data: np.ndarray) -> tuple[np.ndarray, list[Key]]:
+    """(each row's index into the keys, the (worker, replica) keys present, sorted): counted
+    with ``bincount`` over a dense code, not sorted, as a long run's final figure reads
+    millions of rows at once."""
+    worker = data[:, COL.worker].astype(np.int64)
+    replica = data[:, COL.replica].astype(np.int64) + 1          # -1 (reduced) -> 0
+    width = int(replica.max()) + 1
+    dense = worker * width + replica
+    present = np.flatnonzero(np.bincount(dense))
+    index = np.full(present[-1] + 1, -1, dtype=np.int64)
+    index[present] = np.arange(len(present))
+    return index[dense], [(int(c // width), int(c % width) - 1) for c in present]
+
+
+def _group(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(steps, return_inverse=True)`` for whole step numbers, with ``bincount``
+    over the span of steps instead of a sort."""
+    first = int(steps.min())
+    offset = steps.astype(np.int64) - first
+    present = np.flatnonzero(np.bincount(offset))
+    index = np.empty(present[-1] + 1, dtype=np.int64)
+    index[present] = np.arange(len(present))
+    return (present + first).astype(np.float64), index[offset]
 
 
 def bus_bandwidth(nbytes: float, ranks: int, seconds: float) -> float:
@@ -71,7 +100,7 @@ class RunSeries:
         self._recent: dict[Key, deque[float]] = {}
         self._stragglers: list[Straggler] | None = None
         self._window = straggler_window
-        self._pending: dict[int, list[float]] = {}     # step -> accumulators, see _accumulate
+        self._pending = np.empty((0, len(_PENDING)))   # steps not complete, see _accumulate
         self._expected = 0                             # rows per complete step
         self._allreduce = deque(maxlen=bandwidth_window)
         self._other = deque(maxlen=bandwidth_window)
@@ -91,7 +120,7 @@ class RunSeries:
         through ``COL``."""
         if len(rows) == 0:
             return
-        data = np.array(rows, dtype=np.float64)
+        data = np.asarray(rows, dtype=np.float64)
         self.rows += len(rows)
         steps = data[:, COL.step]
         self.last_step = max(self.last_step, int(steps.max()))
@@ -100,25 +129,17 @@ class RunSeries:
         if self.rows == len(rows):     # first batch: per-replica rows, or reduced ones (fit)
             self._first_rows(data)
         time_col = self._time_col
-        codes = (data[:, COL.worker].astype(np.int64) * 65536
-                 + data[:, COL.replica].astype(np.int64) + 1)
-        if self.aggregates is not None:     # no line per key: rows wait for their step's end
-            for code in np.unique(codes).tolist():
-                if (code // 65536, code % 65536 - 1) not in self._recent:
-                    self._add_key((code // 65536, code % 65536 - 1))
-            self.aggregates.keep(data)
-            self._expected = max(self._expected, len(self.keys))
-            self._accumulate(data)
-            return
-        order = np.argsort(codes, kind="stable")
-        grouped, codes = data[order], codes[order]
-        uniq, starts = np.unique(codes, return_index=True)
-        bounds = [*starts.tolist(), len(codes)]
-        for i, code in enumerate(uniq.tolist()):
-            key = (code // 65536, code % 65536 - 1)
+        codes, keys = _key_codes(data)
+        for key in keys:
             if key not in self._recent:
                 self._add_key(key)
-            sub = grouped[bounds[i]:bounds[i + 1]]
+        self._expected = max(self._expected, len(self.keys))
+        if self.aggregates is not None:     # no line per key: rows wait for their step's end
+            self.aggregates.keep(data)
+            self._accumulate(data)
+            return
+        for code, key in enumerate(keys):
+            sub = data[codes == code] if len(keys) > 1 else data   # rows in arrival order
             x = sub[:, COL.step]
             for metric, col in (("loss", COL.loss), ("grad_norm", COL.grad_norm),
                                 ("allreduce_ms", COL.allreduce_ms), ("time", time_col)):
@@ -128,7 +149,6 @@ class RunSeries:
             if len(times):
                 self._recent[key].extend(times[-self._window:].tolist())
                 self._stragglers = None
-        self._expected = max(self._expected, len(self.keys))
         self._accumulate(data)
 
     def _first_rows(self, data: np.ndarray) -> None:
@@ -160,61 +180,52 @@ class RunSeries:
     def _accumulate(self, data: np.ndarray) -> None:
         """Per-step global lines: the global loss (the mean x ``loss_scale``: for a complete
         step the sum over the replicas when they add up), mean host step time, slowest
-        allreduce and slowest other collectives."""
-        steps, inverse = np.unique(data[:, COL.step], return_inverse=True)
-        inverse = inverse.reshape(-1)
-        n = len(steps)
-        sums = []
+        allreduce and slowest other collectives. Steps wait in ``_pending`` (one row per
+        step: ``_PENDING`` columns) until complete, merged with numpy, never a loop per step."""
+        steps = data[:, COL.step]
+        parts = [steps]
         for col in (COL.loss, COL.step_ms):
             vals = data[:, col]
             ok = np.isfinite(vals)
-            sums.append(np.bincount(inverse[ok], weights=vals[ok], minlength=n))
-            sums.append(np.bincount(inverse[ok], minlength=n))
-        slowest = []
+            parts += [np.where(ok, vals, 0.0), ok.astype(np.float64)]
         for col in (COL.allreduce_ms, COL.other_collective_ms):
-            top = np.full(n, -math.inf)
             vals = data[:, col]
-            ok = np.isfinite(vals)
-            np.maximum.at(top, inverse[ok], vals[ok])
-            slowest.append(top)
-        self.other_collectives = self.other_collectives or bool((slowest[1] > 0).any())
-        rows = np.bincount(inverse, minlength=n)
-        columns = zip(steps.astype(int).tolist(), *(c.tolist() for c in sums),
-                      *(c.tolist() for c in slowest), rows.tolist(), strict=True)
-        for step, *values, count in columns:
-            acc = self._pending.get(step)
-            if acc is None:
-                self._pending[step] = [*values, count]
-            else:   # loss, n_loss, step_ms, n_step: sums; allreduce, other: maxima; rows
-                for i in range(4):
-                    acc[i] += values[i]
-                acc[4], acc[5] = max(acc[4], values[4]), max(acc[5], values[5])
-                acc[6] += count
+            parts.append(np.where(np.isfinite(vals), vals, -math.inf))
+        parts.append(np.ones(len(steps)))
+        merged = np.concatenate([self._pending, np.stack(parts, axis=1)])
+        uniq, inverse = _group(merged[:, 0])
+        order = np.argsort(inverse, kind="stable")
+        merged = merged[order]
+        starts = np.flatnonzero(np.diff(inverse[order], prepend=-1))
+        pending = np.add.reduceat(merged, starts, axis=0)       # sums...
+        pending[:, 0] = uniq
+        pending[:, 5:7] = np.maximum.reduceat(merged[:, 5:7], starts, axis=0)   # ...and maxima
+        self._pending = pending
+        self.other_collectives = self.other_collectives or bool((pending[:, 6] > 0).any())
         self._flush(lag=16)
 
     def _flush(self, lag: int | None) -> None:
         """Finalise complete steps, and incomplete ones ``lag`` steps behind (all if None)."""
-        done = [s for s, acc in self._pending.items()
-                if lag is None or acc[6] >= self._expected or s < self.last_step - lag]
-        if not done:
+        p = self._pending
+        done = np.ones(len(p), dtype=bool) if lag is None else (
+            (p[:, 7] >= self._expected) | (p[:, 0] < self.last_step - lag))
+        if not done.any():
             return
-        done.sort()
-        accs = [self._pending.pop(s) for s in done]
-        x = np.array(done, dtype=np.float64)
+        acc, self._pending = p[done], p[~done]
+        x = acc[:, 0]
         if self.aggregates is not None:
             self.aggregates.finish_steps(x, self._time_col)
             self._stragglers = None
-
-        def mean(s: int) -> np.ndarray:
-            return np.array([a[s] / a[s + 1] if a[s + 1] else math.nan for a in accs])
-
-        self.series[("loss", None)].extend(x, mean(0) * self.loss_scale)
-        self.series[("step_ms", None)].extend(x, mean(2))
-        for name, i, recent in (("allreduce_ms", 4, self._allreduce),
-                                ("other_collective_ms", 5, self._other)):
-            slowest = np.array([a[i] if a[i] > -math.inf else math.nan for a in accs])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            loss = np.where(acc[:, 2] > 0, acc[:, 1] / acc[:, 2], math.nan)
+            step_ms = np.where(acc[:, 4] > 0, acc[:, 3] / acc[:, 4], math.nan)
+        self.series[("loss", None)].extend(x, loss * self.loss_scale)
+        self.series[("step_ms", None)].extend(x, step_ms)
+        for name, i, recent in (("allreduce_ms", 5, self._allreduce),
+                                ("other_collective_ms", 6, self._other)):
+            slowest = np.where(acc[:, i] > -math.inf, acc[:, i], math.nan)
             self.series[(name, None)].extend(x, slowest)
-            recent.extend(slowest[np.isfinite(slowest)].tolist())
+            recent.extend(slowest[np.isfinite(slowest)][-recent.maxlen:].tolist())
 
     def finish(self) -> None:
         """Finalise every pending step (the run ended)."""

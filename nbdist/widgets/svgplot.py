@@ -9,8 +9,11 @@ annotations and the title, axis titles, and a legend on the right. numpy only.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
+import struct
+import zlib
 from html import escape
 from typing import Any
 
@@ -99,6 +102,7 @@ class _Axes:
         self.left, self.top = frame.px(0, y1)
         self.right, self.bottom = frame.px(1, y0)
         self.log = ya.get("type") == "log"
+        self.reversed = ya.get("autorange") == "reversed"     # the heatmap: row 0 on top
         axis_id = "y" + yname[5:]
         self.is_bottom = xa.get("anchor", "y") == axis_id
         self.xtitle = (xa.get("title") or {}).get("text", "") if self.is_bottom else ""
@@ -114,13 +118,14 @@ class _Axes:
 
     def px(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         (x0, x1), (y0, y1) = self.xr, self.yr
+        up = (y - y0) / (y1 - y0) * (self.bottom - self.top)
         return (self.left + (x - x0) / (x1 - x0) * (self.right - self.left),
-                self.bottom - (y - y0) / (y1 - y0) * (self.bottom - self.top))
+                self.top + up if self.reversed else self.bottom - up)
 
     def frame(self) -> list[str]:
         out = [f'<rect x="{self.left:.1f}" y="{self.top:.1f}" width="{self.right - self.left:.1f}"'
                f' height="{self.bottom - self.top:.1f}" fill="none" stroke="#ccc"/>']
-        for v in _ticks(*self.yr, self.log):
+        for v in _ticks(*self.yr, self.log, integer=self.reversed):   # reversed: workers
             _, py = self.px(np.array([self.xr[0]]), np.array([v]))
             label = _fmt(10 ** v if self.log else v)
             out.append(f'<line x1="{self.left:.1f}" x2="{self.right:.1f}" y1="{py[0]:.1f}" '
@@ -160,27 +165,45 @@ _RAMP = np.array([(68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (25
 
 
 def _heatmap_svg(trace: dict[str, Any], axes: _Axes) -> str:
-    """Cells coloured low (dark blue) to high (yellow), row 0 at the top."""
+    """Cells coloured low (dark blue) to high (yellow) as one embedded PNG image, one pixel a
+    cell stretched to the panel (a rect per cell made 64 workers' figure ~0.5 MB), row 0 at
+    the top on a reversed axis (the live heatmap's worker 0), at the bottom otherwise."""
     z = np.array([[np.nan if v is None else v for v in row] for row in trace.get("z") or ()],
                  dtype=np.float64)
     x = np.asarray(trace.get("x", ()), dtype=np.float64)
     if not z.size or not np.isfinite(z).any() or len(x) != z.shape[1]:
         return ""
     lo, hi = np.nanmin(z), np.nanmax(z)
-    level = (z - lo) / ((hi - lo) or 1.0) * (len(_RAMP) - 1)
-    edges = np.concatenate([[x[0] - 0.5], (x[1:] + x[:-1]) / 2, [x[-1] + 0.5]])
-    ex, _ = axes.px(edges, np.zeros(len(edges)))
-    _, ey = axes.px(np.zeros(z.shape[0] + 1), np.arange(z.shape[0] + 1) - 0.5)
-    out = []
-    for (r, c), v in np.ndenumerate(level):
-        if np.isfinite(v):
-            i = min(int(v), len(_RAMP) - 2)
-            rgb = _RAMP[i] + (_RAMP[i + 1] - _RAMP[i]) * (v - i)
-            out.append(f'<rect x="{ex[c]:.1f}" y="{min(ey[r], ey[r + 1]):.1f}" '
-                       f'width="{ex[c + 1] - ex[c] + 0.4:.2f}" '
-                       f'height="{abs(ey[r + 1] - ey[r]) + 0.4:.2f}" '
-                       f'fill="rgb({rgb[0]:.0f},{rgb[1]:.0f},{rgb[2]:.0f})"/>')
-    return "".join(out)
+    level = np.nan_to_num((z - lo) / ((hi - lo) or 1.0) * (len(_RAMP) - 1))
+    i = np.minimum(level.astype(np.int64), len(_RAMP) - 2)
+    rgb = _RAMP[i] + (_RAMP[i + 1] - _RAMP[i]) * (level - i)[..., None]
+    alpha = np.where(np.isfinite(z), 255, 0)[..., None]
+    pixels = np.concatenate([np.round(rgb), alpha], axis=2).astype(np.uint8)
+    step = (x[-1] - x[0]) / (len(x) - 1) if len(x) > 1 else 1.0
+    (left, right), (top, bottom) = axes.px(np.array([x[0] - step / 2, x[-1] + step / 2]),
+                                          np.array([-0.5, z.shape[0] - 0.5]))
+    if top > bottom:                      # row 0 at the bottom: the image's first row last
+        pixels, top, bottom = pixels[::-1], bottom, top
+    data = base64.b64encode(_png(pixels)).decode("ascii")
+    return (f'<image x="{left:.1f}" y="{top:.1f}" width="{right - left:.1f}" '
+            f'height="{bottom - top:.1f}" preserveAspectRatio="none" '
+            f'image-rendering="optimizeSpeed" style="image-rendering:pixelated" '
+            f'href="data:image/png;base64,{data}"><title>'
+            f'{escape(str(trace.get("name", "")))}</title></image>')
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    """``pixels`` (rows x columns x RGBA, uint8) as a PNG file."""
+    height, width = pixels.shape[:2]
+    raw = b"".join(b"\x00" + row.tobytes() for row in pixels)
+
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + tag + body
+                + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6,
+                                                                0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 def _trace_svg(trace: dict[str, Any], axes: _Axes, x: np.ndarray, y: np.ndarray,

@@ -88,6 +88,21 @@ def check_final_figure(cell):
     assert AGGREGATES <= set(legend), legend
 
 
+# The finished figure's faint raw lines (drawn under smoothed ones), as plotly or as SVG.
+FAINT_LINES = """e => {
+    const plot = e.matches('.js-plotly-plot') ? e : e.querySelector('.js-plotly-plot');
+    return plot ? plot.data.filter(t => t.opacity === 0.2 && t.hoverinfo === 'skip').length
+                : e.querySelectorAll('polyline[stroke-opacity="0.2"]').length;
+}"""
+
+
+def check_final_smoothing(cell):
+    """The smoothing set on the live slider (check_live_figure sets 0.6) is the final
+    figure's: each line smoothed over its faint raw copy, as the live figure drew it."""
+    faint = cell.locator(".jp-RenderedPlotly, .jp-RenderedSVG").evaluate(FAINT_LINES)
+    assert faint >= 10, faint
+
+
 # The annotations of the live figure: the notes line, then the panel titles.
 PANEL_TITLES = """() => {
     const plot = document.querySelector('.nbdist-dashboard .nbdist-live-figure');

@@ -16,7 +16,7 @@ Two traps of the harness (measured; neither is the dashboard's doing):
 import re
 import time
 
-from figurechecks import check_final_figure, check_live_figure
+from figurechecks import check_final_figure, check_final_smoothing, check_live_figure
 from labhelpers import (
     COUNT_POINTS,
     RUN_ALL_NOWAIT,
@@ -152,6 +152,7 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
     assert "stopped" in training.locator(".jp-OutputArea").inner_text()
     assert training.locator(".nbdist-dashboard").count() == 0
     check_final_figure(training)
+    check_final_smoothing(training)
     shot(page, "dashboard-final")
     shot_of(training.locator(".jp-OutputArea"), "dashboard-final-output")
 
