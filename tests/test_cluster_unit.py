@@ -343,3 +343,23 @@ def test_inject_partition_refuses_engines_it_cannot_cut_off_one_by_one():
     assert links.cut == {}
     with pytest.raises(ConfigError, match="nbdist did not cut worker 0's link"):
         links.heal(0)
+
+
+def test_a_main_thread_waiting_for_its_next_batch_is_in_the_input_phase():
+    """The phase comes from the step loop's own functions: a main thread blocked while
+    ``timed_batches`` fetches a batch is "input" (a renamed loop once made it "cell")."""
+    import traceback
+
+    from nbdist.cluster.inengine import stacks
+    from nbdist.data.iterate import timed_batches
+
+    class Source:   # a dataset whose next batch looks at where the main thread is
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return stacks._phase(traceback.extract_stack())
+
+    phases = [batch for batch, _ in timed_batches(Source(), 2)]
+    assert phases == ["input", "input"]
+    assert stacks._phase(traceback.extract_stack()) == "cell"

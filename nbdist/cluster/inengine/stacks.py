@@ -20,8 +20,8 @@ from typing import Any
 
 #: Innermost frames kept per thread (the message stays small).
 MAX_FRAMES = 12
-#: Where the main thread is, by the nbdist function it is in (innermost first).
-_PHASES = (("_timed_batches", "input"), ("_one_step", "step"), ("fit", "fit"))
+#: Where the main thread is in a Keras fit: any nbdist function of this name.
+_FIT = "fit"
 
 
 def is_cell_file(filename: str) -> bool:
@@ -65,11 +65,26 @@ def _stdlib(filename: str) -> bool:
 _STDLIB = sysconfig.get_paths()["stdlib"]
 
 
+def _phase_functions() -> dict[tuple[str, str], str]:
+    """(file, function) of the step loop's parts -> phase. Taken from the functions themselves
+    (imported here, when asked: a step is running, so TensorFlow is loaded), so that renaming
+    one cannot silently turn every stuck worker's phase into "cell"."""
+    from ...data.iterate import timed_batches
+    from ...runner import StepRunner
+
+    return {(code.co_filename, code.co_name): phase
+            for code, phase in ((timed_batches.__code__, "input"),
+                                (StepRunner._one_step.__code__, "step"))}
+
+
 def _phase(frames: list[traceback.FrameSummary]) -> str:
+    functions = _phase_functions()
     for frame in reversed(frames):
-        for function, phase in _PHASES:
-            if frame.name == function and "nbdist" in frame.filename.replace("\\", "/"):
-                return phase
+        phase = functions.get((frame.filename, frame.name))
+        if phase is None and frame.name == _FIT and "nbdist" in frame.filename.replace("\\", "/"):
+            phase = "fit"
+        if phase is not None:
+            return phase
     return "cell"
 
 
