@@ -6,7 +6,8 @@ Each host gets what a real machine has: its own ``/run`` (sshd's privilege-separ
 directory, its host key and authorized keys live there) and its own ``/tmp`` (so the profile
 ipyparallel creates on the host and the connection file it copies there with ``scp`` are the
 host's own, not the kernel's). Python, nbdist and the rest of the file system are shared, as
-on machines with a common software installation. Keys are throwaway ones made per bed in its
+on machines with a common software installation (a checkout or Python under ``/tmp`` is bound
+back into the host's ``/tmp``). Keys are throwaway ones made per bed in its
 work directory; nothing of this machine's ssh set-up (``/etc/ssh``, ``~/.ssh``, a system
 sshd) is read or changed: the client uses the bed's ``ssh_config`` (``ssh -F``) with the bed's
 ``known_hosts``, so host keys are checked, not ignored.
@@ -20,6 +21,8 @@ import shutil
 import subprocess
 import sys
 import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SSHD = "/usr/sbin/sshd"   # sshd re-executes itself, so it must be started by absolute path
 #: Where each host keeps its sshd files (in its own /run).
@@ -98,10 +101,17 @@ class SshHosts:
 
     def _start_sshd(self, i: int, host_dir: str) -> subprocess.Popen:
         """sshd on host ``i`` with its own /run (its files copied there) and its own /tmp."""
+        # Software stays shared: a checkout (or Python) under /tmp, as in CI on a fresh clone,
+        # is bound back into the host's own /tmp (engines import nbdist from it).
+        shared = [path for path in {_REPO, sys.prefix} if path.startswith("/tmp/")]
+        keep = "".join(f"mkdir -p /run/nbdist-keep/{n} && mount --bind {shlex.quote(p)} "
+                       f"/run/nbdist-keep/{n} && " for n, p in enumerate(shared))
+        back = "".join(f"mkdir -p {shlex.quote(p)} && mount --bind /run/nbdist-keep/{n} "
+                       f"{shlex.quote(p)} && " for n, p in enumerate(shared))
         script = (
             "mount -t tmpfs -o mode=755 nbdist-run /run && mkdir -p /run/sshd "
-            f"{HOST_SSH_DIR} && cp {shlex.quote(host_dir)}/* {HOST_SSH_DIR}/ && "
-            "mount -t tmpfs -o mode=1777 nbdist-tmp /tmp && "
+            f"{HOST_SSH_DIR} && cp {shlex.quote(host_dir)}/* {HOST_SSH_DIR}/ && {keep}"
+            f"mount -t tmpfs -o mode=1777 nbdist-tmp /tmp && {back}"
             f"exec {SSHD} -D -e -f {HOST_SSH_DIR}/sshd_config")
         log = open(os.path.join(host_dir, "sshd.log"), "ab")
         try:

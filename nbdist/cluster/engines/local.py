@@ -5,9 +5,8 @@
 profile directory, with every socket on 127.0.0.1. ``stop`` ends them through the same API,
 then checks with psutil that no process is left and kills any that is.
 
-The engines run without ipyparallel's nanny, a second process per engine (0.3 s of CPU each
-during a cold start) that relays signals and reports an engine's death: nbdist knows each
-engine's pid (``pids``), signals it directly and watches it with psutil.
+The engines run without ipyparallel's nanny (a second process per engine, 0.3 s of CPU each in
+a cold start): nbdist knows each engine's pid (``pids``), signals and watches it (psutil).
 """
 
 from __future__ import annotations
@@ -125,6 +124,8 @@ class LocalEngines:
         deadline = time.monotonic() + self.timeout + 5
         while not future.done() and time.monotonic() < deadline:
             exited = [pid for pid in self.launcher_pids()["engines"] if not _running(pid)]
+            exited += [data.get("pid") for engines in self.cluster.engines.values() for data in
+                       ((getattr(engines, "stop_data", None) or {}).get("engines") or {}).values()]
             if exited:
                 raise ClusterStartError(
                     f"An engine process (pid {exited[0]}) exited during startup (killed, out "
