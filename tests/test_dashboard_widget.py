@@ -217,7 +217,9 @@ def test_a_pause_is_said_in_the_header_until_the_next_step(recorder: Recorder) -
 
 def test_redraws_are_throttled_and_send_binary_buffers(recorder: Recorder, clock: Clock) -> None:
     run = make_run(5, total=1000)
-    dash = live_dashboard(run, min_interval=0.1, cpu_budget=1.0)   # min_interval governs
+    # An unlimited CPU budget: min_interval alone paces the redraws (a redraw's real cost, over
+    # 0.12 s on a loaded CI machine, would otherwise push the next one past the clock's step).
+    dash = live_dashboard(run, min_interval=0.1, cpu_budget=float("inf"))
     fig = dash.views[1].fig
     before = dash.redraws
     clock.advance(0.12)

@@ -35,11 +35,14 @@ def scenario(name: str) -> dict:
     """Run tests/ps_scenario.py NAME once; its observations as a dict."""
     if name not in _results:
         env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), TF_CPP_MIN_LOG_LEVEL="2")
-        done = subprocess.run([sys.executable, os.path.join(HERE, "ps_scenario.py"), name],
+        # -X faulthandler: a crash inside TensorFlow leaves its stack in stderr, not silence
+        done = subprocess.run([sys.executable, "-X", "faulthandler",
+                               os.path.join(HERE, "ps_scenario.py"), name],
                               capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S,
                               env=env, cwd=HERE)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT:")]
-        assert lines, f"scenario {name} printed no result:\n{done.stdout[-3000:]}\n" \
+        assert lines, f"scenario {name} printed no result (exit code {done.returncode}):\n" \
+                      f"{done.stdout[-3000:]}\n" \
                       f"{done.stderr[-3000:]}"
         result = json.loads(lines[-1][len("RESULT:"):])
         result["_stderr"] = done.stderr
