@@ -19,7 +19,7 @@ import pytest
 from nbdist.backends import kernelstate
 from nbdist.cluster.paramserver import context as ps_context
 from nbdist.cluster.paramserver.backend import live_ps_clusters
-from nbdist.cluster.paramserver.steps import WINDOW_PER_WORKER
+from nbdist.cluster.paramserver.steps import TAKE_EVERY_ROWS, WINDOW_PER_WORKER
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
 from nbdist.spec import StrategySpec
@@ -173,9 +173,13 @@ def test_an_unchanged_rerun_reuses_its_trace_a_rebuilt_model_retraces(main):
 
 
 def test_stop_request_ends_the_run_after_the_steps_in_flight(main):
+    """The observer asks once it sees 30 rows; rows reach the kernel in reads of at most
+    TAKE_EVERY_ROWS (rowbuffer), then the steps in flight finish."""
     run = main["stopped_run"]
     in_flight = WINDOW_PER_WORKER * 2   # 2 workers
-    assert run["status"] == "stopped" and 30 <= run["rows"] <= 30 + in_flight + 1
+    assert run["status"] == "stopped"
+    assert 30 <= run["rows"] <= 30 + TAKE_EVERY_ROWS + in_flight + 1, run
+    assert run["rows"] == run["steps"]
 
 
 def test_kernel_interrupt_stops_scheduling_keeps_the_partial_run(main):
@@ -276,9 +280,15 @@ def test_a_killed_worker_s_steps_are_retried_on_the_other(faults):
     assert faults["worker_kill_error"] is None, faults["worker_kill_error"]
     assert faults["kill_applied_step"] == 20   # `inject kill 1 --at-step 20`
     run = faults["worker_kill_run"]
-    assert run["status"] == "done" and run["steps"] == 400
+    assert run["status"] == "done" and run["total"] == 400
     assert faults["workers_after_kill"] == [0]                 # only the survivor after
-    assert run["rows"] >= 400 - 4 * 2                          # results lost with the worker
+    # Steps are numbered as their rows arrive. Rows still in the killed worker's ring are lost:
+    # at most those it finished since the kernel last read it (rowbuffer)
+    assert run["rows"] == run["steps"] >= 400 - TAKE_EVERY_ROWS - WINDOW_PER_WORKER * 2
+    lost = [n for n in run["notes"] if "finished on a worker just before it died" in n]
+    assert lost == ([f"{400 - run['rows']} step(s) finished on a worker just before it died: "
+                     "their parameter updates were applied, but their rows were lost with it"]
+                    if run["rows"] < 400 else []), run["notes"]
     assert any("worker 1 (pid" in n and "re-ran" in n for n in run["notes"])
     assert "worker           1  DEAD" in faults["status_after_kill"]
     assert faults["worker_kill_s"] < 60

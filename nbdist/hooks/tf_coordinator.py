@@ -96,6 +96,23 @@ def per_worker_dataset_coordinator(value: Any) -> Any:
     return getattr(value, "_coordinator", None)
 
 
+def per_worker_variable_values(variable: Any) -> list[Any] | None:
+    """The per-worker parts of a ``tf.Variable(..., per_worker_variable=True)``
+    (``PerWorkerVariable._per_worker_vars._values``: one ``RemoteValue`` per worker, in worker
+    order), or None (not created yet, or the attribute is gone).
+
+    Feature: parameter_server step rows are read from each worker on its own, so a dead
+    worker's rows are counted as lost while the others' are kept. Checked with TensorFlow
+    2.21. Without it the rows are read with the public ``read_all()``: all workers or none, so
+    a run in which a worker dies ends with an error instead of going on.
+    """
+    if not hasattr(variable, "_per_worker_vars"):
+        return None
+    created = variable._per_worker_vars   # None until a traced function first uses it
+    values = getattr(created, "_values", None) if created is not None else ()
+    return list(values) if values is not None else None
+
+
 # -- probes ---------------------------------------------------------------------------------
 def _cc() -> Any:
     from tensorflow.python.distribute.coordinator import cluster_coordinator
@@ -140,6 +157,14 @@ def _probe_per_worker_dataset() -> str | None:
     return first_problem(lambda: lacks(values, "PerWorkerDatasetFromDatasetFunction"),
                          lambda: used_in(values.PerWorkerDatasetFromDatasetFunction.__init__,
                                          "_coordinator"))
+
+
+def _probe_per_worker_variable() -> str | None:
+    from tensorflow.python.distribute import ps_values
+
+    return first_problem(lambda: lacks(ps_values.PerWorkerVariable, "read_all"),
+                         lambda: used_in(ps_values.PerWorkerVariable.read_all,
+                                         "_per_worker_vars", "_values"))
 
 
 _PS = "parameter_server"

@@ -35,7 +35,8 @@ from . import context as ps_context
 from . import fit as ps_fit
 from .faults import PSFaults
 from .health import TaskProcesses, job_name
-from .steps import PSStepLoop, require_known_length
+from .rowbuffer import WorkerRows
+from .steps import PSStepLoop, require_known_length, ring_capacity
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
@@ -74,6 +75,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
         self.steps_by_worker: dict[int, int] = {}
         self.shell = shell
         self.traced_steps = StepCache()   # a re-run of a step cell reuses its trace
+        self.rows: WorkerRows | None = None   # step rows wait on the workers (rowbuffer)
         self._atomic: Any = None   # hooks.keras.atomic_variable_updates while started
         self.faults = PSFaults(lambda sig, w: self.signal_task(sig, "worker", w), self.n)
 
@@ -148,6 +150,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
     def stop(self) -> list[int]:
         """Detach the kernel, stop every process; return pids that had to be killed."""
         self.traced_steps.clear()
+        self.rows = None
         self.faults.forget()
         if self._atomic is not None:
             self._atomic.__exit__(None, None, None)
@@ -222,6 +225,8 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
         # the checkpoint is saved from here, the coordinator: it reads the PS variables
         inputs = step_inputs(cell, self.strategy, user_ns, 1, coordinator=self.coordinator)
         require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
+        if self.rows is None:
+            self.rows = WorkerRows(self.strategy, self.n, ring_capacity(self.n))
         run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
                             workers=self.n, devices=self.devices, epochs=cell.spec.epochs)
         loop = PSStepLoop(cell.source, user_ns, cell.spec, run,
@@ -230,7 +235,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
                           strategy=self.strategy, coordinator=self.coordinator,
                           workers=self.n, watch=self, per_epoch=inputs.per_epoch,
                           epoch_note=inputs.note, on_worker_death=self.dead_workers.add,
-                          cache=self.traced_steps)
+                          cache=self.traced_steps, rows=self.rows)
         try:
             return loop.execute()
         except ClusterError as err:

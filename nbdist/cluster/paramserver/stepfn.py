@@ -1,10 +1,11 @@
 """The ``tf.function`` a parameter-server step cell schedules (``steps.PSStepLoop``).
 
 It takes the next batch from a per-worker iterator, runs the step with ``strategy.run`` and
-returns one float64 vector (the coordinator copies each returned tensor back with a call of
-its own): the loss, the gradient norm, the worker that ran it
+packs its row into one float64 vector: the loss, the gradient norm, the worker that ran it
 (``tf.distribute.coordinator.experimental_get_current_worker_index``) and in-graph
-timestamps; ``SPANS`` turns the timestamps into the Run's millisecond columns.
+timestamps; ``SPANS`` turns the timestamps into the Run's millisecond columns. The row is
+appended to the worker's own ring (``rowbuffer``) and the function returns nothing: the
+coordinator copies every returned tensor back with an RPC of its own, at once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from ...spec import RunSpec
 from ...telemetry.probe import StepProbe
 from .instrument import UpdateTimer
+from .rowbuffer import WorkerRows
 
 SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
          "compute_ms": ("t_begin", "t_update_start"),
@@ -22,10 +24,10 @@ SPANS = {"step_ms": ("t_start", "t_end"), "data_ms": ("t_start", "t_begin"),
 
 
 def compile_step(factory: Any, spec: RunSpec, strategy: Any, timed: bool,
-                 columns: dict[bool, list[str]]) -> Any:
-    """The step as a ``tf.function`` of the per-worker iterator; tracing it sets
-    ``columns[timed]`` to the names of its result's entries. ``timed`` adds the parameter
-    update's timestamps (``instrument.UpdateTimer``)."""
+                 columns: dict[bool, list[str]], rows: WorkerRows) -> Any:
+    """The step as a ``tf.function`` of the per-worker iterator, appending its row to
+    ``rows``; tracing it sets ``columns[timed]`` to the names of the row's entries. ``timed``
+    adds the parameter update's timestamps (``instrument.UpdateTimer``)."""
     import tensorflow as tf
 
     probe = StepProbe(timed=False, loss_name=spec.loss, grads_name=spec.grads)
@@ -47,7 +49,8 @@ def compile_step(factory: Any, spec: RunSpec, strategy: Any, timed: bool,
         out.update(t_start=t_start, t_begin=t_begin,
                    worker=tf.distribute.coordinator.experimental_get_current_worker_index())
         columns[timed] = names = sorted(out)
-        return tf.stack([tf.reshape(tf.cast(out[k], tf.float64), []) for k in names])
+        rows.append(timed, tf.stack([tf.reshape(tf.cast(out[k], tf.float64), [])
+                                     for k in names]))
 
     return tf.function(train_step)
 

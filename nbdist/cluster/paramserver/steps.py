@@ -5,9 +5,11 @@ iterator (``ClusterCoordinator.create_per_worker_dataset``) returning one packed
 step (``stepfn``).
 ``ClusterCoordinator.schedule`` hands each step to whichever worker is free: no barrier
 between workers, each applies its gradients to the variables on the parameter servers as soon
-as it has them (asynchronous training). At most ``window`` steps are in flight; the loop
-records each finished step into the Run in schedule order, waiting only when the window is
-full, so the dashboard follows every worker live. A re-run of an unchanged cell schedules the
+as it has them (asynchronous training). At most ``window`` steps are in flight, and the loop
+waits only when the window is full. Each step appends its row to a ring on its worker
+(``rowbuffer``: returning it would cost an RPC per step); the loop reads the rings every few
+dozen steps or 0.2 s and records the rows in the order the steps finished, so the dashboard
+follows every worker live. A re-run of an unchanged cell schedules the
 functions its last run traced (``stepcache``, the backend's): no tracing, and no removal of
 the old functions from the cluster (which took TensorFlow 1-7 s at a cell's end here).
 
@@ -38,16 +40,9 @@ from ...runner import TimingPacer
 from ...stepcache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
 from ...steploop import StepLoop
 from ...telemetry.run import Run
-from .health import (
-    DEATH_GRACE_S,
-    ProcessWatch,
-    TaskDied,
-    dead_message,
-    dead_message_after,
-    drain,
-    ready,
-)
+from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
 from .instrument import EPOCH_NOTE, UPDATE_NOTE, quiet_recovery_logs
+from .rowbuffer import WorkerRows
 from .stepfn import SPANS, Scheduler, compile_step
 
 #: Steps scheduled ahead of the oldest unfinished one, per worker (TensorFlow's tutorial
@@ -55,6 +50,15 @@ from .stepfn import SPANS, Scheduler, compile_step
 WINDOW_PER_WORKER = 16
 #: How often the loop checks that the worker and parameter-server processes are alive.
 HEALTH_EVERY_S = 0.25
+#: The workers' rows are read every this many finished steps, or this often (rowbuffer).
+TAKE_EVERY_ROWS = 64
+TAKE_EVERY_S = 0.2
+
+
+def ring_capacity(workers: int) -> int:
+    """Rows each worker's ring holds: more than one worker can append between two reads
+    (every step in flight, plus the finished ones not yet read)."""
+    return max(256, 2 * (TAKE_EVERY_ROWS + WINDOW_PER_WORKER * workers))
 
 def require_known_length(data: str | None, per_epoch: int | None) -> int:
     """Steps per epoch, or a StepCodeError if the coordinator cannot know how many."""
@@ -84,10 +88,15 @@ class PSStepLoop(StepLoop):
     _announced: set[bool] = field(default_factory=set)   # variants told to observers
     _dead_seen: set[int] = field(default_factory=set)
     _next_check: float = 0.0
-    _pending: deque[tuple[int, int, bool, Any]] = field(default_factory=deque)
+    rows: WorkerRows = field(default=None, kw_only=True)   # the backend's rings of rows
+    _pending: deque[Any] = field(default_factory=deque)   # RemoteValues of scheduled steps
+    _taken: deque[tuple[int, dict[str, float]]] = field(default_factory=deque)   # to record
     _pacer: TimingPacer | None = None
     _scheduled: int = 0
-    _lost: int = 0
+    _next_step: int = 0     # the step number the next row recorded gets
+    _finished: int = 0      # steps finished (their rows are in the workers' rings)
+    _recorded: int = 0      # rows recorded into the Run
+    _next_take: float = 0.0
 
     def execute(self) -> Run:
         per_epoch = require_known_length(self.spec.data, self.per_epoch)
@@ -149,6 +158,8 @@ class PSStepLoop(StepLoop):
         total = per_epoch * self.spec.epochs
         window = WINDOW_PER_WORKER * self.workers
         self._pacer = TimingPacer(self.spec.timing_every)
+        self._next_step = first
+        self.rows.take(self._dead)   # rows an earlier failed run left unread are not ours
         for step in range(first, total):
             if self.checkpoint is not None and step > first and step % per_epoch == 0:
                 self._drain()   # every step of the epoch applied: then save its state
@@ -158,20 +169,27 @@ class PSStepLoop(StepLoop):
                 self.run.finish("stopped")
                 return
             self._check_health()
-            timed = self._pacer.due(step)
-            self._pending.append((step, step // per_epoch, timed,
-                                  self._schedule(iterator, timed)))
+            self._pending.append(self._schedule(iterator, self._pacer.due(step)))
             self._scheduled = step
-            # rows of finished steps now, without waiting; wait only when the window is full
-            while self._pending and (len(self._pending) >= window
-                                     or ready(self._pending[0][3])):
-                self._record(*self._pending[0])
-                self._pending.popleft()
+            self._collect(wait=len(self._pending) >= window)
         self._drain()
 
     def _drain(self, quiet: bool = False) -> None:
-        """Record every step already scheduled (the coordinator runs them anyway)."""
-        drain(self._pending, self._record, quiet)
+        """Wait for every step already scheduled (the coordinator runs them anyway) and
+        record their rows. ``quiet``: after an error, keep what can be read."""
+        try:
+            while self._pending:
+                self._collect(wait=True, take=False)
+            self._take()
+        except Exception:
+            if not quiet:
+                raise
+            self._pending.clear()
+            return
+        lost = self._finished - self._recorded
+        if lost > 0:
+            self.run.note(f"{lost} step(s) finished on a worker just before it died: their "
+                          "parameter updates were applied, but their rows were lost with it")
 
     def _schedule(self, iterator: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
@@ -183,42 +201,64 @@ class PSStepLoop(StepLoop):
         # First use: trace (in schedule), building any Keras optimizer the step would build.
         scheduler, remote = call_building_optimizers(
             lambda: Scheduler(self.coordinator, compile_step(
-                self._factory, self.spec, self.strategy, timed, self._columns)), iterator,
-            self.strategy)
+                self._factory, self.spec, self.strategy, timed, self._columns, self.rows)),
+            iterator, self.strategy)
         self._compiled[timed] = scheduler.fn
         self._announced.add(timed)
         self.traced(scheduler.fn, iterator, timed)   # e.g. `%%distribute --graph`
         return remote
 
-    def _record(self, step: int, epoch: int, timed: bool, remote: Any) -> None:
-        """Wait for a scheduled step's result and append its row (once: an interrupt may
-        come between recording and dequeuing)."""
-        if step < self.run.steps_done:
-            return
-        while True:   # fetch blocks; wake up to watch the processes meanwhile
-            if ready(remote):
-                break
+    def _collect(self, wait: bool, take: bool = True) -> None:
+        """Count the steps that finished (in schedule order; ``wait``: for the oldest, while
+        watching the processes), and read the workers' rows every ``TAKE_EVERY_ROWS`` of them
+        or ``TAKE_EVERY_S`` (the dashboard follows the run)."""
+        while wait and not ready(self._pending[0]):
             self._check_health()
             time.sleep(0.002)
-        try:
-            values = dict(zip(self._columns[timed], remote.fetch().tolist(), strict=True))
-        except Exception as err:
-            if not self._lost_with_dead_worker(err):
-                raise
+        while self._pending and ready(self._pending[0]):
+            self._pending[0].fetch()   # None, or the step's error raised
+            self._finished += 1
+            self._pending.popleft()
+        unread = self._finished - self._recorded
+        if take and unread and (unread >= TAKE_EVERY_ROWS or time.monotonic() >= self._next_take):
+            self._take()
+
+    def _take(self) -> None:
+        """Read the rows the workers appended since the last read and record them, in the
+        order they finished."""
+        self._next_take = time.monotonic() + TAKE_EVERY_S
+        rows = [dict(zip(self._columns[bool(row[0])], row[1:].tolist(), strict=False))
+                for row in self.rows.take(self._dead)]
+        for values in sorted(rows, key=lambda v: v["t_end"]):
+            self._taken.append((self._next_step, values))
+            self._next_step += 1
+        while self._taken:   # recorded once each, even if an interrupt comes in between
+            self._record(*self._taken[0])
+            self._taken.popleft()
+
+    def _record(self, step: int, values: dict[str, float]) -> None:
+        """Append a finished step's row (once: an interrupt may come between recording and
+        dequeuing)."""
+        if step < self.run.steps_done:
             return
-        ms = {k: (float(values[b]) - float(values[a])) * 1e3 for k, (a, b) in SPANS.items()
+        timed = "t_update_start" in values
+        ms = {k: (values[b] - values[a]) * 1e3 for k, (a, b) in SPANS.items()
               if a in values and b in values}
         extra = {"update_ms": ms["update_ms"]} if "update_ms" in ms else None
         self.run.record_step(
-            step, epoch, loss=[float(values["loss"])],
-            grad_norm=[float(values["grad_norm"])] if "grad_norm" in values else None,
+            step, step // self.per_epoch, loss=[values["loss"]],
+            grad_norm=[values["grad_norm"]] if "grad_norm" in values else None,
             compute_ms=[ms["compute_ms"]] if "compute_ms" in ms else None,
             step_ms=ms["step_ms"], data_ms=ms["data_ms"], worker=int(values["worker"]),
-            replica=0, extra=extra, wall_time=float(values["t_end"]),
+            replica=0, extra=extra, wall_time=values["t_end"],
         )
+        self._recorded += 1
         if self._pacer is not None:   # spaces timed steps from the last scheduled one
             self._pacer.observe(self._scheduled, ms["step_ms"], timed)
         self.notify()
+
+    def _dead(self) -> set[int]:
+        return set(self.watch.dead().get("worker", []))
 
     # -- health ----------------------------------------------------------------------------
     def _check_health(self) -> None:
@@ -239,32 +279,6 @@ class PSStepLoop(StepLoop):
                       file=sys.stderr)
                 self.run.note(f"{who} died during the run; ClusterCoordinator re-ran its "
                               "unfinished steps on the other workers")
-
-    def _lost_with_dead_worker(self, err: Exception) -> bool:
-        """A step a worker finished just before it died: its update reached the parameter
-        servers, but its result stayed on the worker (a RemoteValue's tensors live there
-        until fetched). Count it as lost; any other error is the run's."""
-        if type(err).__name__ != "UnavailableError":
-            return False
-        text = str(err)
-        deadline = time.monotonic() + DEATH_GRACE_S
-        while True:   # a killed process closes its sockets a moment before psutil sees it
-            dead = self.watch.dead()
-            if dead.get("ps") or len(dead.get("worker", [])) == self.workers:
-                raise TaskDied(self._dead_message()) from None
-            if any(f"/job:worker/replica:0/task:{i}" in text for i in dead.get("worker", [])):
-                break
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        self._check_health()
-        self._lost += 1
-        self.run.note(f"{self._lost} step(s) finished on a worker just before it died: their "
-                      "parameter updates were applied, but their metrics were lost with it")
-        if self._lost > 1:   # one note, with the current count
-            old = f"{self._lost - 1} step(s) finished"
-            self.run.notes[:] = [n for n in self.run.notes if not n.startswith(old)]
-        return True
 
     def _dead_message_after(self, err: Exception) -> str:
         return dead_message_after(self.watch, err, self.run.steps_done)
