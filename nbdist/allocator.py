@@ -18,6 +18,10 @@ that (else the heap is trimmed back to the system as soon as 128 KiB at its top 
 the next step faults its pages in again). Freed buffers below 32 MiB then stay in the process
 for the next step, as in any process TensorFlow left alone; larger ones still go back to the
 system when freed. Elsewhere than glibc it does nothing.
+
+The buffers kept stay with the process after its cell ends: ``release_free_memory`` (glibc's
+``malloc_trim``) hands the free ones back once a cell is over, so a notebook session does not
+keep the largest step's buffers (and freed row chunks) for the rest of the day.
 """
 
 from __future__ import annotations
@@ -33,24 +37,32 @@ LARGE_BUFFERS = 32 * 1024 * 1024
 
 #: False leaves TensorFlow's setting alone (``benchmarks/mw_step_cost.py`` compares both).
 enabled = True
-_mallopt: Any = None
+_libc: Any = None
 
 
-def _libc_mallopt() -> Any:
-    global _mallopt
-    if _mallopt is None:
-        _mallopt = False
+def _glibc(name: str) -> Any:
+    """A glibc function, or False elsewhere."""
+    global _libc
+    if _libc is None:
+        _libc = False
         if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
             try:
-                _mallopt = ctypes.CDLL(None).mallopt
-            except (OSError, AttributeError):
+                _libc = ctypes.CDLL(None)
+            except OSError:
                 pass
-    return _mallopt
+    return getattr(_libc, name, False) if _libc else False
 
 
 def keep_large_buffers(threshold: int = LARGE_BUFFERS) -> bool:
     """Let buffers below ``threshold`` bytes be reused after they are freed (see the module
     doc); True if it was set (glibc only)."""
-    mallopt = _libc_mallopt() if enabled else None
+    mallopt = _glibc("mallopt") if enabled else None
     return (bool(mallopt) and mallopt(M_MMAP_THRESHOLD, threshold) == 1
             and mallopt(M_TRIM_THRESHOLD, 2 * threshold) == 1)
+
+
+def release_free_memory() -> bool:
+    """Give the system back the free memory the process's heaps hold (after a cell: a few
+    ms); True if glibc did release some."""
+    trim = _glibc("malloc_trim") if enabled else None
+    return bool(trim) and trim(0) == 1

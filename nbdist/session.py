@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .allocator import release_free_memory
 from .backends.base import NO_WORKERS, NO_WORKERS_TO_RESTART, Backend, lab_state, status_text
 from .backends.cells import RanCell, prepare_scope_cell, prepare_step_cell
 from .backends.kernelstate import strategy_mismatch
@@ -196,6 +197,7 @@ class Session:
         finally:
             self._in_cell = False
             self._changed()
+            release_free_memory()   # what the cell's steps freed (nbdist.allocator)
 
     def _history_number(self, cell: str) -> int:
         """The running cell's In[n] (IPython stores a cell before running it); 0 if it is

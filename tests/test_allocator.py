@@ -57,3 +57,24 @@ def test_step_cell_leaves_large_buffers_reusable(ip, monkeypatch):
     monkeypatch.setattr(allocator, "enabled", True)
     run_ok(ip, STEP)
     assert reused(30 << 20)
+
+
+def test_the_heap_s_free_memory_goes_back_to_the_system_when_a_cell_ends(ip):
+    """Buffers kept for the next step are not kept for the rest of the session: 30 MiB freed
+    into the heap before a step cell are no longer resident after it."""
+    import psutil
+
+    run_ok(ip, SETUP)
+    run_ok(ip, STEP)   # the allocator's setting is in place (reused above)
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    size = 30 << 20
+    pointer = libc.malloc(size)
+    ctypes.memset(pointer, 1, size)          # resident
+    me = psutil.Process()
+    touched = me.memory_info().rss
+    libc.free(pointer)                        # back in the heap, still resident
+    assert me.memory_info().rss > touched - size // 2, "glibc returned it at once"
+    run_ok(ip, STEP)
+    assert me.memory_info().rss < touched - size // 2
