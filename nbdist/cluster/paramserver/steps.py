@@ -90,7 +90,7 @@ class PSStepLoop(StepLoop):
     _next_check: float = 0.0
     rows: WorkerRows = field(default=None, kw_only=True)   # the backend's rings of rows
     _pending: deque[Any] = field(default_factory=deque)   # RemoteValues of scheduled steps
-    _taken: deque[tuple[int, dict[str, float]]] = field(default_factory=deque)   # to record
+    _taken: deque[tuple[int, bool, dict[str, float]]] = field(default_factory=deque)
     _pacer: TimingPacer | None = None
     _scheduled: int = 0
     _next_step: int = 0     # the step number the next row recorded gets
@@ -227,21 +227,21 @@ class PSStepLoop(StepLoop):
         """Read the rows the workers appended since the last read and record them, in the
         order they finished."""
         self._next_take = time.monotonic() + TAKE_EVERY_S
-        rows = [dict(zip(self._columns[bool(row[0])], row[1:].tolist(), strict=False))
+        rows = [(bool(row[0]), dict(zip(self._columns[bool(row[0])], row[1:].tolist(),
+                                        strict=False)))
                 for row in self.rows.take(self._dead)]
-        for values in sorted(rows, key=lambda v: v["t_end"]):
-            self._taken.append((self._next_step, values))
+        for timed, values in sorted(rows, key=lambda row: row[1]["t_end"]):
+            self._taken.append((self._next_step, timed, values))
             self._next_step += 1
         while self._taken:   # recorded once each, even if an interrupt comes in between
             self._record(*self._taken[0])
             self._taken.popleft()
 
-    def _record(self, step: int, values: dict[str, float]) -> None:
+    def _record(self, step: int, timed: bool, values: dict[str, float]) -> None:
         """Append a finished step's row (once: an interrupt may come between recording and
-        dequeuing)."""
+        dequeuing). ``timed``: the compiled variant that ran it."""
         if step < self.run.steps_done:
             return
-        timed = "t_update_start" in values
         ms = {k: (values[b] - values[a]) * 1e3 for k, (a, b) in SPANS.items()
               if a in values and b in values}
         extra = {"update_ms": ms["update_ms"]} if "update_ms" in ms else None
