@@ -1,5 +1,6 @@
 """Shutting down a real Jupyter kernel leaves no worker, engine or controller process."""
 
+import contextlib
 import json
 import os
 import time
@@ -47,3 +48,45 @@ def _alive(pid):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_kernel_killed_outright_takes_its_workers_with_it():
+    """SIGKILL (the OOM killer, a crashed kernel) runs no cleanup: the engines, which run
+    without ipyparallel's nanny, end themselves once their kernel is gone."""
+    from jupyter_client.manager import start_new_kernel
+
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60, env=env)
+    out = []
+
+    def hook(msg):
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+
+    try:
+        code = ("%load_ext nbdist\n%distribute multiworker --workers 2\n"
+                "from nbdist.session import current_session as _cs\n"
+                "print('PIDS', __import__('json').dumps([p.pid for p in "
+                "_cs().backend.processes()]))")
+        reply = kc.execute_interactive(code, timeout=180, output_hook=hook)
+        assert reply["content"]["status"] == "ok", "".join(out)
+        line = next(ln for ln in "".join(out).splitlines() if ln.startswith("PIDS"))
+        pids = json.loads(line.split(" ", 1)[1])
+        assert len(pids) >= 3, pids
+        kernel = psutil.Process(km.provisioner.process.pid)
+        kernel.kill()
+        kernel.wait(timeout=30)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    deadline = time.monotonic() + 10
+    left = pids
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if _alive(p)]
+        time.sleep(0.2)
+    try:
+        assert not left, [psutil.Process(p).cmdline() for p in left if _alive(p)]
+    finally:
+        for pid in left:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()

@@ -5,6 +5,7 @@ Kernel and engines alike:
 * ``tfconfig``     free ports and each worker's TF_CONFIG
 * ``failures``     the errors a cluster raises, one traceback for N workers
 * ``compat``       checks before setup: TensorFlow importable, same versions as the kernel
+* ``withkernel``   local controller and engines end themselves once their kernel is gone
 
 ``engines/`` (kernel side): the processes that host workers
 

@@ -7,11 +7,13 @@ then checks with psutil that no process is left and kills any that is.
 
 The engines run without ipyparallel's nanny (a second process per engine, 0.3 s of CPU each in
 a cold start): nbdist knows each engine's pid (``pids``), signals and watches it (psutil).
+Engines and controller end themselves once this kernel is gone (``withkernel``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import os
 import shutil
@@ -23,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from .. import tfconfig
+from .. import tfconfig, withkernel
 from ..inengine import preload
 from .base import START_TIMEOUT_S, ClusterStartError, nbdist_pythonpath
 
@@ -68,10 +70,8 @@ class LocalEngines:
 
     def kill_blocked(self, pids: list[int]) -> None:
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
     def restart_advice(self, family: str) -> str:
         return (f"run the `%distribute {family}` line again: nbdist starts fresh engines with "
@@ -88,6 +88,7 @@ class LocalEngines:
         config.LocalEngineSetLauncher.delay = 0.0
         # Engines start as the controller does, and import TensorFlow meanwhile (preload)
         config.LocalEngineSetLauncher.engine_cmd = [sys.executable, "-m", preload.__name__]
+        config.LocalControllerLauncher.controller_cmd = withkernel.command("ipyparallel.controller")
         self.cluster = ipp.Cluster(
             config=config, profile_dir=self.profile_dir, controller_ip="127.0.0.1",
             delay=0, log=log, load_profile=False, engine_timeout=int(self.timeout),
@@ -193,10 +194,8 @@ class LocalEngines:
     def send_signal(self, sig: int, engine_ids: list[int]) -> None:
         """Signal engines (their processes, directly)."""
         for engine_id in engine_ids:
-            try:
+            with contextlib.suppress(KeyError, OSError):   # not started, or gone already
                 os.kill(self.pids[engine_id], sig)
-            except (KeyError, OSError):   # not started, or gone already
-                continue
 
     # -- stop ------------------------------------------------------------------------------
     def stop(self, timeout: float = 1.0, quit_fn: Any = None) -> list[int]:
@@ -213,10 +212,8 @@ class LocalEngines:
         if quit_fn is not None and self.client is not None and self.ids:
             self._quit_engines(quit_fn)
         if self.client is not None:
-            try:
+            with contextlib.suppress(Exception):  # a half-started client: best effort
                 self.client.close(linger=0)
-            except Exception:  # a half-started client: closing is best effort
-                pass
             self.client = None
         if self.cluster is not None:
             try:

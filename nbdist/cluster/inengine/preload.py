@@ -8,6 +8,8 @@ controller and the kernel's checks, instead of following them. The launcher's en
 Whoever needs TensorFlow later (``compat.preflight``, ``worker.setup``, ``ps_server.serve``)
 imports it as usual: Python makes that import wait for this one. If it fails, the module is
 left unimported, so that later import fails again and is reported there.
+
+A local engine also ends itself once the kernel that started it is gone (``withkernel``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import runpy
 import sys
 import threading
 import time
+
+from ..withkernel import exit_with_parent
 
 #: The controller's connection file for engines. The engines start before the controller
 #: has written it; ipyparallel's engine waits for the file to exist, but could read it
@@ -58,6 +62,7 @@ def _wait_for_connection_file(path: str, timeout: float) -> None:
 
 def main() -> None:
     _CLOCKS["python_up"] = time.time()
+    exit_with_parent()
     threading.Thread(target=_import_tensorflow, name="nbdist-preload-tensorflow",
                      daemon=True).start()
     url_file = os.environ.pop(URL_FILE_ENV, None)
