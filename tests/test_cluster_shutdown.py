@@ -1,4 +1,5 @@
-"""Shutting down a real Jupyter kernel leaves no worker, engine or controller process."""
+"""Ending a real Jupyter kernel, by a shutdown request or by SIGKILL, leaves no worker, engine
+or controller process."""
 
 import contextlib
 import json
@@ -8,8 +9,15 @@ import time
 import psutil
 from helpers import ROOT
 
+START = ("%load_ext nbdist\n%distribute multiworker --workers 2\n"
+         "from nbdist.session import current_session as _cs\n"
+         "print('PIDS', __import__('json').dumps([p.pid for p in _cs().backend.processes()]))")
 
-def test_kernel_shutdown_leaves_no_process_behind():
+
+@contextlib.contextmanager
+def kernel_with_workers():
+    """A Jupyter kernel running `%distribute multiworker --workers 2`: (its manager, its
+    psutil Process, the pids of controller and engines)."""
     from jupyter_client.manager import start_new_kernel
 
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -21,26 +29,50 @@ def test_kernel_shutdown_leaves_no_process_behind():
             out.append(msg["content"]["text"])
 
     try:
-        code = ("%load_ext nbdist\n%distribute multiworker --workers 2\n"
-                "from nbdist.session import current_session as _cs\n"
-                "print('PIDS', __import__('json').dumps([p.pid for p in "
-                "_cs().backend.processes()]))")
-        reply = kc.execute_interactive(code, timeout=180, output_hook=hook)
+        reply = kc.execute_interactive(START, timeout=180, output_hook=hook)
         assert reply["content"]["status"] == "ok", "".join(out)
         line = next(ln for ln in "".join(out).splitlines() if ln.startswith("PIDS"))
         pids = json.loads(line.split(" ", 1)[1])
         assert len(pids) >= 3, pids          # controller, 2 engines (started without nannies)
-        kernel = psutil.Process(km.provisioner.process.pid)
+        yield km, psutil.Process(km.provisioner.process.pid), pids
     finally:
         kc.stop_channels()
-        km.shutdown_kernel(now=False)        # a normal shutdown request, as Jupyter sends
-    kernel.wait(timeout=30)
-    deadline = time.monotonic() + 10
+        if km.is_alive():
+            km.shutdown_kernel(now=True)
+
+
+def left_after(pids, seconds=10):
+    """The pids still running after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
     left = pids
     while left and time.monotonic() < deadline:
         left = [p for p in left if _alive(p)]
         time.sleep(0.2)
+    return left
+
+
+def test_kernel_shutdown_leaves_no_process_behind():
+    with kernel_with_workers() as (km, kernel, pids):
+        km.shutdown_kernel(now=False)        # a normal shutdown request, as Jupyter sends
+        kernel.wait(timeout=30)
+    left = left_after(pids)
     assert left == [], [psutil.Process(p).cmdline() for p in left if _alive(p)]
+
+
+def test_a_kernel_killed_outright_takes_its_workers_with_it():
+    """SIGKILL (the OOM killer, a crashed kernel) runs no cleanup: the controller and the
+    engines (which run without ipyparallel's nanny) end themselves once their kernel is gone
+    (nbdist.cluster.withkernel)."""
+    with kernel_with_workers() as (_, kernel, pids):
+        kernel.kill()
+        kernel.wait(timeout=30)
+    left = left_after(pids)
+    try:
+        assert not left, [psutil.Process(p).cmdline() for p in left if _alive(p)]
+    finally:
+        for pid in left:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
 
 
 def _alive(pid):
@@ -48,45 +80,3 @@ def _alive(pid):
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def test_a_kernel_killed_outright_takes_its_workers_with_it():
-    """SIGKILL (the OOM killer, a crashed kernel) runs no cleanup: the engines, which run
-    without ipyparallel's nanny, end themselves once their kernel is gone."""
-    from jupyter_client.manager import start_new_kernel
-
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    km, kc = start_new_kernel(kernel_name="python3", startup_timeout=60, env=env)
-    out = []
-
-    def hook(msg):
-        if msg["msg_type"] == "stream":
-            out.append(msg["content"]["text"])
-
-    try:
-        code = ("%load_ext nbdist\n%distribute multiworker --workers 2\n"
-                "from nbdist.session import current_session as _cs\n"
-                "print('PIDS', __import__('json').dumps([p.pid for p in "
-                "_cs().backend.processes()]))")
-        reply = kc.execute_interactive(code, timeout=180, output_hook=hook)
-        assert reply["content"]["status"] == "ok", "".join(out)
-        line = next(ln for ln in "".join(out).splitlines() if ln.startswith("PIDS"))
-        pids = json.loads(line.split(" ", 1)[1])
-        assert len(pids) >= 3, pids
-        kernel = psutil.Process(km.provisioner.process.pid)
-        kernel.kill()
-        kernel.wait(timeout=30)
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-    deadline = time.monotonic() + 10
-    left = pids
-    while left and time.monotonic() < deadline:
-        left = [p for p in left if _alive(p)]
-        time.sleep(0.2)
-    try:
-        assert not left, [psutil.Process(p).cmdline() for p in left if _alive(p)]
-    finally:
-        for pid in left:
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).kill()
