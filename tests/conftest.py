@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A shell that starts a command in the background (`cmd &` without job control) makes it
+# ignore SIGINT, and Python keeps it ignored: the tests that interrupt the kernel (Kernel >
+# Interrupt is a SIGINT) would then see nothing happen. Take SIGINT back, for this process
+# and (reset to the default at exec) for the kernels and scenarios it starts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = Path(__file__).resolve().parent
