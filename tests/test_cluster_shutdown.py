@@ -7,7 +7,7 @@ import os
 import time
 
 import psutil
-from helpers import ROOT
+from helpers import ROOT, living
 
 START = ("%load_ext nbdist\n%distribute multiworker --workers 2\n"
          "from nbdist.session import current_session as _cs\n"
@@ -17,7 +17,7 @@ START = ("%load_ext nbdist\n%distribute multiworker --workers 2\n"
 @contextlib.contextmanager
 def kernel_with_workers():
     """A Jupyter kernel running `%distribute multiworker --workers 2`: (its manager, its
-    psutil Process, the pids of controller and engines)."""
+    psutil Process, the psutil Processes of controller and engines)."""
     from jupyter_client.manager import start_new_kernel
 
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -34,49 +34,42 @@ def kernel_with_workers():
         line = next(ln for ln in "".join(out).splitlines() if ln.startswith("PIDS"))
         pids = json.loads(line.split(" ", 1)[1])
         assert len(pids) >= 3, pids          # controller, 2 engines (started without nannies)
-        yield km, psutil.Process(km.provisioner.process.pid), pids
+        yield km, psutil.Process(km.provisioner.process.pid), [psutil.Process(p) for p in pids]
     finally:
         kc.stop_channels()
         if km.is_alive():
             km.shutdown_kernel(now=True)
 
 
-def left_after(pids, seconds=10):
-    """The pids still running after up to ``seconds``."""
+def left_after(procs, seconds=10):
+    """Those of ``procs`` still running after up to ``seconds``."""
     deadline = time.monotonic() + seconds
-    left = pids
+    left = living(procs)
     while left and time.monotonic() < deadline:
-        left = [p for p in left if _alive(p)]
         time.sleep(0.2)
+        left = living(left)
     return left
 
 
 def test_kernel_shutdown_leaves_no_process_behind():
-    with kernel_with_workers() as (km, kernel, pids):
+    with kernel_with_workers() as (km, kernel, procs):
         km.shutdown_kernel(now=False)        # a normal shutdown request, as Jupyter sends
         kernel.wait(timeout=30)
-    left = left_after(pids)
-    assert left == [], [psutil.Process(p).cmdline() for p in left if _alive(p)]
+    left = left_after(procs)
+    assert left == [], [p.cmdline() for p in left]
 
 
 def test_a_kernel_killed_outright_takes_its_workers_with_it():
     """SIGKILL (the OOM killer, a crashed kernel) runs no cleanup: the controller and the
     engines (which run without ipyparallel's nanny) end themselves once their kernel is gone
     (nbdist.cluster.withkernel)."""
-    with kernel_with_workers() as (_, kernel, pids):
+    with kernel_with_workers() as (_, kernel, procs):
         kernel.kill()
         kernel.wait(timeout=30)
-    left = left_after(pids)
+    left = left_after(procs)
     try:
-        assert not left, [psutil.Process(p).cmdline() for p in left if _alive(p)]
+        assert not left, [p.cmdline() for p in left]
     finally:
-        for pid in left:
+        for proc in left:
             with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).kill()
-
-
-def _alive(pid):
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+                proc.kill()

@@ -53,6 +53,8 @@ HEALTH_EVERY_S = 0.25
 #: The workers' rows are read every this many finished steps, or this often (rowbuffer).
 TAKE_EVERY_ROWS = 64
 TAKE_EVERY_S = 0.2
+LOST_ROWS = (" step(s) finished on a worker just before it died: their parameter updates "
+             "were applied, but their rows were lost with it")
 
 
 def ring_capacity(workers: int) -> int:
@@ -187,9 +189,9 @@ class PSStepLoop(StepLoop):
             self._pending.clear()
             return
         lost = self._finished - self._recorded
-        if lost > 0:
-            self.run.note(f"{lost} step(s) finished on a worker just before it died: their "
-                          "parameter updates were applied, but their rows were lost with it")
+        if lost > 0:   # one note, with the latest count (each epoch's checkpoint drains too)
+            self.run.notes[:] = [n for n in self.run.notes if LOST_ROWS not in n]
+            self.run.note(f"{lost}{LOST_ROWS}")
 
     def _schedule(self, iterator: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
