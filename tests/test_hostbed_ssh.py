@@ -12,6 +12,7 @@ a missing sshd fails instead, as CI installs it.
 """
 
 import os
+import threading
 import time
 
 import psutil
@@ -73,6 +74,14 @@ def ssh_children() -> list[str]:
             if p.name() == "ssh"]
 
 
+def watchers() -> list[str]:
+    """ipyparallel's launcher threads in this kernel that watch a process over ssh (one per
+    engine it knows of). Two per engine meant two ``Cluster`` objects for one cluster file,
+    both fetching and removing each engine's log file when it ended: one of them failed
+    `%distribute stop` with ssh's exit status 1."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("wait(host="))
+
+
 def wait_for(condition, timeout=60):
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
@@ -106,6 +115,7 @@ def test_ssh_launched_engines_train_and_restart_on_their_hosts(ip, bed, capsys):
     assert sorted(host for host, _ in second) == ["host1", "host2"]
     assert engines_on_hosts(bed) == second       # the old engines are gone from the hosts
     assert first.isdisjoint(second)
+    assert wait_for(lambda: len(watchers()) == 2, 10), watchers()   # each engine watched once
     train(ip)
 
     capsys.readouterr()

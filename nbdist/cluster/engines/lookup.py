@@ -6,7 +6,15 @@ Engines that died. ``Cluster.from_file`` lowers an engine set's ``n`` to the eng
 running and rewrites the file with it, so an engine that died (e.g. one started while its host
 was cut off, which gave up registering) would be forgotten, and restarting the set would not
 bring it back. The number each set was started with is read from the file first and put back
-(``missing_engines`` says how many are gone)."""
+(``missing_engines`` says how many are gone).
+
+One ``Cluster`` per cluster file. A ``Cluster`` loaded from its file watches every process in
+it (a thread per engine; for ssh engines an ssh poll per engine every few seconds) and, when one
+ends, fetches and removes the engine's log file. A second ``Cluster`` for the same file, as each
+``%distribute --cluster`` session used to load, watches the same engines: when they stopped,
+both removed the same log file at once, and the one that lost the race failed `%distribute
+stop` with ssh's "returned non-zero exit status 1". The ``Cluster`` a session used is kept and
+used again while the file still names the processes it knows (``_same_processes``)."""
 
 from __future__ import annotations
 
@@ -20,6 +28,9 @@ from ...errors import ConfigError
 from ...hooks.ipyparallel import cluster_running
 
 log = logging.getLogger("nbdist.cluster")
+
+#: cluster file -> the Cluster loaded from it (and since restarted through it, if it was)
+_loaded: dict[str, Any] = {}
 
 
 def resolve_profile(name: str) -> tuple[str, str | None]:
@@ -52,12 +63,15 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
     for path in sorted(glob.glob(os.path.join(profile_dir, "security", pattern))):
         found_id = os.path.basename(path)[len("cluster-"):-len(".json")]
         started = _started(path)
-        try:   # by profile dir: its ipcluster_config.py (launcher settings) is loaded too
-            cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=found_id,
-                                            log=log)
-        except Exception as err:  # a stale or unreadable cluster file
-            log.debug("skipping cluster file %s: %s", path, err)
-            continue
+        cluster = _loaded.get(path)
+        if cluster is None or not _same_processes(cluster.to_dict(), _read(path)):
+            try:   # by profile dir: its ipcluster_config.py (launcher settings) is loaded too
+                cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=found_id,
+                                                log=log)
+            except Exception as err:  # a stale or unreadable cluster file
+                log.debug("skipping cluster file %s: %s", path, err)
+                continue
+            _loaded[path] = cluster
         if cluster.controller is not None and cluster_running(cluster):
             for set_id, engine_set in cluster.engines.items():
                 engine_set.n = max(engine_set.n or 0, started.get(set_id, 0))
@@ -78,6 +92,29 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
         f"{profile_dir} --n 2 --daemonize`, or drop --cluster to let nbdist start local "
         "workers."
     )
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _same_processes(ours: dict[str, Any], on_disk: dict[str, Any]) -> bool:
+    """Whether two cluster-file states name the same controller and engine processes."""
+    def processes(state: dict[str, Any]) -> Any:
+        controller = (state.get("controller") or {}).get("state") or {}
+        sets = (state.get("engines") or {}).get("sets") or {}
+        return (controller.get("pid"),
+                {set_id: sorted((str(i), e.get("pid")) for i, e in
+                                (s.get("engines") or {}).items()) or s.get("pid")
+                 for set_id, s in sets.items()})
+    try:
+        return bool(on_disk) and processes(ours) == processes(on_disk)
+    except (AttributeError, TypeError):
+        return False
 
 
 def _started(path: str) -> dict[str, int]:
