@@ -14,7 +14,10 @@ ends, fetches and removes the engine's log file. A second ``Cluster`` for the sa
 ``%distribute --cluster`` session used to load, watches the same engines: when they stopped,
 both removed the same log file at once, and the one that lost the race failed `%distribute
 stop` with ssh's "returned non-zero exit status 1". The ``Cluster`` a session used is kept and
-used again while the file still names the processes it knows (``_same_processes``)."""
+used again while the file still names the processes it knows and those of them on this
+machine still run (``_still_current``: where no event loop delivers a launcher's end, as in a
+terminal IPython, the ``Cluster`` never learns of it); else the file is loaded afresh, which
+checks each process."""
 
 from __future__ import annotations
 
@@ -64,7 +67,7 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
         found_id = os.path.basename(path)[len("cluster-"):-len(".json")]
         started = _started(path)
         cluster = _loaded.get(path)
-        if cluster is None or not _same_processes(cluster.to_dict(), _read(path)):
+        if cluster is None or not _still_current(cluster, _read(path)):
             try:   # by profile dir: its ipcluster_config.py (launcher settings) is loaded too
                 cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=found_id,
                                                 log=log)
@@ -100,6 +103,24 @@ def _read(path: str) -> dict[str, Any]:
             return json.load(f)
     except (OSError, ValueError):
         return {}
+
+
+def _still_current(cluster: Any, on_disk: dict[str, Any]) -> bool:
+    """Whether a ``Cluster`` loaded earlier is still what its file describes."""
+    import psutil
+
+    sets = list(cluster.engines.values())
+    launchers = [cluster.controller, *sets,
+                 *(la for es in sets for la in (getattr(es, "launchers", None) or {}).values())]
+    for launcher in filter(None, launchers):
+        process = getattr(launcher, "process", None)   # local processes only
+        try:
+            if launcher.state == "after" or process is not None and (
+                    not process.is_running() or process.status() == psutil.STATUS_ZOMBIE):
+                return False
+        except psutil.Error:
+            return False
+    return _same_processes(cluster.to_dict(), on_disk)
 
 
 def _same_processes(ours: dict[str, Any], on_disk: dict[str, Any]) -> bool:
