@@ -48,4 +48,7 @@ def test_a_worker_dataset_that_runs_out_says_to_repeat_it(inputs):
                                               "ran out after step ")
     assert "repeat it (`.repeat()`" in inputs["ran_out_error"]
     assert inputs["ran_out"]["status"] == "failed"
+    # each worker's 3 batches were steps: their rows are kept, and the error counts them
+    assert inputs["ran_out"]["steps"] == 6 and inputs["ran_out"]["workers"] == [0, 1]
+    assert "ran out after step 6." in inputs["ran_out_error"]
     assert inputs["after_ran_out_error"] is None        # the cluster is still usable

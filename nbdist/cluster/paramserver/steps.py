@@ -140,6 +140,7 @@ class PSStepLoop(StepLoop):
         if died:
             return TaskDied(died)
         if type(err).__name__ == "OutOfRangeError":
+            self._drain(quiet=True)   # the workers are fine: keep the rows of the steps that ran
             return DataError(
                 f"--data {self.spec.data}: a worker's dataset ran out after step "
                 f"{self.run.steps_done}. Under parameter_server each worker reads its own "
@@ -178,15 +179,20 @@ class PSStepLoop(StepLoop):
 
     def _drain(self, quiet: bool = False) -> None:
         """Wait for every step already scheduled (the coordinator runs them anyway) and
-        record their rows. ``quiet``: after an error, keep what can be read."""
+        record their rows. ``quiet``: after an error, keep what can be read (the workers
+        must answer: not after a worker died or was cut off)."""
         try:
             while self._pending:
                 self._collect(wait=True, take=False)
+        except Exception:
+            if not quiet:
+                raise
+            self._pending.clear()   # the coordinator cancels the rest after an error
+        try:
             self._take()
         except Exception:
             if not quiet:
                 raise
-            self._pending.clear()
             return
         lost = self._finished - self._recorded
         if lost > 0:   # one note, with the latest count (each epoch's checkpoint drains too)
