@@ -40,6 +40,9 @@ per_worker_dataset = coordinator.create_per_worker_dataset(per_worker_dataset_fn
 dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
 short_fn = lambda: strategy.distribute_datasets_from_function(   # 3 batches, not repeated
     lambda input_context: tf.data.Dataset.from_tensors(([[1.0]], [[2.0]])).repeat(3))
+counting_fn = lambda: strategy.distribute_datasets_from_function(   # 0, 1, 2, ... per worker
+    lambda input_context: tf.data.Dataset.range(1000).map(
+        lambda i: ([[tf.cast(i, tf.float32)]], [[2.0]])))
 model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
 optimizer = tf.keras.optimizers.RMSprop(learning_rate=0.01)
 """
@@ -85,6 +88,10 @@ def input_scenario(ip: Any, out: dict[str, Any], cell: Any, status: Any) -> None
     _, out["ran_out_error"] = cell(
         ip, "%%distribute --step --data short_fn --steps 40\n" + MEAN_OF_BATCH)
     out["ran_out"] = summary(nbdist.runs[-1])
+    _, out["assert_error"] = cell(   # each worker's 6th batch fails the cell's own check
+        ip, "%%distribute --step --data counting_fn --steps 40\n"
+            "x, y = batch\ntf.debugging.assert_less(x, 5.0)\nloss = tf.reduce_mean(x)\n")
+    out["assert_run"] = summary(nbdist.runs[-1])
     _, out["after_ran_out_error"] = cell(
         ip, "%%distribute --step --data dataset_fn --steps 10\n" + MEAN_OF_BATCH)
     before = len(nbdist.runs)

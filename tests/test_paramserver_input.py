@@ -52,3 +52,16 @@ def test_a_worker_dataset_that_runs_out_says_to_repeat_it(inputs):
     assert inputs["ran_out"]["steps"] == 6 and inputs["ran_out"]["workers"] == [0, 1]
     assert "ran out after step 6." in inputs["ran_out_error"]
     assert inputs["after_ran_out_error"] is None        # the cluster is still usable
+
+
+def test_a_step_that_fails_on_a_worker_keeps_the_rows_of_the_steps_before_it(inputs):
+    """The rows sit in the workers' rings until the kernel reads them: a run that fails on an
+    error raised by the step (here the cell's own assertion, on each worker's 6th batch) reads
+    them first. At least the failing worker's 5 good steps are kept, and all of them passed the
+    check."""
+    assert "assert_less" in inputs["assert_error"] or "x < 5.0" in inputs["assert_error"], \
+        inputs["assert_error"]
+    run = inputs["assert_run"]
+    assert run["status"] == "failed"
+    assert 5 <= run["steps"] <= 10, run
+    assert max(run["losses"]) < 5.0 and 0.0 in run["losses"], run

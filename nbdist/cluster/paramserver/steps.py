@@ -57,6 +57,13 @@ LOST_ROWS = (" step(s) finished on a worker just before it died: their parameter
              "were applied, but their rows were lost with it")
 
 
+#: Errors a step raised on a worker that still answers (its dataset ran out, an assertion or
+#: a shape check in the cell failed): the rows of the steps before it are read before the run
+#: fails. Not after other errors: a worker cut off would make the read wait for its timeout.
+RAISED_BY_THE_STEP = ("OutOfRangeError", "InvalidArgumentError", "FailedPreconditionError",
+                      "ResourceExhaustedError")
+
+
 def ring_capacity(workers: int) -> int:
     """Rows each worker's ring holds: more than one worker can append between two reads
     (every step in flight, plus the finished ones not yet read)."""
@@ -139,8 +146,9 @@ class PSStepLoop(StepLoop):
         died = self._dead_message_after(err)
         if died:
             return TaskDied(died)
+        if type(err).__name__ in RAISED_BY_THE_STEP:
+            self._drain(quiet=True)   # the workers answer: keep the rows of the steps that ran
         if type(err).__name__ == "OutOfRangeError":
-            self._drain(quiet=True)   # the workers are fine: keep the rows of the steps that ran
             return DataError(
                 f"--data {self.spec.data}: a worker's dataset ran out after step "
                 f"{self.run.steps_done}. Under parameter_server each worker reads its own "
