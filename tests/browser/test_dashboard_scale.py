@@ -1,11 +1,14 @@
 """The dashboard of 64 workers x 8 replicas in JupyterLab: synthetic rows from 64 simulated
 workers (no TensorFlow) are appended to a Run in the kernel while the cell's main thread feeds
 the dashboard, as a runner does. Above 16 series it draws median lines with 10-90% and min-max
-bands, a worker x step heatmap, names the straggler and says why in one line."""
+bands, a worker x step heatmap, names the straggler and says why in one line. The cell keeps
+the run live until the test has looked at it (a page slower than the run's 15 s used to find
+only the finished run's static figure)."""
 
 from labhelpers import RUN_ALL_NOWAIT, dismiss_news, shot, shot_of, write_notebook
 
-CELLS = ["""import threading, time
+SEEN = "scale-seen.flag"   # the test has looked at the live dashboard: the run may finish
+CELLS = ["""import os, threading, time
 from nbdist.telemetry.run import Run
 from nbdist.widgets.dashboard import Dashboard
 
@@ -35,6 +38,9 @@ while thread.is_alive() or seen < run.n_rows:
         seen = run.n_rows
         dash.on_step(run)
     time.sleep(0.005)
+deadline = time.monotonic() + 120   # however slow the page was to show it
+while not os.path.exists("scale-seen.flag") and time.monotonic() < deadline:
+    time.sleep(0.05)
 run.finish("done")
 dash.close()"""]
 
@@ -77,6 +83,7 @@ def test_64_workers_draw_bands_a_heatmap_and_say_so(lab_server, lab_page):
     shot_of(page.locator(".nbdist-dashboard").first, "dashboard-64x8-live")
     page.locator(".nbdist-live-figure .heatmaplayer").first.scroll_into_view_if_needed()
     shot(page, "dashboard-64x8-heatmap")
+    (lab_server["dir"] / SEEN).touch()
     # the finished run: the same views as a static figure in the cell's output
     page.wait_for_selector(".nbdist-static-figure, .js-plotly-plot:not(.nbdist-live-figure)",
                            timeout=60_000)
