@@ -40,6 +40,7 @@ from ...runner import TimingPacer
 from ...stepcache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
 from ...steploop import StepLoop
 from ...telemetry.run import Run
+from . import health
 from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
 from .instrument import EPOCH_NOTE, UPDATE_NOTE, quiet_recovery_logs
 from .rowbuffer import WorkerRows
@@ -57,17 +58,11 @@ LOST_ROWS = (" step(s) finished on a worker just before it died: their parameter
              "were applied, but their rows were lost with it")
 
 
-#: Errors a step raised on a worker that still answers (its dataset ran out, an assertion or
-#: a shape check in the cell failed): the rows of the steps before it are read before the run
-#: fails. Not after other errors: a worker cut off would make the read wait for its timeout.
-RAISED_BY_THE_STEP = ("OutOfRangeError", "InvalidArgumentError", "FailedPreconditionError",
-                      "ResourceExhaustedError")
-
-
 def ring_capacity(workers: int) -> int:
     """Rows each worker's ring holds: more than one worker can append between two reads
     (every step in flight, plus the finished ones not yet read)."""
     return max(256, 2 * (TAKE_EVERY_ROWS + WINDOW_PER_WORKER * workers))
+
 
 def require_known_length(data: str | None, per_epoch: int | None) -> int:
     """Steps per epoch, or a StepCodeError if the coordinator cannot know how many."""
@@ -146,7 +141,7 @@ class PSStepLoop(StepLoop):
         died = self._dead_message_after(err)
         if died:
             return TaskDied(died)
-        if type(err).__name__ in RAISED_BY_THE_STEP:
+        if type(err).__name__ in health.RAISED_BY_THE_STEP:
             self._drain(quiet=True)   # the workers answer: keep the rows of the steps that ran
         if type(err).__name__ == "OutOfRangeError":
             return DataError(
