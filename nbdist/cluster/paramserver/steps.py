@@ -191,6 +191,8 @@ class PSStepLoop(StepLoop):
             if not quiet:
                 raise
             self._pending.clear()   # the coordinator cancels the rest after an error
+            with contextlib.suppress(Exception):
+                self.coordinator.join()   # and clears the errors it holds: not the next run's
         try:
             self._take()
         except Exception:
