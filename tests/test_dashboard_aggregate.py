@@ -8,9 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
+from nbdist.telemetry.rows import POSITION as COL
 from nbdist.telemetry.run import Run
 from nbdist.widgets.aggregate import others_medians, row_quantiles
-from nbdist.widgets.figure import run_figure
+from nbdist.widgets.figure import FigureModel, run_figure
 from nbdist.widgets.series import RunSeries
 from nbdist.widgets.svgplot import figure_svg
 
@@ -104,6 +105,26 @@ def test_aggregates_above_16_series(workers: int, replicas: int, aggregated: boo
     if aggregated:        # asked for: every replica's line
         every = run_figure(run, per_replica=True)
         assert sum(t["name"] == "w0/r0" for t in every["data"]) == 4
+
+
+def test_a_live_figure_begun_on_part_of_a_step_keeps_every_panel() -> None:
+    """The first rows a live dashboard sees are often one worker's part of step 0; no step is
+    finished, yet the gradient-norm panel must be chosen (it was left out, for good)."""
+    run, _ = synthetic_run(workers=64, replicas=8, steps=2)
+    series = RunSeries(replicas=8, workers=64)
+    series.ingest(run.block_since(0)[:8])           # worker 0 of step 0
+    model = FigureModel(series, strategy="multiworker")
+    model.layout()
+    assert model.panels == ["loss", "grad_norm", "allreduce_ms", "time", "heatmap"]
+    assert not any("no gradient norm" in n for n in model.notes), model.notes
+    bare = RunSeries(replicas=8, workers=64)       # a step cell without grads: still said
+    rows = run.block_since(0)[:8].copy()
+    rows[:, COL.grad_norm] = np.nan
+    bare.ingest(rows)
+    model = FigureModel(bare, strategy="multiworker")
+    model.layout()
+    assert "grad_norm" not in model.panels
+    assert any("no gradient norm" in n for n in model.notes), model.notes
 
 
 def test_static_svg_fills_the_bands_and_draws_the_heatmap() -> None:

@@ -131,6 +131,12 @@ class StepAggregates:
     def keep(self, data: np.ndarray) -> None:
         self._rows.append(data)
 
+    def waiting_with(self, metric: str) -> bool:
+        """Whether a row of a step not finished yet measured ``metric`` (a ``COL`` name): the
+        first rows of a live run are often one worker's part of its first step."""
+        col = getattr(COL, metric)
+        return any(np.isfinite(rows[:, col]).any() for rows in self._rows)
+
     def finish_steps(self, steps: np.ndarray, time_col: int) -> None:
         """Aggregate the kept rows of ``steps`` (finished: every replica reported, or late)."""
         if not self._rows or not len(steps):

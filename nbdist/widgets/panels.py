@@ -72,7 +72,8 @@ def log_dtick(lo: float, hi: float) -> Any:
 
 
 def has_data(series: RunSeries, metric: str) -> bool:
-    return any(dec.raw for (m, key), dec in series.series.items() if m == metric and key)
+    return any(dec.raw for (m, key), dec in series.series.items() if m == metric and key) or (
+        series.aggregated and series.aggregates.waiting_with(metric))
 
 
 def choose_panels(series: RunSeries, strategy: str, final: bool) -> tuple[list[str], list[str]]:

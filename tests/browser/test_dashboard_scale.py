@@ -5,6 +5,8 @@ bands, a worker x step heatmap, names the straggler and says why in one line. Th
 the run live until the test has looked at it (a page slower than the run's 15 s used to find
 only the finished run's static figure)."""
 
+import time
+
 from labhelpers import RUN_ALL_NOWAIT, dismiss_news, shot, shot_of, write_notebook
 
 SEEN = "scale-seen.flag"   # the test has looked at the live dashboard: the run may finish
@@ -57,19 +59,34 @@ FIGURE = """() => {
         fills: drawn('.scatterlayer .trace path.js-fill'),
         heatImages: plot.querySelectorAll('.heatmaplayer image').length,
         text: [...plot.querySelectorAll('.annotation-text')].map(e => e.textContent),
-        notes: document.querySelector('.nbdist-dashboard .nbdist-notes').innerText,
+        notes: document.querySelector('.nbdist-dashboard .nbdist-notes')?.innerText || '',
     };
 }"""
+
+OUTPUT_TEXT = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
+    .map(e => e.innerText.slice(0, 2000)).join('\\n---\\n')"""
+
+
+def wait_for_live_figure(page, timeout: float = 90.0) -> dict:
+    """The live figure once it shows the heatmap, both bands and the straggler; on a timeout
+    the error shows what the page had (the figure, the cell's output)."""
+    deadline = time.monotonic() + timeout
+    fig = None
+    while time.monotonic() < deadline:
+        fig = page.evaluate(FIGURE)
+        if fig and fig["heatCols"] >= 5 and fig["fills"] >= 8 and "w37/r5" in fig["notes"]:
+            return fig
+        page.wait_for_timeout(250)
+    output = page.evaluate(OUTPUT_TEXT)
+    raise AssertionError(f"no live 64-worker figure after {timeout:.0f} s: figure {fig}, "
+                         f"cell output {output!r}")
 
 
 def test_64_workers_draw_bands_a_heatmap_and_say_so(lab_server, lab_page):
     name = write_notebook(lab_server["dir"], "scale.ipynb", CELLS)
     page = lab_page.open_notebook(name)
     page.evaluate(RUN_ALL_NOWAIT)
-    page.wait_for_function(
-        f"() => {{ const f = ({FIGURE})(); return f && f.heatCols >= 5 && f.fills >= 8 &&"
-        " /w37\\/r5/.test(f.notes); }", timeout=60_000)
-    fig = page.evaluate(FIGURE)
+    fig = wait_for_live_figure(page)
     print("scale figure:", {k: fig[k] for k in ("heatRows", "heatCols", "fills", "notes")})
     assert {"median of replicas", "10-90% of replicas", "min-max of replicas"} <= set(
         fig["names"]), fig["names"]
