@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .allocator import release_free_memory
 from .backends.base import NO_WORKERS, NO_WORKERS_TO_RESTART, Backend, lab_state, status_text
 from .backends.cells import RanCell, prepare_scope_cell, prepare_step_cell
 from .backends.kernelstate import strategy_mismatch
+from .data.iterate import release_free_memory_when_idle
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .spec import RunSpec, StrategySpec
@@ -33,6 +33,7 @@ class Session:
         self.lab_channel: Any = None                     # nbdist.lab.comm.LabChannel, if open
         self._cells = 0
         self._in_cell = False                            # a %%distribute cell is running
+        self._release_memory = False                     # hand free heap memory back after the cell
         self._published: Any = None                      # the `strategy` nbdist put in user_ns
         self._plain: contextlib.ExitStack | None = None  # around a cell without %%distribute
         self._told: set[str] = set()                     # one-time notes already printed
@@ -197,7 +198,7 @@ class Session:
         finally:
             self._in_cell = False
             self._changed()
-            release_free_memory()   # what the cell's steps freed (nbdist.allocator)
+            self._release_memory = True
 
     def _history_number(self, cell: str) -> int:
         """The running cell's In[n] (IPython stores a cell before running it); 0 if it is
@@ -222,6 +223,9 @@ class Session:
         stack, self._plain = self._plain, None
         if stack is not None:
             stack.close()
+        if self._release_memory:   # what the cell's steps freed (nbdist.allocator): here, not
+            self._release_memory = False   # in the magic, whose frames still hold 13 MB of it
+            release_free_memory_when_idle()
 
     def _recorded_plain_fit(self, run: Run) -> None:
         self._tell_once("plain fit", (
