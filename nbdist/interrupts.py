@@ -6,6 +6,13 @@ changed the weights and the recording of its rows: those steps would be lost fro
 whole group of steps with ``--steps-per-call``). ``HeldInterrupts`` holds a SIGINT that arrives
 while a call and its recording are under way and raises it once they are done; at any other
 time it does what the handler it replaced does (Python's raises at once).
+
+A ``KeyboardInterrupt`` raised anywhere else can land inside TensorFlow's code, which is not
+written for it: C++ that calls back into Python may then append the failed call's NULL to a list
+and raise ``SystemError: ... bad argument to internal function`` instead (seen under
+parameter_server), or leave a checkpoint half-written. Loops that can say where an interrupt is
+safe hold it for their whole length and ``check()`` at those points. A second SIGINT while one is
+held raises at once: the user asked twice, the loop may be stuck.
 """
 
 from __future__ import annotations
@@ -45,13 +52,21 @@ class HeldInterrupts:
 
     def release(self) -> None:
         self._holding = False
+        self.check()
+
+    def check(self) -> None:
+        """At a point where an interrupt is safe: raise the one held, if any (still holding
+        later ones)."""
         if self._held:
             self._held = False
             raise KeyboardInterrupt
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
-        if self._holding:
+        if self._holding and not self._held:
             self._held = True
+        elif self._holding:   # the second: at once
+            self._held = False
+            raise KeyboardInterrupt
         elif callable(self._previous):
             self._previous(signum, frame)
         elif self._previous != signal.SIG_IGN:

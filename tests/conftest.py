@@ -64,6 +64,7 @@ FILE_TIERS = {
     "test_import.py": "unit",
     "test_input.py": "kernel",
     "test_header.py": "unit",
+    "test_interrupts.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
     "test_launch.py": "cluster",
     "test_magic_args.py": "kernel",

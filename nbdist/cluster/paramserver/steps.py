@@ -1,17 +1,16 @@
 """Step mode under ParameterServerStrategy: the kernel schedules, the workers train async.
 
-``PSStepLoop`` compiles the rewritten step cell into a ``tf.function`` of a per-worker
-iterator (``ClusterCoordinator.create_per_worker_dataset``) returning one packed vector per
-step (``stepfn``).
-``ClusterCoordinator.schedule`` hands each step to whichever worker is free: no barrier
-between workers, each applies its gradients to the variables on the parameter servers as soon
-as it has them (asynchronous training). At most ``window`` steps are in flight, and the loop
-waits only when the window is full. Each step appends its row to a ring on its worker
+``PSStepLoop`` compiles the rewritten step cell into a ``tf.function`` of a per-worker iterator
+(``ClusterCoordinator.create_per_worker_dataset``) returning one packed vector per step
+(``stepfn``). ``ClusterCoordinator.schedule`` hands each step to whichever worker is free: no
+barrier between workers, each applies its gradients to the variables on the parameter servers as
+soon as it has them (asynchronous training). At most ``window`` steps are in flight, and the
+loop waits only when the window is full. Each step appends its row to a ring on its worker
 (``rowbuffer``: returning it would cost an RPC per step); the loop reads the rings every few
 dozen steps or 0.2 s and records the rows in the order the steps finished, so the dashboard
-follows every worker live. A re-run of an unchanged cell schedules the
-functions its last run traced (``stepcache``, the backend's): no tracing, and no removal of
-the old functions from the cluster (which took TensorFlow 1-7 s at a cell's end here).
+follows every worker live. A re-run of an unchanged cell schedules the functions its last run
+traced (``stepcache``): no tracing, and no removal of the old functions from the cluster (which
+took TensorFlow 1-7 s at a cell's end here). A kernel interrupt is raised between steps only.
 
 Timing: ``step_ms`` is the worker's time for the whole step, ``data_ms`` getting the batch,
 ``compute_ms`` from the batch to the gradients (reading the parameters from the parameter
@@ -52,15 +51,13 @@ WINDOW_PER_WORKER = 16
 #: How often the loop checks that the worker and parameter-server processes are alive.
 HEALTH_EVERY_S = 0.25
 #: The workers' rows are read every this many finished steps, or this often (rowbuffer).
-TAKE_EVERY_ROWS = 64
-TAKE_EVERY_S = 0.2
+TAKE_EVERY_ROWS, TAKE_EVERY_S = 64, 0.2
 LOST_ROWS = (" step(s) finished on a worker just before it died: their parameter updates "
              "were applied, but their rows were lost with it")
 
 
 def ring_capacity(workers: int) -> int:
-    """Rows each worker's ring holds: more than one worker can append between two reads
-    (every step in flight, plus the finished ones not yet read)."""
+    """Rows each worker's ring holds: every step in flight and every one not read yet."""
     return max(256, 2 * (TAKE_EVERY_ROWS + WINDOW_PER_WORKER * workers))
 
 
@@ -153,6 +150,7 @@ class PSStepLoop(StepLoop):
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first: int) -> None:
+        self.interrupts.hold()   # raised where check() is: never in TensorFlow's code or a save
         iterator = iter(self.dataset)   # per-worker already (data.per_worker_input)
         try:
             self._schedule_all(iterator, first)
@@ -174,6 +172,7 @@ class PSStepLoop(StepLoop):
                 self._drain()
                 self.run.finish("stopped")
                 return
+            self.interrupts.check()
             self._check_health()
             self._pending.append(self._schedule(iterator, self._pacer.due(step)))
             self._scheduled = step
@@ -226,6 +225,7 @@ class PSStepLoop(StepLoop):
         watching the processes), and read the workers' rows every ``TAKE_EVERY_ROWS`` of them
         or ``TAKE_EVERY_S`` (the dashboard follows the run)."""
         while wait and not ready(self._pending[0]):
+            self.interrupts.check()
             self._check_health()
             time.sleep(0.002)
         while self._pending and ready(self._pending[0]):
