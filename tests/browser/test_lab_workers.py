@@ -5,6 +5,9 @@ import re
 import signal
 
 from labhelpers import run_all_and_wait, shot, write_notebook
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+CELLS_TEXT = "() => [...document.querySelectorAll('.jp-Cell')].map(c => c.innerText.slice(0, 600))"
 
 
 def test_status_bar_turns_red_when_a_worker_is_killed(lab_server, lab_page):
@@ -32,9 +35,14 @@ def test_status_bar_turns_red_when_a_worker_is_killed(lab_server, lab_page):
             nb.activeCell.model.sharedModel.source = '1 + 1';
             await app.commands.execute('notebook:run-cell');
         }""")
-        page.wait_for_function(
-            "() => { const e = document.querySelector('.nbdist-status-item');"
-            " return e && e.classList.contains('nbdist-status-alert'); }", timeout=60_000)
+        try:
+            page.wait_for_function(
+                "() => { const e = document.querySelector('.nbdist-status-item');"
+                " return e && e.classList.contains('nbdist-status-alert'); }", timeout=60_000)
+        except PlaywrightTimeout:   # say what the page had (seen once in CI, under load)
+            raise AssertionError(
+                f"no red status bar 60 s after the kill: it says {item.text_content()!r}; "
+                f"the cells: {page.evaluate(CELLS_TEXT)!r}") from None
         assert "workers 1/2" in item.text_content()
         shot(page, "lab-status-dead-worker")
     finally:
