@@ -109,6 +109,7 @@ def test_the_heap_is_trimmed_after_the_cell_and_its_iterators_are_gone(ip, monke
                       "inside the magic": Session._run.__code__ in codes})
         return True
 
+    assert iterate.wait_released(10)   # and the trim an earlier test's cell left to them
     monkeypatch.setattr(iterate, "release_free_memory", record)
     run_ok(ip, SETUP)
     assert calls == []                       # a cell without %%distribute: nothing to trim

@@ -64,7 +64,8 @@ def pending() -> int:
 
 
 def wait_released(timeout: float) -> bool:
-    """Wait until every iterator handed over so far is deleted; False if ``timeout`` passed."""
+    """Wait until every iterator handed over so far is deleted (and the heap trimmed, if
+    ``release_free_memory_when_idle`` asked for it); False if ``timeout`` passed."""
     deadline = time.monotonic() + timeout
     with _idle:
         while _in_hand[0]:
@@ -95,11 +96,10 @@ def _drop(box: list[Any]) -> None:
     del item   # TensorFlow's wait, if any, happens here
     with _idle:
         _in_hand[0] -= 1
-        free = not _in_hand[0] and _release_memory_after[0]
-        _release_memory_after[0] = _release_memory_after[0] and not free
+        if not _in_hand[0] and _release_memory_after[0]:
+            _release_memory_after[0] = False
+            release_free_memory()   # before the waiters wake: wait_released() includes it
         _idle.notify_all()
-    if free:
-        release_free_memory()
 
 
 def timed_batches(dataset: Any, max_steps: int | None) -> Iterator[tuple[Any, float]]:
