@@ -78,8 +78,8 @@ def wait_released(timeout: float) -> bool:
 
 def release_free_memory_when_idle() -> None:
     """``allocator.release_free_memory`` now or, while iterators handed over are still being
-    deleted, once the last one is: deleting a distributed iterator frees its pipelines' buffers
-    (13 MB of heap after a long mirrored cell, kept with ``keep_large_buffers`` otherwise)."""
+    deleted, once the last one is: deleting a distributed iterator frees its pipelines' buffers,
+    which ``keep_large_buffers`` would otherwise keep in the heap for the rest of the session."""
     with _idle:
         if _in_hand[0]:
             _release_memory_after[0] = True
