@@ -224,7 +224,7 @@ class Session:
         if stack is not None:
             stack.close()
         if self._release_memory:   # what the cell's steps freed (nbdist.allocator): here, not
-            self._release_memory = False   # in the magic, whose frames still hold 13 MB of it
+            self._release_memory = False   # in the magic, whose frames still held some of it
             release_free_memory_when_idle()
 
     def _recorded_plain_fit(self, run: Run) -> None:
@@ -264,11 +264,8 @@ def _kernel_strategy(backend: Backend) -> Any:
 
 
 class _Notify:
-    """Observer that tells the session's listeners (the lab status bar) about progress.
-
-    At most 5 times a second: building the state on every step cost ~20% of a tiny model's
-    throughput (measured with benchmarks/overhead.py).
-    """
+    """Observer that tells the session's listeners (the lab status bar) about progress, at most
+    5 times a second (on every step it cost ~20% of a tiny model's throughput: overhead.py)."""
 
     interval = 0.2
 
