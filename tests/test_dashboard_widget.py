@@ -393,12 +393,31 @@ def test_a_finished_runs_widgets_are_freed(recorder: Recorder) -> None:
 
 
 # -- without a frontend -----------------------------------------------------------------------
-def test_headless_run_ends_with_static_figure_and_summary(
+def test_a_terminal_run_ends_with_its_summary_and_no_figure_it_cannot_show(
         recorder: Recorder, capsys: Any) -> None:
     run = make_run(30)
-    terminal = type("TerminalShell", (), {"kernel": None})()
+    terminal = type("TerminalShell", (), {"kernel": None, "mime_renderers": {}})()
     dash = Dashboard(terminal)
     assert dash.live is False
+    dash.on_step(run)
+    run.finish("done")
+    dash.close()
+    [summary] = recorder.displayed      # IPython would keep a figure for the whole session
+    assert list(summary) == ["text/plain"]
+    assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replica(s)): done")
+    assert summary["text/plain"].endswith("its .plot() draws the dashboard's figure)")
+    dash_none = Dashboard(None)
+    dash_none.on_step(run)
+    dash_none.close()
+    assert "Run 1" in capsys.readouterr().out
+
+
+def test_a_shell_that_renders_svg_gets_the_static_figure_and_summary(
+        recorder: Recorder) -> None:
+    run = make_run(30)
+    shell = type("KittyShell", (), {"kernel": None,
+                                    "mime_renderers": {"image/svg+xml": print}})()
+    dash = Dashboard(shell)
     dash.on_step(run)
     run.finish("done")
     dash.close()
@@ -408,10 +427,6 @@ def test_headless_run_ends_with_static_figure_and_summary(
     assert bundle["image/svg+xml"].startswith("<svg") and "Run 1" in bundle["text/plain"]
     names = [t["name"] for t in bundle["application/vnd.plotly.v1+json"]["data"]]
     assert names.count("replica 3") == 4                   # one per panel
-    dash_none = Dashboard(None)
-    dash_none.on_step(run)
-    dash_none.close()
-    assert "Run 1" in capsys.readouterr().out
 
 
 def test_run_plot_returns_a_static_figure() -> None:

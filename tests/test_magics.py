@@ -140,6 +140,17 @@ def test_show_code_prints_the_generated_step(shell, capsys):
     assert "def _nbdist_step(batch):" in out and "optimizer.apply_gradients" in out
 
 
+def test_a_terminal_keeps_the_summary_of_each_run_not_a_figure(shell, capsys):
+    """IPython keeps every displayed bundle of the session (``history_manager.outputs``): a
+    terminal, which prints only text, must not be given a figure per run to keep."""
+    outputs = shell.history_manager.outputs
+    before = {count: len(kept) for count, kept in outputs.items()}
+    run_ok(shell, step_cell("--steps 2"))
+    new = [o.bundle for count, kept in outputs.items() for o in kept[before.get(count, 0):]]
+    assert new and all(set(bundle) == {"text/plain"} for bundle in new), new
+    assert f"Run {len(nbdist.runs)} (step, mirrored" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("line, kind, words", [
     ("mirored --devices 2", ConfigError, "Did you mean `mirrored`"),
     ("mirrored --devices 0", ConfigError, "--devices 0"),

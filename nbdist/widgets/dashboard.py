@@ -9,7 +9,8 @@ buffers), and keeps every trace to ``max_points`` points; the Run keeps the full
 With a widget frontend each Run gets a ``RunView`` (``run_view``: header, progress bar, Stop
 button and ``LiveFigure``); the Dashboard decides when they redraw, and when the run ends they
 give way to a static figure (plotly JSON + SVG, see ``static``) and the text summary. Without
-a widget frontend (terminal IPython): the static figure and the summary when the run ends.
+a widget frontend (terminal IPython): the summary when the run ends, and the static figure only
+where the shell has a renderer for it (``InteractiveShell.mime_renderers``).
 A failure while drawing never stops training: it is reported once and drawing stops.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 from ..telemetry.run import Run
 from .progress import has_frontend
 from .run_view import RunView
-from .static import static_bundle
+from .static import PLOTLY_MIME, static_bundle
 
 __all__ = ["Dashboard", "observer_for"]
 
@@ -99,7 +100,7 @@ class Dashboard:
                 print(run.summary())
             else:
                 try:
-                    _display_static(run)
+                    _display_static(run, self.shell)
                 except Exception as err:
                     self._fail(err)
                     print(run.summary())
@@ -197,12 +198,19 @@ def _display_summary(run: Run) -> None:
     display({"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}, raw=True)
 
 
-def _display_static(run: Run) -> None:
-    """No widget frontend (terminal IPython): the static figure bundle, then the summary."""
+def _display_static(run: Run, shell: Any) -> None:
+    """No widget frontend (terminal IPython): the summary, after the static figure if the
+    shell can show one. A terminal prints only text/plain, and IPython (9.x) keeps every
+    displayed bundle in ``history_manager.outputs`` for the session: a figure nobody sees
+    would keep ~45 kB per run (and cost the time to draw it)."""
     from IPython.display import display
 
-    display(static_bundle(run), raw=True)
-    _display_summary(run)
+    if (getattr(shell, "mime_renderers", None) or {}).keys() & {PLOTLY_MIME, "image/svg+xml"}:
+        display(static_bundle(run), raw=True)
+        _display_summary(run)
+        return
+    display({"text/plain": f"{run.summary()}\n  (the Run in nbdist.runs keeps every number; "
+                           "its .plot() draws the dashboard's figure)"}, raw=True)
 
 
 _prewarmed = threading.Event()
