@@ -44,3 +44,29 @@ def test_outside_a_hold_an_interrupt_is_raised_at_once_and_the_handler_comes_bac
     with HeldInterrupts(), pytest.raises(KeyboardInterrupt):
         sigint()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_build_on_a_fresh_stack_returns_raises_and_hands_over_what_an_interrupt_left():
+    """``data.freshstack``: the caller gets the value or the exception; interrupted while it
+    waits, what the build returns afterwards goes to ``abandoned`` (an iterator's release)."""
+    import threading
+
+    from nbdist.data.freshstack import THREAD_NAME, on_fresh_stack
+
+    assert on_fresh_stack(lambda: threading.current_thread().name) == THREAD_NAME
+    with pytest.raises(ValueError, match="bad dataset"):
+        on_fresh_stack(lambda: (_ for _ in ()).throw(ValueError("bad dataset")))
+    handed, started = [], threading.Event()
+
+    def slow_build() -> str:
+        started.set()
+        time.sleep(0.5)
+        return "iterator"
+
+    threading.Timer(0.1, lambda: started.wait() and os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        on_fresh_stack(slow_build, abandoned=handed.append)
+    deadline = time.monotonic() + 5
+    while not handed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert handed == ["iterator"]

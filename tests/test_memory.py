@@ -2,7 +2,8 @@
 
 Counts, not RSS (noisy on shared machines; benchmarks/soak.py measures RSS): after a few
 warm-up runs, more runs of the same step cell leave no more FuncGraphs alive and no more
-entries in TensorFlow's global gradient registry (each traced all_reduce registers one).
+entries in TensorFlow's global gradient registry (each traced all_reduce registers one); and
+a run's input (distributed dataset, iterator) keeps no heap memory for the cell's code.
 """
 
 from __future__ import annotations
@@ -56,3 +57,59 @@ def test_rerunning_a_step_cell_keeps_no_more_graphs(ip):
     graphs_after, custom_after = _alive()
     assert custom_after == custom, "the step's all_reduce gradients stayed registered"
     assert graphs_after <= graphs, f"FuncGraphs alive grew from {graphs} to {graphs_after}"
+
+
+def _heap_in_use() -> int:
+    """Bytes glibc's malloc has handed out and not had back (all arenas), after a trim."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    assert wait_released(120), "a dataset iterator was not deleted within 120 s"
+    gc.collect()
+    libc.malloc_trim(0)
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def test_a_runs_input_keeps_nothing_for_the_cells_code(ip):
+    """Every cell run is a new code object, and TensorFlow never frees what it keeps for the
+    code objects on the stack of the graphs it builds: a distributed dataset and iterator
+    built from the cell's stack kept ~43 kB each; nbdist builds them on a thread of its own."""
+    import tensorflow as tf
+
+    from nbdist.data.iterate import new_iterator, release
+    from nbdist.data.kinds import DATASET, StepData
+    from nbdist.data.read import distributed_input
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    dataset = tf.data.Dataset.from_tensor_slices(tf.zeros((256, 8))).repeat().batch(64)
+
+    def nbdist_input():
+        dist = distributed_input(StepData("ds", DATASET, dataset), strategy, 2, 2).dataset
+        iterator = new_iterator(dist)
+        next(iterator)
+        iterator = release(iterator)
+
+    def plain_input():   # what the cell's own stack would build
+        iterator = iter(strategy.experimental_distribute_dataset(dataset))
+        next(iterator)
+        iterator = release(iterator)
+
+    def per_run(build, runs: int = 40) -> float:
+        for i in range(-5, runs):   # 5 warm-up runs, then the measured ones
+            if i == 0:
+                before = _heap_in_use()
+            exec(compile("build()", f"<ipython-input-{i}-cell>", "exec"), {"build": build})
+        return (_heap_in_use() - before) / runs
+
+    plain, nbdist_kept = per_run(plain_input), per_run(nbdist_input)
+    assert plain > 25_000, (
+        f"TensorFlow kept only {plain / 1e3:.1f} kB per input built from new code: it may no "
+        "longer keep memory for the stack's code objects (nbdist.data.freshstack)")
+    assert nbdist_kept < 10_000, f"{nbdist_kept / 1e3:.1f} kB kept per run's input"

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..allocator import keep_large_buffers, release_free_memory
 from ..hooks.tf_data import untuned_device_pipelines
+from .freshstack import on_fresh_stack
 
 # After ``release`` returns, the caller drops its own reference (``it = release(it)``); wait this
 # long for that before dropping ours anyway (then whoever holds the last one deletes it).
@@ -39,7 +40,12 @@ _release_memory_after = [False]   # release_free_memory_when_idle asked while it
 
 
 def new_iterator(dataset: Any) -> Any:
-    """``iter(dataset)``; a distributed one's per-device pipelines do not autotune."""
+    """``iter(dataset)``, built away from the cell's code (``freshstack``); a distributed
+    one's per-device pipelines do not autotune."""
+    return on_fresh_stack(_untuned_iter, dataset, abandoned=release)
+
+
+def _untuned_iter(dataset: Any) -> Any:
     with untuned_device_pipelines():
         return iter(dataset)
 

@@ -18,6 +18,7 @@ from .checks import (
     steps_per_epoch,
     warn_unknown_length,
 )
+from .freshstack import on_fresh_stack
 from .kinds import ACCEPTED, DATASET, DISTRIBUTED, FUNCTION, WORKER_FN, StepData
 
 
@@ -44,10 +45,12 @@ def distributed_input(data: StepData, strategy: Any, local_replicas: int, max_st
         per_epoch = steps_per_epoch(data.value, max_steps)
         if per_epoch is None:
             warn_unknown_length(name, say)
-        return ReadData(strategy.experimental_distribute_dataset(data.value), per_epoch)
+        dist = on_fresh_stack(strategy.experimental_distribute_dataset, data.value)
+        return ReadData(dist, per_epoch)
     contexts: list[Any] = []
     if data.kind == FUNCTION:
-        dist = strategy.distribute_datasets_from_function(_checked_fn(data, contexts))
+        dist = on_fresh_stack(strategy.distribute_datasets_from_function,
+                              _checked_fn(data, contexts))
     else:
         dist = data.value
         check_strategy(dist, name, strategy)
