@@ -246,7 +246,7 @@ class DistributeMagics(Magics):
             from .widgets.warm import warm_in_background
 
             backend = session.configure(strategy, keras=args.keras)
-            warm_in_background()   # while the first cells wait for the workers
+            warm_in_background(self.shell)   # while the first cells wait for the workers
             print(f"nbdist: {backend.spec.name} with {backend.replicas} replica(s) on "
                   f"{', '.join(backend.devices)}")
 

@@ -49,8 +49,10 @@ def test_the_warm_up_draws_a_whole_dashboard_once_per_kernel(monkeypatch) -> Non
     drawn, draw = threading.Event(), warm.sample_bundle
     monkeypatch.setattr(warm, "sample_bundle", lambda: (drawn.wait(30), draw())[1])
     mine = _nice(threading.get_native_id())
-    thread = warm.warm_in_background()
-    assert thread is not None and warm.warm_in_background() is None
+    assert warm.warm_in_background(type("Terminal", (), {"kernel": None})()) is None
+    kernel = type("Kernel", (), {"kernel": object()})()
+    thread = warm.warm_in_background(kernel)
+    assert thread is not None and warm.warm_in_background(kernel) is None
     nice = set()   # the warm-up thread's nice values seen while it draws
     deadline = time.monotonic() + 30
     while thread.is_alive() and warm.NICE not in nice and time.monotonic() < deadline:

@@ -150,8 +150,7 @@ def per_worker_input(data: StepData, strategy: Any, coordinator: Any,
         )
     if source is None:
         return ReadData(data.value, per_epoch, note)
-    with strategy.scope():
-        per_worker = coordinator.create_per_worker_dataset(source)
+    per_worker = on_fresh_stack(_per_worker_dataset, strategy, coordinator, source)
     try:
         spec = per_worker.element_spec
     except (NotImplementedError, AttributeError, ValueError):
@@ -163,6 +162,11 @@ def per_worker_input(data: StepData, strategy: Any, coordinator: Any,
                 "its own dataset from it with that same context (TensorFlow's design), "
                 "repeated, and an epoch is --steps steps spread over the workers")
     return ReadData(per_worker, per_epoch, note)
+
+
+def _per_worker_dataset(strategy: Any, coordinator: Any, source: Any) -> Any:
+    with strategy.scope():
+        return coordinator.create_per_worker_dataset(source)
 
 
 def _checked_fn(data: StepData, contexts: list[Any],

@@ -23,9 +23,9 @@ import warnings
 from typing import Any
 
 from ..telemetry.run import Run
-from .progress import has_frontend
+from .progress import draws_figures, has_frontend
 from .run_view import RunView
-from .static import PLOTLY_MIME, static_bundle
+from .static import static_bundle
 
 __all__ = ["Dashboard", "observer_for"]
 
@@ -205,7 +205,7 @@ def _display_static(run: Run, shell: Any) -> None:
     would keep ~45 kB per run (and cost the time to draw it)."""
     from IPython.display import display
 
-    if (getattr(shell, "mime_renderers", None) or {}).keys() & {PLOTLY_MIME, "image/svg+xml"}:
+    if draws_figures(shell):
         display(static_bundle(run), raw=True)
         _display_summary(run)
         return

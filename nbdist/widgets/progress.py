@@ -68,3 +68,11 @@ def _progress_html(run: Run) -> str:
 def has_frontend(shell: Any) -> bool:
     """True in a Jupyter kernel (display updates reach a browser), False in a terminal."""
     return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def draws_figures(shell: Any) -> bool:
+    """Whether the dashboard's figures reach anyone: a Jupyter kernel's frontend, or a terminal
+    shell with a renderer for SVG or plotly (``InteractiveShell.mime_renderers``)."""
+    renderers = getattr(shell, "mime_renderers", None) or {}
+    return has_frontend(shell) or bool(
+        renderers.keys() & {"application/vnd.plotly.v1+json", "image/svg+xml"})

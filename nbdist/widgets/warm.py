@@ -21,9 +21,12 @@ log = logging.getLogger("nbdist.widgets")
 _started = threading.Event()
 
 
-def warm_in_background() -> threading.Thread | None:
-    """Start the warm-up thread and return it (only the first call in a kernel does)."""
-    if _started.is_set():
+def warm_in_background(shell: Any) -> threading.Thread | None:
+    """Start the warm-up thread and return it (only the first call in a kernel does, and
+    only where figures are drawn: not in a terminal, which prints the summary alone)."""
+    from .progress import draws_figures
+
+    if _started.is_set() or not draws_figures(shell):
         return None
     _started.set()
     thread = threading.Thread(target=_draw_once, name="nbdist-warm-dashboard", daemon=True)

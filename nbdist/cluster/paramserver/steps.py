@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...data.iterate import release
+from ...data.iterate import new_iterator, release
 from ...errors import DataError, StepCodeError
 from ...kerashooks import call_building_optimizers
 from ...runner import TimingPacer
@@ -151,7 +151,7 @@ class PSStepLoop(StepLoop):
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first: int) -> None:
         self.interrupts.hold()   # raised where check() is: never in TensorFlow's code or a save
-        iterator = iter(self.dataset)   # per-worker already (data.per_worker_input)
+        iterator = new_iterator(self.dataset)   # per-worker already (data.per_worker_input)
         try:
             self._schedule_all(iterator, first)
         finally:
