@@ -379,13 +379,14 @@ def test_a_finished_runs_widgets_are_freed(recorder: Recorder) -> None:
     import gc
     import weakref
 
+    earlier = set(threading.enumerate())   # other tests' dashboards may keep theirs running
     run = make_run(60)
     dash = live_dashboard(run)
     figure = weakref.ref(dash.views[1].fig)
     run.finish("done")
     dash.close()
     del dash
-    for thread in threading.enumerate():   # the stall watch ends on its own thread
+    for thread in set(threading.enumerate()) - earlier:   # this stall watch ends on its thread
         if thread.name == "nbdist-stall-watch":
             thread.join(10)
     gc.collect()
