@@ -48,9 +48,12 @@ def test_a_worker_dataset_that_runs_out_says_to_repeat_it(inputs):
                                               "ran out after step ")
     assert "repeat it (`.repeat()`" in inputs["ran_out_error"]
     assert inputs["ran_out"]["status"] == "failed"
-    # each worker's 3 batches were steps: their rows are kept, and the error counts them
-    assert inputs["ran_out"]["steps"] == 6 and inputs["ran_out"]["workers"] == [0, 1]
-    assert "ran out after step 6." in inputs["ran_out_error"]
+    # The rows of the steps that ran are kept, and the error counts them: each worker has 3
+    # batches; the first to run out has run its 3, and TensorFlow's coordinator cancels the
+    # steps still queued for the other (under load it may have run fewer than its 3).
+    steps = inputs["ran_out"]["steps"]
+    assert 3 <= steps <= 6 and set(inputs["ran_out"]["workers"]) <= {0, 1}, inputs["ran_out"]
+    assert f"ran out after step {steps}." in inputs["ran_out_error"]
     assert inputs["after_ran_out_error"] is None        # the cluster is still usable
 
 
