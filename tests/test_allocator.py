@@ -12,7 +12,7 @@ import platform
 import time
 
 import pytest
-from helpers import run_ok
+from helpers import mallinfo2, run_ok
 
 import nbdist.allocator as allocator
 
@@ -28,12 +28,6 @@ loss = tf.reduce_mean(big)
 """
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-
 def reused(size: int) -> bool:
     """Whether a malloc of ``size`` bytes comes from the heap and stays there once freed.
 
@@ -41,15 +35,14 @@ def reused(size: int) -> bool:
     the size word just before the pointer), not from mallinfo2's count of mapped chunks, which
     TensorFlow's threads change at the same time."""
     libc = ctypes.CDLL(None)
-    libc.mallinfo2.restype = _MallInfo2
     libc.malloc.restype = ctypes.c_void_p
     libc.free.argtypes = [ctypes.c_void_p]
     pointer = libc.malloc(size)
     word = ctypes.sizeof(ctypes.c_size_t)
     mapped = bool(ctypes.c_size_t.from_address(pointer - word).value & 2)
-    held = libc.mallinfo2().arena
+    held = mallinfo2().arena
     libc.free(pointer)
-    kept = libc.mallinfo2().arena
+    kept = mallinfo2().arena
     return not mapped and kept > held - size // 2
 
 

@@ -33,7 +33,7 @@ gets a warning saying the same).
 parameter_server), ``iterate`` reads it (``timed_batches``) and deletes the iterators it made on
 a background thread (``release``: TensorFlow can block a minute deleting one). Both build
 TensorFlow's input graphs on a thread of their own (``freshstack``: built under the cell's code,
-TensorFlow kept ~45 kB per run for the rest of the session).
+TensorFlow kept ~43 kB per run for the rest of the session).
 """
 
 from .checks import check_dataset, steps_per_epoch
