@@ -6,14 +6,19 @@ tests/hostbed_ssh.py), the profile written as a user writes one for their machin
 restart` and `stop` restart the engines for real through ipcluster and ssh: the engine
 processes die on their hosts and fresh ones start on the same hosts (checked from this
 machine in each host's network and PID namespace, not by what the engines say), and
-`ipcluster stop` afterwards leaves no engine on any host. Skipped with the reason where the
-bed cannot be made (not root, no iproute2) or sshd is missing; under NBDIST_REQUIRE_ALL=1 (CI)
-a missing sshd fails instead, as CI installs it.
+`ipcluster stop` afterwards leaves no engine on any host. The stop runs as in a Jupyter kernel
+(inside its event loop), where the kernel's ``Cluster`` would go on watching the engines it
+restarted and race the user's `ipcluster stop` for their log files. Skipped with the reason
+where the bed cannot be made (not root, no iproute2) or sshd is missing; under
+NBDIST_REQUIRE_ALL=1 (CI) a missing sshd fails instead, as CI installs it.
 """
 
+import asyncio
+import logging
 import os
 import threading
 import time
+from functools import partial
 
 import psutil
 import pytest
@@ -74,12 +79,20 @@ def ssh_children() -> list[str]:
             if p.name() == "ssh"]
 
 
-def watchers() -> list[str]:
-    """ipyparallel's launcher threads in this kernel that watch a process over ssh (one per
-    engine it knows of). Two per engine meant two ``Cluster`` objects for one cluster file,
-    both fetching and removing each engine's log file when it ended: one of them failed
-    `%distribute stop` with ssh's exit status 1."""
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("wait(host="))
+def watchers() -> list[tuple[str, int]]:
+    """The engines ipyparallel's launcher threads in this kernel watch over ssh for a live
+    launcher: (host, pid). Two per engine meant two ``Cluster`` objects for one cluster file,
+    both fetching and removing each engine's log file when it ended: the one that lost failed
+    `%distribute stop` with ssh's exit status 1. The threads of a ``Cluster`` nbdist handed back
+    run until their next poll, but their launchers are done (state "after") and do nothing."""
+    found = []
+    for thread in threading.enumerate():
+        if thread.name.startswith("wait(host="):
+            target = getattr(thread, "_target", None)   # the launcher's bound _wait
+            parts = [target.func, *target.args] if isinstance(target, partial) else [target]
+            found += [getattr(p, "__self__", p) for p in parts if hasattr(
+                getattr(p, "__self__", p), "location")]
+    return sorted((la.location, la.pid) for la in found if la.state == "running")
 
 
 def wait_for(condition, timeout=60):
@@ -103,7 +116,17 @@ def timed(ip, line: str) -> float:
     return time.monotonic() - started
 
 
-def test_ssh_launched_engines_train_and_restart_on_their_hosts(ip, bed, capsys):
+def as_in_jupyter(run):
+    """Run ``run()`` inside a running event loop, as a Jupyter kernel runs its cells: then
+    ipyparallel runs a ``Cluster``'s work on a loop in a thread of its own, which lives on and
+    delivers its launchers' ends (in a terminal IPython, a loop made for each call and closed
+    after it delivers nothing)."""
+    async def inside():
+        return run()
+    return asyncio.run(inside())
+
+
+def test_ssh_launched_engines_train_and_restart_on_their_hosts(ip, bed, capsys, caplog):
     seconds = {"start": timed(ip, f"multiworker --cluster {bed.profile_dir} --workers 2")}
     first = workers_where(bed)
     assert sorted(host for host, _ in first) == ["host1", "host2"]
@@ -115,22 +138,27 @@ def test_ssh_launched_engines_train_and_restart_on_their_hosts(ip, bed, capsys):
     assert sorted(host for host, _ in second) == ["host1", "host2"]
     assert engines_on_hosts(bed) == second       # the old engines are gone from the hosts
     assert first.isdisjoint(second)
-    assert wait_for(lambda: len(watchers()) == 2, 10), watchers()   # each engine watched once
+    assert len(set(watchers())) == len(watchers()) == 2, watchers()   # each engine watched once
     train(ip)
 
     capsys.readouterr()
-    seconds["stop"] = timed(ip, "stop")
+    seconds["stop"] = as_in_jupyter(lambda: timed(ip, "stop"))
     assert "restarted the engines of profile" in capsys.readouterr().out
     assert live_clusters() == [] and current_session().backend is None
     # the engines nbdist used are gone; the cluster's fresh ones are on the same hosts
     assert wait_for(lambda: sorted(h for h, _ in engines_on_hosts(bed)) == ["host1", "host2"])
     assert engines_on_hosts(bed).isdisjoint(second)
 
+    caplog.set_level(logging.INFO, logger="nbdist.cluster")
+    caplog.clear()
     started = time.monotonic()
     stopped = bed.ipcluster("stop")   # the user's `ipcluster stop`: over ssh too
     seconds["ipcluster stop"] = time.monotonic() - started
-    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    assert stopped.returncode == 0, stopped.stderr[:3000] + "\n[...]\n" + stopped.stderr[-3000:]
     assert wait_for(lambda: not engines_on_hosts(bed), 30), engines_on_hosts(bed)
     # nor an ssh of ipyparallel's launchers in this kernel (each engine has one waiting on it)
     assert wait_for(lambda: not ssh_children(), 30), ssh_children()
+    # the kernel handed the engines back: it neither fetched nor removed their log files
+    assert not [r.getMessage()[:200] for r in caplog.records
+                if any(w in r.getMessage() for w in ("utput", "etching", "emoving"))]
     print("seconds:", {k: round(v, 1) for k, v in seconds.items()})

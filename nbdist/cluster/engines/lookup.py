@@ -17,7 +17,13 @@ stop` with ssh's "returned non-zero exit status 1". The ``Cluster`` a session us
 used again while the file still names the processes it knows and those of them on this
 machine still run (``_still_current``: where no event loop delivers a launcher's end, as in a
 terminal IPython, the ``Cluster`` never learns of it); else the file is loaded afresh, which
-checks each process."""
+checks each process.
+
+Handing back. The engines a session's stop restarts belong to the user's cluster again, whose
+`ipcluster stop` fetches and removes their log files too. A Jupyter kernel's ``Cluster`` would
+still watch them (ipyparallel runs it on a loop that lives on in a thread) and race that
+command for each file, failing it with ssh's exit status 1: ``hand_back`` stops watching and
+forgets the ``Cluster``; the next session loads the file afresh."""
 
 from __future__ import annotations
 
@@ -146,6 +152,16 @@ def _started(path: str) -> dict[str, int]:
         return {set_id: int(state.get("n") or 0) for set_id, state in sets.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
+
+
+def hand_back(cluster: Any) -> None:
+    """Stop watching ``cluster``'s engines (ipyparallel's launcher threads end at their next
+    poll, having fetched and removed nothing) and forget it."""
+    for path in [p for p, loaded in _loaded.items() if loaded is cluster]:
+        del _loaded[path]
+    for engine_set in cluster.engines.values():
+        for launcher in [engine_set, *(getattr(engine_set, "launchers", None) or {}).values()]:
+            launcher.state = "after"   # a launcher told it ended does nothing when it ends
 
 
 def missing_engines(cluster: Any) -> int:

@@ -49,7 +49,7 @@ from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
 from .hosts import is_local, is_loopback, shares_network, worker_hosts
 from .links import LinkControl
-from .lookup import find_cluster, missing_engines, resolve_profile
+from .lookup import find_cluster, hand_back, missing_engines, resolve_profile
 from .restart import restart_engines
 from .retired import retired
 
@@ -258,6 +258,7 @@ class ProfileEngines:
                 pass   # e.g. --workers too large: nothing ran on the engines
             elif self.restartable and self.ids:
                 self._restart(quit_fn)
+                hand_back(self.cluster)
                 print(f"nbdist: restarted the engines of profile {self.name!r} (fresh "
                       "processes, empty namespaces); the cluster keeps running.")
             elif self.ids:
