@@ -146,9 +146,10 @@ def tutorial_scenario(ip: Any, out: dict[str, Any], cell: Any, status: Any) -> N
     if out["emb_error"]:
         return
     run = nbdist.runs[-1]
-    losses = run.metrics.sort_values("step")["loss"]
+    rows = run.metrics.sort_values("step")
     out["emb"] = {"status": run.status, "steps": run.steps_done, "notes": run.notes,
-                  "first": float(losses.iloc[:4].mean()), "last": float(losses.iloc[-4:].mean())}
+                  "epoch_median": rows.groupby("epoch")["loss"].median().round(4).tolist(),
+                  "rows": rows[["step", "worker", "loss"]].round(4).values.tolist()}
     for name, model in (("complete", "dense_model"), ("reached", 'things["net"]')):
         _, out[f"{name}_error"] = cell(ip, DENSE_STEP.format(
             ckpt=os.path.join(ckpt, name), model=model))

@@ -50,7 +50,11 @@ def test_the_embedding_is_sharded_over_both_parameter_servers_and_trains(tutoria
     assert tutorial["emb_error"] is None
     emb = tutorial["emb"]
     assert emb["status"] == "done" and emb["steps"] == 24
-    assert emb["last"] < 0.2 * emb["first"]
+    # Each worker reads its own copy of the data, and the two update the weights
+    # asynchronously: single steps may spike (a CI run once averaged 2.7 over its last 4
+    # steps), so the epochs' medians are compared. Here they fall ~0.67 -> ~0.02.
+    first, *_, last = emb["epoch_median"]
+    assert last < 0.2 * first, emb["rows"]
 
 
 def test_a_keras3_model_with_sharded_variables_is_refused_before_it_trains(tutorial):
