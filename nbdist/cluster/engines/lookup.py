@@ -22,8 +22,9 @@ checks each process.
 Handing back. The engines a session's stop restarts belong to the user's cluster again, whose
 `ipcluster stop` fetches and removes their log files too. A Jupyter kernel's ``Cluster`` would
 still watch them (ipyparallel runs it on a loop that lives on in a thread) and race that
-command for each file, failing it with ssh's exit status 1: ``hand_back`` stops watching and
-forgets the ``Cluster``; the next session loads the file afresh."""
+command for each file, failing it with ssh's exit status 1 (a CI run's test process, which
+counted as inside a running loop, did so): ``hand_back`` stops watching the engines on other
+hosts and forgets the ``Cluster``; the next session loads the file afresh."""
 
 from __future__ import annotations
 
@@ -155,13 +156,18 @@ def _started(path: str) -> dict[str, int]:
 
 
 def hand_back(cluster: Any) -> None:
-    """Stop watching ``cluster``'s engines (ipyparallel's launcher threads end at their next
-    poll, having fetched and removed nothing) and forget it."""
+    """Forget ``cluster`` and stop watching its engines on other hosts (ipyparallel's ssh
+    launcher threads end at their next poll, having fetched and removed nothing). Engines on
+    this machine are still watched: removing a local log file twice only logs an error, and
+    their launcher threads must see their process end."""
+    from ipyparallel.cluster.launcher import SSHLauncher
+
     for path in [p for p, loaded in _loaded.items() if loaded is cluster]:
         del _loaded[path]
     for engine_set in cluster.engines.values():
         for launcher in [engine_set, *(getattr(engine_set, "launchers", None) or {}).values()]:
-            launcher.state = "after"   # a launcher told it ended does nothing when it ends
+            if isinstance(launcher, SSHLauncher):
+                launcher.state = "after"   # told it ended, it does nothing when it ends
 
 
 def missing_engines(cluster: Any) -> int:
