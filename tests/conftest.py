@@ -7,6 +7,7 @@ that need a fresh process run a subprocess instead.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import signal
@@ -158,3 +159,17 @@ def tf_keras():
     import tf_keras
 
     return tf_keras
+
+
+@pytest.fixture(autouse=True)
+def _outside_any_event_loop(request):
+    """Tests run as in a terminal IPython, outside any event loop, unless they open a browser
+    (Playwright's sync API runs inside one) or make a loop themselves: a loop left marked
+    running by an earlier test made ipyparallel behave as in a Jupyter kernel for every later
+    one, which hid a race with `ipcluster stop` from the tests written for it."""
+    if "browser" not in request.fixturenames:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        assert loop is None, f"an earlier test left this thread inside a running loop: {loop!r}"

@@ -117,8 +117,12 @@ def notebook7_server(tmp_path_factory):
     yield from _serve(tmp_path_factory, "notebook", "JupyterNotebookApp")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Headless Chromium through Playwright's sync API, for one test module: while that API is
+    open this thread counts as inside a running asyncio loop, and ipyparallel, seeing one, runs
+    a ``Cluster``'s work on a loop of its own as in a Jupyter kernel. Held for the session, it
+    ran every later test that way (a test of the terminal's behaviour, too)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
