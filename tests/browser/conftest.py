@@ -122,7 +122,7 @@ def browser():
     """Headless Chromium through Playwright's sync API, for one test module: while that API is
     open this thread counts as inside a running asyncio loop, and ipyparallel, seeing one, runs
     a ``Cluster``'s work on a loop of its own as in a Jupyter kernel. Held for the session, it
-    ran every later test that way (a test of the terminal's behaviour, too)."""
+    ran every later test that way, which hid the race test_hostbed_ssh now shows on purpose."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
