@@ -94,3 +94,16 @@ def test_workers_on_tf_keras_do_not_import_keras_3(no_cluster, tf_keras):
                                 "& set(sys.modules))")
     assert loaded.values == {0: "['tf_keras']", 1: "['tf_keras']"}, loaded
     assert "keras" in sys.modules   # the kernel's own Keras: untouched
+
+
+def test_engines_collect_garbage_but_not_tensorflow_s_objects(no_cluster):
+    """An engine imports TensorFlow with the garbage collector off, then freezes what the
+    import created (``gc.freeze``: never scanned again) and turns the collector back on: the
+    cells' own reference cycles are collected as usual."""
+    no_cluster.run_line_magic("distribute", "multiworker --workers 2")
+    out = run_ok(no_cluster, "%%distribute\nimport gc, weakref\n"
+                             "class Node: pass\n"
+                             "node = Node(); node.me = node; ref = weakref.ref(node); del node\n"
+                             "gc.collect()\n"
+                             "(gc.isenabled(), gc.get_freeze_count() > 100_000, ref() is None)")
+    assert out.values == {0: "(True, True, True)", 1: "(True, True, True)"}, out
