@@ -75,11 +75,12 @@ class StepRunner(StepLoop):
         strategy = self.handle.strategy
 
         keys = self._keys.setdefault(timed, [])
+        stack = stepgroups.unconverted_stack()
 
         def train_step(dist_batch: Any) -> Any:
             out = strategy.run(replica_fn, args=(dist_batch,))
             keys[:] = list(out)
-            return stepgroups.stack_replicas(strategy, out)
+            return stack(strategy, out)
 
         compiled = (stepgroups.compile_group(strategy, replica_fn, keys) if self.grouped
                     else tf.function(train_step))
