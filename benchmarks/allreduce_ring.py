@@ -363,9 +363,9 @@ def main() -> int:
               "measured.")
         args.delay = None
     signal.signal(signal.SIGTERM, _interrupted)   # so the bed is removed as on Ctrl-C
-    from IPython.testing.globalipapp import start_ipython
+    from common import ipython_shell
 
-    shell = start_ipython()
+    shell = ipython_shell()
     shell.run_line_magic("load_ext", "nbdist")
     print(f"each host's link: rate {args.rate} ({bytes_per_s / 1e6:g} MB/s), delay "
           f"{args.delay or 0} ms. Medians over steps, ms. nbdist: its allreduce_ms rows; hand: "

@@ -106,9 +106,9 @@ def nbdist_session(t0: float, out: str) -> None:
     events: list = [("process started, Python up", 0.0, (time.time() - t0) * 1e3)]
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        from IPython.testing.globalipapp import start_ipython
+        from common import ipython_shell
 
-        shell = start_ipython()
+        shell = ipython_shell()
         events.append(("IPython shell", events[-1][2], (time.time() - t0) * 1e3))
 
         def cell(label: str, code: str) -> None:

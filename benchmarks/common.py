@@ -20,12 +20,22 @@ with strategy.scope():
 """
 
 
+def ipython_shell() -> Any:
+    """A real IPython shell, the kind a Jupyter kernel runs (``InteractiveShell``: no terminal,
+    no history file). Made from IPython alone: IPython's testing shell imports pytest, which
+    the README's install does not bring, so benchmarks built on it failed there."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.enabled = False
+    return InteractiveShell.instance(config=config)
+
+
 def nbdist_shell(strategy: str | None = "mirrored --devices 4") -> Any:
     """A real IPython shell with nbdist loaded and ``%distribute STRATEGY`` run (the default
     splits the CPU into 4 logical devices for the whole process)."""
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
+    ip = ipython_shell()
     ip.run_line_magic("load_ext", "nbdist")
     if strategy:
         ip.run_line_magic("distribute", strategy)

@@ -147,9 +147,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", choices=(*LOCAL, "partition"), help="one fault only")
     args = parser.parse_args()
-    from IPython.testing.globalipapp import start_ipython
+    from common import ipython_shell
 
-    shell = start_ipython()
+    shell = ipython_shell()
     shell.run_line_magic("load_ext", "nbdist")
     stall_file = os.path.join(tempfile.mkdtemp(prefix="nbdist-fault-"), "stalled")
     shell.user_ns["STALL_FILE"] = stall_file

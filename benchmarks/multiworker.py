@@ -124,7 +124,7 @@ def nbdist_session(t0: float, steps: int, dispatch: int, out: str) -> None:
     import contextlib
     import io
 
-    from IPython.testing.globalipapp import start_ipython
+    from common import ipython_shell
 
     def cell(code: str) -> None:
         result = shell.run_cell(code, store_history=False)
@@ -133,7 +133,7 @@ def nbdist_session(t0: float, steps: int, dispatch: int, out: str) -> None:
 
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        shell = start_ipython()
+        shell = ipython_shell()
         shell.run_line_magic("load_ext", "nbdist")
         shell.run_line_magic("distribute", "multiworker --workers 2")
         cell("%%distribute\n" + SETUP)

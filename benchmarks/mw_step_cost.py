@@ -109,9 +109,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="1K,1M,4M")
     args = parser.parse_args()
     sizes = [ring.parse_size(s) for s in args.sizes.split(",")]
-    from IPython.testing.globalipapp import start_ipython
+    from common import ipython_shell
 
-    shell = start_ipython()
+    shell = ipython_shell()
     shell.run_line_magic("load_ext", "nbdist")
     shell.run_line_magic("distribute", "multiworker --workers 2")
     hand = []

@@ -35,11 +35,11 @@ WARMUP = 20
 
 
 def nbdist_side(t0: float, steps: int) -> dict:
-    from IPython.testing.globalipapp import start_ipython
+    from common import ipython_shell
 
     import nbdist
 
-    ip = start_ipython()
+    ip = ipython_shell()
     ip.run_line_magic("load_ext", "nbdist")
     ip.run_line_magic("distribute", "parameter_server --workers 2 --ps 1")
     for code in (SETUP, STEP.format(data="ds", flags="--steps 1"),

@@ -115,7 +115,7 @@ def roles_of_processes() -> dict[int, str]:
 
 
 def session(sizes: list[int], rounds: int, profile: bool) -> dict:
-    from IPython.testing.globalipapp import start_ipython
+    from common import ipython_shell
 
     import nbdist
 
@@ -123,7 +123,7 @@ def session(sizes: list[int], rounds: int, profile: bool) -> dict:
     sink = io.StringIO()
     results: dict = {str(n): {"tutorial": [], "nbdist": []} for n in sizes}
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        shell = start_ipython()
+        shell = ipython_shell()
         shell.run_line_magic("load_ext", "nbdist")
         shell.run_line_magic("distribute", "parameter_server --workers 2 --ps 1")
 

@@ -89,3 +89,26 @@ def test_a_test_without_exactly_one_tier_fails_collection(tmp_path):
     assert "test_new.py::test_forgotten: no tier" in out
     assert "test_new.py::test_greedy: several tiers ['kernel', 'unit']" in out
     assert "test_tiered:" not in out
+
+
+def test_the_benchmarks_shell_needs_no_test_tools():
+    """The README lists `python3 benchmarks/...` after its install, which brings no pytest:
+    the benchmarks' IPython shell (``benchmarks/common.py``) loads nbdist and runs magics with
+    pytest unimportable, and no benchmark uses IPython's testing shell (it imports pytest:
+    every benchmark that ran cells failed so after the README's install)."""
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["pytest"] = None          # as after `pip install -e '.[cpu,lab]'`
+        sys.path.insert(0, "benchmarks")
+        from common import nbdist_shell
+        ip = nbdist_shell(strategy=None)
+        result = ip.run_cell("%distribute status\\nanswer = 6 * 7")
+        assert result.success and ip.user_ns["answer"] == 42, result
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+    users = [p.name for p in (ROOT / "benchmarks").glob("*.py")
+             if "IPython.testing" in p.read_text()]
+    assert users == [], f"benchmarks that need IPython's testing shell (pytest): {users}"
