@@ -28,7 +28,6 @@ import functools
 import inspect
 import io
 import json
-import linecache
 import os
 import resource
 import statistics
@@ -38,11 +37,9 @@ import tempfile
 import time
 
 from multiworker import SETUP
-from overhead import STEP_BODY
+from overhead import STEP_BODY, define_step_fn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: Where the bare workers' step_fn "lives" (its source is put in linecache).
-STEP_FILE = os.path.join(ROOT, "benchmarks", "bare_worker_step.py")
 #: Modules a kernel would rather not import during a cold start (seconds of CPU each).
 HEAVY = ("tensorflow", "keras", "plotly", "anywidget", "ipywidgets", "pandas")
 
@@ -204,16 +201,11 @@ def bare_worker(index: int, ports: str, t0: float, out: str) -> None:
     ns: dict = {}
     with strategy.scope():
         exec(SETUP, ns)  # noqa: S102 - the benchmark's own setup code
-    # step_fn's source is readable, as in a script: AutoGraph converts it at the trace (code
-    # exec'd without its source runs unconverted, 30-60 ms faster than a script's first trace)
-    source = ("def step_fn(batch):\n" + "".join(f"    {line}\n" for line in STEP_BODY.splitlines())
-              + "    return loss\n")
-    linecache.cache[STEP_FILE] = (len(source), None, source.splitlines(True), STEP_FILE)
-    exec(compile(source, STEP_FILE, "exec"), ns)  # noqa: S102
+    step_fn = define_step_fn(ns)
 
     @tf.function
     def train_step(dist_batch):
-        out = strategy.run(ns["step_fn"], args=(dist_batch,))
+        out = strategy.run(step_fn, args=(dist_batch,))
         return tf.stack(strategy.experimental_local_results(out))
 
     train_step(next(iter(strategy.experimental_distribute_dataset(ns["ds"])))).numpy()

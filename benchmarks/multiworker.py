@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from overhead import STEP_BODY  # the same step in both benchmarks
+from overhead import STEP_BODY, define_step_fn  # the same step in both benchmarks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WARMUP = 20
@@ -70,10 +70,7 @@ def bare_worker(index: int, ports: str, t0: float, steps: int, out: str) -> None
     ns: dict = {}
     with strategy.scope():
         exec(SETUP, ns)  # noqa: S102 - the benchmark's own setup code
-    step_src = "def step_fn(batch):\n" + "".join(
-        f"    {line}\n" for line in STEP_BODY.splitlines()) + "    return loss\n"
-    exec(step_src, ns)  # noqa: S102
-    step_fn = ns["step_fn"]
+    step_fn = define_step_fn(ns)
 
     @tf.function
     def train_step(dist_batch):
