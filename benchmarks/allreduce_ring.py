@@ -93,9 +93,7 @@ def hand_worker() -> None:
     per-step [t_start, t_end] (seconds, tf.timestamp). ``quit`` ends it."""
     import tensorflow as tf
 
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-            timeout_seconds=120))
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
     print("ready", flush=True)
 
     def make_step(elements: int):

@@ -65,8 +65,7 @@ def bare_worker(index: int, ports: str, t0: float, steps: int, out: str) -> None
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf
 
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=120)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()   # as TensorFlow's tutorials
     ns: dict = {}
     with strategy.scope():
         exec(SETUP, ns)  # noqa: S102 - the benchmark's own setup code

@@ -123,7 +123,7 @@ def build_strategy(spec: StrategySpec, *, collective_timeout: float | None = Non
     """Create the strategy ``spec`` asks for, or raise a ConfigError/DeviceError.
 
     ``multiworker`` is built only inside a worker process (``nbdist.cluster`` sets its
-    TF_CONFIG); ``collective_timeout`` bounds each of its collectives (seconds).
+    TF_CONFIG); ``collective_timeout`` bounds each of its collectives (seconds; None: no bound).
     """
     import tensorflow as tf
 
@@ -181,7 +181,7 @@ def _build_multiworker(spec: StrategySpec, timeout: float | None) -> StrategyHan
         tf.config.set_visible_devices(mine, "GPU")
     elif not gpus and spec.devices not in (None, 1):
         raise ConfigError(MULTIWORKER_CPU_DEVICES.format(devices=spec.devices))
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
+    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout or None)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     devices = tuple(strategy.extended.worker_devices)
     return StrategyHandle(spec, strategy, devices, "GPU" if gpus else "CPU")

@@ -76,7 +76,8 @@ def test_status_shows_spec_tf_config_health_devices_and_keras(mw, capsys):
         assert f"/job:worker/replica:0/task:{i}/device:CPU:0" in out
     assert out.count("alive, pid") == 2 and "heartbeat" in out and "idle" in out
     assert "workers run tf_keras" in out and "keras-team/keras#20585" in out
-    assert "0 dropped" in out and "timeout_seconds=120" in out
+    assert "0 dropped" in out and "none on collectives" in out
+    assert "strategy = tf.distribute.MultiWorkerMirroredStrategy()" in out
 
 
 def test_every_socket_we_open_binds_loopback(mw):

@@ -5,8 +5,9 @@ before any TensorFlow import, or a user's cluster for ``--cluster PROFILE``), a 
 channel where they can reach it (fresh HMAC key), ``compat.check_engines`` on each (TensorFlow
 importable, same TensorFlow and nbdist versions as the kernel), then ``worker.setup`` on every
 engine at once with its TF_CONFIG (ports free on each engine's host): each connects back to the
-channel and creates MultiWorkerMirroredStrategy, whose collectives are bounded by
-``collective_timeout``. Cells run on every worker through ``Dispatcher`` (``reach`` watches
+channel and creates MultiWorkerMirroredStrategy. Its collectives have no timeout of their own
+(``COLLECTIVE_TIMEOUT_S``): the kernel ends a cell whose workers fail, die, hang or stall
+(``dispatch``). Cells run on every worker through ``Dispatcher`` (``reach`` watches
 workers on other hosts); ``stop`` kills local engines and restarts a user's."""
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ from .namespaces import pull_value, push_values
 from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
 from .reach import refuse_restart_while_lost, watch_remote
 
-#: Default bound on each collective (seconds): a peer that is gone cannot hang the others.
-COLLECTIVE_TIMEOUT_S = 120.0
+#: Default bound on each collective (seconds), None for none. TensorFlow times a bounded
+#: collective on a thread of its own that sleeps for the whole timeout, whether the collective
+#: ended or not: at tens of steps per second and two collectives a step, a bound of minutes
+#: keeps thousands of threads alive on every worker until the process cannot start one more.
+#: The kernel's dispatcher bounds every fault instead: a dead, hung, stuck or failed worker.
+COLLECTIVE_TIMEOUT_S: float | None = None
 #: After one worker's setup failed, seconds the others get before they are given up on.
 SETUP_FAIL_FAST_S = 2.0
 
@@ -49,7 +54,7 @@ class MultiWorkerCluster(ClusterLifecycle):
     exclusive = True
 
     def __init__(self, spec: StrategySpec, runs: RunList, keras: str = "auto",
-                 collective_timeout: float = COLLECTIVE_TIMEOUT_S):
+                 collective_timeout: float | None = COLLECTIVE_TIMEOUT_S):
         if spec.name != "multiworker":
             raise ConfigError(f"MultiWorkerCluster runs `multiworker`, not `{spec.name}`.")
         if spec.devices is not None and spec.devices > 1:

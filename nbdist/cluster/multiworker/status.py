@@ -44,7 +44,10 @@ def backend_status(cluster: Any) -> BackendStatus:
         f"keras      workers run {keras} as tf.keras; this kernel has keras "
         f"{installed_version('keras')}",
         f"           ({cluster.keras_note})",
-        f"timeout    collectives time out after {cluster.collective_timeout:.0f} s",
+        "timeout    " + (f"collectives time out after {cluster.collective_timeout:g} s"
+                          if cluster.collective_timeout else
+                          "none on collectives; nbdist ends a cell whose workers fail, die, "
+                          "hang or stall"),
         f"cluster    {json.dumps(info0.get('tf_config', {}).get('cluster', {}))}",
     ]
     now = time.time()
@@ -99,8 +102,13 @@ def equivalent_code(cluster: Any) -> str:
         f"cluster = {spec}",
         'os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, '
         '"task": {"type": "worker", "index": i}})',
-        "strategy = tf.distribute.MultiWorkerMirroredStrategy(",
-        "    communication_options=tf.distribute.experimental.CommunicationOptions(",
-        f"        timeout_seconds={cluster.collective_timeout:g}))",
     ]
+    if cluster.collective_timeout:
+        lines += [
+            "strategy = tf.distribute.MultiWorkerMirroredStrategy(",
+            "    communication_options=tf.distribute.experimental.CommunicationOptions(",
+            f"        timeout_seconds={cluster.collective_timeout:g}))",
+        ]
+    else:
+        lines.append("strategy = tf.distribute.MultiWorkerMirroredStrategy()")
     return "\n".join(lines)
