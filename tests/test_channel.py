@@ -143,3 +143,155 @@ def test_send_never_blocks_the_training_loop():
     slow.set()
     client.close()
     srv.close()
+
+
+# -- what a connection costs the kernel before it says hello ---------------------------------
+
+@pytest.fixture
+def make_server():
+    """ChannelServer(**options) with a handler recording into ``.got``; closed afterwards."""
+    servers = []
+
+    def make(**options):
+        got = []
+        key = ch.new_key()
+        srv = ch.ChannelServer(key, lambda worker, message: got.append((worker, message)),
+                               **options)
+        srv.got, srv.key = got, key
+        servers.append(srv)
+        return srv
+
+    yield make
+    for srv in servers:
+        srv.close()
+
+
+def closed_by_server(sock, timeout=2.0):
+    """True if the server closed ``sock`` within ``timeout`` (whatever it sent before)."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def threads():
+    return psutil.Process().num_threads()
+
+
+def test_idle_connections_without_the_key_are_closed_at_the_hello_deadline(make_server):
+    srv = make_server(hello_deadline=0.5)
+    time.sleep(0.1)
+    before = threads()
+    socks = [socket.create_connection(srv.address) for _ in range(100)]
+    socks[0].sendall(b"\x00\x00")   # half a frame header: reading it must not outlast the deadline
+    assert wait_for(lambda: srv.dropped["too_many_pending"] == 100 - ch.MAX_PENDING)
+    assert threads() <= before + ch.MAX_PENDING + 1
+    assert wait_for(lambda: srv.dropped["hello_timeout"] == ch.MAX_PENDING, timeout=3)
+    assert wait_for(lambda: threads() <= before + 5, timeout=3)
+    assert all(closed_by_server(s) for s in socks)
+    assert srv.got == [] and srv.connected() == []
+    for s in socks:
+        s.close()
+
+
+def test_frames_do_not_extend_the_hello_deadline(make_server):
+    srv = make_server(hello_deadline=0.5)
+    sock, conn = raw_connect(srv)
+    start, seq = time.monotonic(), 0
+    while time.monotonic() - start < 1.5 and srv.dropped["hello_timeout"] == 0:
+        seq += 1
+        sock.sendall(signed(srv.key, {"type": "rows", "conn": conn, "seq": seq}))   # no hello
+        time.sleep(0.1)
+    assert srv.dropped["hello_timeout"] == 1 and srv.dropped["no_hello"] >= 3
+    assert closed_by_server(sock)
+    sock.close()
+
+
+def test_connections_past_the_pending_bound_are_closed_at_once(make_server):
+    srv = make_server(max_pending=4, hello_deadline=30)
+    pending = [raw_connect(srv) for _ in range(4)]   # each read its challenge: it is pending
+    extra = socket.create_connection(srv.address)
+    start = time.monotonic()
+    assert closed_by_server(extra) and time.monotonic() - start < 1
+    assert srv.dropped == {"too_many_pending": 1}
+    sock, conn = pending[0]
+    sock.sendall(signed(srv.key, {"type": "hello", "worker": 0, "conn": conn, "seq": 1}))
+    assert wait_for(lambda: srv.connected() == [0])
+    more, _ = raw_connect(srv)   # the hello freed a pending slot
+    assert srv.dropped == {"too_many_pending": 1}
+    for s in [more, extra, *(s for s, _ in pending)]:
+        s.close()
+
+
+def test_close_ends_the_pending_connections(make_server):
+    srv = make_server(hello_deadline=30)
+    time.sleep(0.1)
+    before = threads()
+    socks = [raw_connect(srv)[0] for _ in range(10)]
+    srv.close()
+    assert wait_for(lambda: threads() <= before - 1)   # the accept thread ended too
+    assert all(closed_by_server(s) for s in socks)
+    for s in socks:
+        s.close()
+
+
+@pytest.mark.parametrize("claimed", [9, 2, -1])
+def test_hello_from_a_worker_outside_the_cluster_is_dropped(make_server, claimed):
+    srv = make_server(workers=2)
+    sock, conn = raw_connect(srv)
+    sock.sendall(signed(srv.key, {"type": "hello", "worker": claimed, "conn": conn, "seq": 1})
+                 + signed(srv.key, {"type": "rows", "conn": conn, "seq": 2}))
+    assert closed_by_server(sock)
+    assert srv.dropped == {"bad_worker": 1}
+    assert srv.got == [] and srv.connected() == [] and srv.received == 0
+    sock.close()
+
+
+def test_a_reconnecting_worker_replaces_its_old_connection(make_server):
+    srv = make_server(workers=2)
+    old_replies, new_replies = [], []
+    old = ch.ChannelClient(srv.address, srv.key, 1, on_message=old_replies.append)
+    assert wait_for(lambda: srv.connected() == [1])
+    old_sock = srv._peers[1].sock
+    new = ch.ChannelClient(srv.address, srv.key, 1, on_message=new_replies.append)
+    assert wait_for(lambda: srv.dropped["replaced"] == 1)
+    assert wait_for(lambda: old_sock.fileno() == -1)   # its reader ended and closed it
+    assert srv.connected() == [1] and srv.send(1, {"type": "stop"})
+    assert wait_for(lambda: new_replies) and old_replies == []
+    new.send({"type": "rows", "rows": [[1]]})
+    assert wait_for(lambda: [m["type"] for _, m in srv.got] == ["hello", "hello", "rows"])
+    assert {w for w, _ in srv.got} == {1}
+    old.close()
+    new.close()
+
+
+def test_a_worker_still_connects_after_the_abuse(make_server):
+    srv = make_server(workers=2, max_pending=4, hello_deadline=0.5)
+    idle = [socket.create_connection(srv.address) for _ in range(20)]
+    forged, conn = None, None
+    while forged is None:   # a keyed hello as worker 9, once a pending slot is free
+        sock = socket.create_connection(srv.address)
+        payload = ch.read_frame(sock)
+        if payload is None:
+            sock.close()
+            time.sleep(0.05)
+            continue
+        forged, conn = sock, ch.decode(srv.key, payload)["conn"]
+    forged.sendall(signed(srv.key, {"type": "hello", "worker": 9, "conn": conn, "seq": 1}))
+    assert closed_by_server(forged)
+    assert wait_for(lambda: srv.dropped["hello_timeout"] == 4)   # the first idle ones
+    blockers = [raw_connect(srv)[0] for _ in range(4)]   # all pending slots taken
+    refused = srv.dropped["too_many_pending"]
+    client = ch.ChannelClient(srv.address, srv.key, 1, timeout=5)   # retries until they expire
+    assert srv.dropped["too_many_pending"] > refused
+    client.send({"type": "rows", "rows": [[7]]})
+    assert wait_for(lambda: [(w, m["type"]) for w, m in srv.got] == [(1, "hello"), (1, "rows")])
+    assert srv.dropped["bad_worker"] == 1 and srv.connected() == [1]
+    client.close()
+    for s in [*idle, *blockers, forged]:
+        s.close()
