@@ -41,3 +41,41 @@ stuck_ds = tf.data.Dataset.from_generator(slow_source, output_signature=(
     tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))
 ).batch(GLOBAL_BATCH, drop_remainder=True).with_options(options)
 """
+
+
+def raising_input(at: str) -> str:
+    """Cell lines making ``bad_ds``: worker 1's generator raises ``ValueError`` at its example
+    ``at`` (an expression), on the cell's line 5 when the lines follow a ``%%distribute``
+    header; worker 0's input never fails."""
+    return f"""def bad_source():
+    for i in range(10**6):
+        if nbdist_worker == 1 and i == {at}:
+            raise ValueError("bad record at example %d" % i)
+        yield xs[i % len(xs)], ys[i % len(ys)]
+options = tf.data.Options()
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+bad_ds = tf.data.Dataset.from_generator(bad_source, output_signature=(
+    tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))
+).batch(GLOBAL_BATCH, drop_remainder=True).with_options(options)
+"""
+
+
+#: A hand-written custom loop typed into a scope cell, as TensorFlow's tutorials write it: 50
+#: steps over ``long_ds``.
+SCOPE_LOOP = """%%distribute
+dist = strategy.experimental_distribute_dataset(long_ds.take({steps}))
+@tf.function
+def train(it):
+    def step(b):
+        x, y = b
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0],
+                                              global_batch_size=GLOBAL_BATCH)
+        g = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(g, model.trainable_variables))
+        return loss
+    return strategy.run(step, args=(next(it),))
+it = iter(dist)
+for _ in range({steps}):
+    train(it)
+"""

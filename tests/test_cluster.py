@@ -13,7 +13,7 @@ import time
 import numpy as np
 import psutil
 import pytest
-from cluster_cells import SETUP, STEP, stuck_input
+from cluster_cells import SCOPE_LOOP, SETUP, STEP, raising_input, stuck_input
 from helpers import StopAfter, interrupt_me, once_running, run_err, run_ok, when
 
 import nbdist
@@ -411,6 +411,64 @@ def test_a_worker_stuck_in_its_input_pipeline_is_named_with_its_cell_line(mw, tm
     assert cluster().broken
     with pytest.raises(ClusterError, match="restart"):   # the kernel says what to do next
         mw.run_cell("%%distribute\n1", store_history=False).raise_error()
+
+
+RAISING_INPUT = "%%distribute\n" + raising_input("GLOBAL_BATCH * 20")
+
+
+def test_an_exception_in_one_workers_input_ends_the_cell_in_seconds_with_its_line(mw):
+    """Worker 1's generator raises at its 40th batch; worker 0 then waits in its collective,
+    which has no timeout: the kernel ends it, and shows worker 1's own error, not
+    TensorFlow's frames."""
+    run_ok(mw, RAISING_INPUT)
+    waiter = cluster().info[0]["pid"]
+    err = run_err(mw, STEP.format(data="bad_ds", flags="--steps 100000"))
+    returned = time.time()
+    run = nbdist.runs[-1]
+    took = returned - run.metrics["wall_time"].max()   # the last step's end, then the raise
+    print(f"\ninput raised after step {run.steps_done}: cell error {took:.1f} s later")
+    assert isinstance(err, WorkerError), repr(err)
+    text = str(err)
+    assert text.startswith("[worker 1] ValueError: bad record at example 640"), text
+    assert "worker 0 waited for it in a collective and was ended" in text, text
+    assert "%distribute restart" in text and err.cell_line == 5
+    shown = "\n".join(err._render_traceback_())
+    assert "cell line 5 (in <nbdist-cell-" in shown and "raise ValueError" in shown, shown
+    assert "script_ops.py" not in shown and "from_generator_op" not in shown, shown
+    assert run.status == "failed" and run.steps_done == 40
+    assert took <= 10
+    deadline = time.monotonic() + 5
+    while not _ended(waiter):
+        assert time.monotonic() < deadline, f"worker 0 (pid {waiter}) is still running"
+        time.sleep(0.1)
+    assert cluster().broken
+    with pytest.raises(ClusterError, match="restart"):
+        mw.run_cell("%%distribute\n1", store_history=False).raise_error()
+
+
+def test_a_day_of_training_cells_leaves_no_thread_or_file_behind(mw):
+    """50 training cells, step cells and hand-written loops in scope cells in turn: the thread
+    and file-descriptor counts of every worker, the controller and the kernel stay flat (a
+    leak of a thread per collective grows by hundreds a cell; TensorFlow's own pools may
+    still add a few threads once, up to their size)."""
+    kernel = psutil.Process()
+
+    def counts():
+        procs = [kernel, *cluster().processes()]
+        return {p.pid: (p.num_threads(), p.num_fds()) for p in procs if _alive(p)}
+
+    run_ok(mw, STEP.format(data="long_ds", flags="--steps 10"))
+    run_ok(mw, SCOPE_LOOP.format(steps=10))
+    before = counts()
+    for i in range(50):
+        run_ok(mw, STEP.format(data="long_ds", flags="--steps 10") if i % 2
+               else SCOPE_LOOP.format(steps=10))
+    after = counts()
+    print("\n(threads, fds) per process before and after 50 cells:", before, after)
+    assert set(after) == set(before)
+    for pid, (threads, fds) in after.items():
+        assert abs(threads - before[pid][0]) <= 10 and abs(fds - before[pid][1]) <= 5, \
+            (pid, before[pid], (threads, fds))
 
 
 def test_inject_slow_delays_every_step_of_one_worker(mw, capsys):

@@ -93,12 +93,49 @@ def describe_exception(err: BaseException, *, filename: str | None = None,
     message = str(err)
     if len(message) > _MAX_MESSAGE:
         message = message[:_MAX_MESSAGE] + " [...]"
-    return {
+    described = {
         "type": type(err).__name__,
         "message": message,
         "traceback": "".join(lines),
         "cell_line": getattr(err, "cell_line", None) or cell_line,
         "nbdist": isinstance(err, NbdistError),
+    }
+    if type(err).__module__.startswith("tensorflow"):
+        return _python_error_inside(str(err), type(err).__name__) or described
+    return described
+
+
+_PY_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\n(?P<body>.*?)\n\s*"
+                           r"(?P<type>[A-Za-z_][\w.]*): (?P<message>[^\n]*)", re.S)
+_PY_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)\n'
+                       r"(?P<text>[^\n]*)")
+
+
+def _python_error_inside(message: str, tf_type: str) -> dict[str, Any] | None:
+    """The user's own exception inside a TensorFlow error: Python code that TensorFlow ran
+    for the cell (a ``from_generator`` or ``py_function`` of the input pipeline) raised, and
+    TensorFlow reports it as its own error with the Python traceback in its message. The
+    frames of the user's cells are kept, shown as cell lines; TensorFlow's are dropped."""
+    found = list(_PY_TRACEBACK.finditer(message))
+    if not found:
+        return None
+    inner = found[-1]
+    frames = [f for f in _PY_FRAME.finditer(inner["body"])
+              if f["file"].startswith("<") or "-packages" not in f["file"]]
+    lines = ["Traceback (most recent call last, in the input pipeline):\n"] if frames else []
+    for f in frames:
+        where = (f"cell line {f['line']} (in {f['file']})" if f["file"].startswith("<nbdist-")
+                 else f'File "{f["file"]}", line {f["line"]}')
+        lines.append(f"  {where}, in {f['name']}\n    {f['text'].strip()}\n")
+    cells = [f for f in frames if f["file"].startswith("<nbdist-")]
+    return {
+        "type": inner["type"].rsplit(".", 1)[-1],
+        "message": (f"{inner['message'][:_MAX_MESSAGE]} (raised by Python code that "
+                    f"TensorFlow ran for the cell, e.g. a Dataset.from_generator source; "
+                    f"TensorFlow reported it as {tf_type})"),
+        "traceback": "".join(lines),
+        "cell_line": int(cells[-1]["line"]) if cells else None,
+        "nbdist": False,
     }
 
 
@@ -119,11 +156,11 @@ def _error_class(name: str) -> type[NbdistError] | None:
 
 
 def build_error(failures: dict[int, dict[str, Any]], total: int,
-                waiting: list[int] = ()) -> NbdistError:
+                waiting: list[int] = (), ended: bool = False) -> NbdistError:
     """The one error to show for the failures of some of ``total`` workers.
 
     ``waiting``: workers that were still blocked (waiting for the failed ones) when the kernel
-    stopped waiting for them.
+    stopped waiting for them; ``ended``: they were ended, so the workers must be restarted.
     """
     index, root = _root(failures)
     same = sorted(w for w, f in failures.items()
@@ -138,7 +175,9 @@ def build_error(failures: dict[int, dict[str, Any]], total: int,
                         if set(kinds) <= COLLATERAL else ""))
     if waiting:
         were = "was" if len(waiting) == 1 else "were"
-        notes.append(f"{_workers(list(waiting))} waited for it and {were} stopped")
+        notes.append(f"{_workers(list(waiting))} waited for it in a collective and {were} "
+                     + ("ended: run `%distribute restart` to start fresh workers"
+                        if ended else "stopped"))
     ok = total - len(failures) - len(waiting)
     if ok:
         notes.append(f"{ok} other worker(s) finished")

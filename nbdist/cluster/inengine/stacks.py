@@ -33,7 +33,9 @@ def snapshot(step: int) -> dict[str, Any]:
     """``protocol.STACKS``: the step, the main thread's phase, and the main thread's stack
     plus those of the threads running the user's cell code. A thread is ``blocked_in_cell``
     when its innermost cell frame calls nothing but the standard library (``time.sleep``, a
-    lock, a queue): it waits in the user's own code, not in TensorFlow."""
+    lock, a queue): it waits in the user's own code, not in TensorFlow. It is ``in_library``
+    when its innermost frame outside the standard library is TensorFlow's, Keras' or
+    nbdist's (a collective or an input pipeline waits there)."""
     names = {t.ident: t.name for t in threading.enumerate()}
     main = threading.main_thread().ident
     threads, phase = [], "cell"
@@ -46,6 +48,7 @@ def snapshot(step: int) -> dict[str, Any]:
             continue
         threads.append({"name": "main" if ident == main else names.get(ident, str(ident)),
                         "main": ident == main, "blocked_in_cell": _blocked_in_cell(frames),
+                        "in_library": _in_library(frames),
                         "frames": [_frame(f) for f in frames[-MAX_FRAMES:]]})
     return {"step": step, "phase": phase, "threads": threads}
 
@@ -53,6 +56,17 @@ def snapshot(step: int) -> dict[str, Any]:
 def _blocked_in_cell(frames: list[traceback.FrameSummary]) -> bool:
     cell = [i for i, f in enumerate(frames) if is_cell_file(f.filename)]
     return bool(cell) and all(_stdlib(f.filename) for f in frames[cell[-1] + 1:])
+
+
+def _in_library(frames: list[traceback.FrameSummary]) -> bool:
+    for frame in reversed(frames):
+        if not _stdlib(frame.filename):
+            path = frame.filename.replace("\\", "/")
+            return any(f"/{name}/" in path for name in _LIBRARIES)
+    return False
+
+
+_LIBRARIES = ("tensorflow", "tf_keras", "keras", "nbdist")
 
 
 def _stdlib(filename: str) -> bool:

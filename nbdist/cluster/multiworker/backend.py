@@ -106,7 +106,8 @@ class MultiWorkerCluster(ClusterLifecycle):
             if len(engines.ids) != self.n:   # --cluster: all of the profile's engines
                 self.n = len(engines.ids)
                 self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
-            self.channel = ChannelServer(key, self.monitor.handle, host=engines.channel_host)
+            self.channel = ChannelServer(key, self.monitor.handle, host=engines.channel_host,
+                                         workers=self.n)
             known = getattr(engines, "pids", {})   # LocalEngines' (engines.base): watched, so
             self.dispatcher = Dispatcher(   # one dying as it imports TensorFlow fails at once
                 engines.client, engines.ids, self.monitor, self._signal,
@@ -209,13 +210,19 @@ class MultiWorkerCluster(ClusterLifecycle):
         dispatcher = self._usable()
         self.monitor.stopper.reset()
         try:
-            return dispatcher.call(fn, args, observers)
+            outcomes, interrupted = dispatcher.call(fn, args, observers)
         except ClusterError as err:
             self.broken = str(err).split(": ")[0] + "."
             for run in self.monitor.runs():
                 if run.status == "running":
                     run.finish("failed", str(err))
             raise
+        ended = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
+        if ended:
+            self.broken = (f"worker{'s' * (len(ended) > 1)} {', '.join(map(str, ended))} "
+                           "waited in a collective for a worker whose cell failed, and "
+                           f"{'were' if len(ended) > 1 else 'was'} ended.")
+        return outcomes, interrupted
 
     # -- runs ------------------------------------------------------------------------------
     @property

@@ -6,7 +6,9 @@ worker process is alive and still sending heartbeats, and drives the stop protoc
 kernel interrupt or a Stop request. A dead worker fails the call within a few seconds,
 after giving the survivors ``SURVIVOR_GRACE_S`` to fail on their own (their collectives lose
 the peer); survivors still blocked then are ended, as they would otherwise wait for the
-collective timeout. A worker alive but stuck is found by ``stall`` and diagnosed from every
+collective. A worker whose cell failed (its input raised, say) leaves the others blocked in
+their next collective: after the same grace the ones still inside TensorFlow are ended too
+(``_PeerFailed``). A worker alive but stuck is found by ``stall`` and diagnosed from every
 worker's stacks.
 """
 
@@ -67,12 +69,15 @@ class Dispatcher:
         output = WorkerOutput(results, quiet)
         stopping: _Stopping | None = None
         give_up = _FailFast(results, fail_fast)
+        peer_failed = _PeerFailed(self, results)
         while True:
             try:
                 while not all(ar.ready() for ar in results.values()) and not give_up():
                     output.pump()
                     self._notify(observers)
                     self._check_health(results, output)
+                    if stopping is None and fail_fast is None and peer_failed():
+                        break
                     if stopping is not None:
                         stopping.tick()
                     elif any(o.should_stop() for o in observers):
@@ -90,6 +95,12 @@ class Dispatcher:
             outcomes = {i: _outcome(ar) if ar.ready() else {"ok": False, "abandoned": True}
                         for i, ar in results.items()}
             output.pump(final=True, show=True)
+            return outcomes, False
+        if peer_failed.ended:
+            outcomes = {i: {"ok": False, "abandoned": True} if i in peer_failed.ended
+                        else _outcome(ar) for i, ar in results.items()}
+            output.pump(final=True, show=True)
+            self._notify(observers)
             return outcomes, False
         self._check_health(results, output)   # a worker may have died just as it returned
         for ar in results.values():
@@ -203,6 +214,56 @@ class _FailFast:
             return False
         self.expired = time.monotonic() - self.failed_at > self.grace
         return self.expired
+
+
+class _PeerFailed:
+    """True once the workers still running after a peer's cell failed have been ended.
+
+    A worker whose cell raised leaves its peers blocked in their next collective, which has
+    no timeout (``backend.COLLECTIVE_TIMEOUT_S``). ``SURVIVOR_GRACE_S`` after the failure
+    the kernel asks the others for their stacks: those inside TensorFlow (or not answering)
+    are waiting for the failed one and are ended, after sending their last rows; those busy
+    in the cell's own Python code are asked again after another grace."""
+
+    def __init__(self, dispatcher: Dispatcher, results: dict[int, Any]):
+        self.d, self.results = dispatcher, results
+        self.failed_at: float | None = None
+        self.ended: list[int] = []
+
+    def __call__(self) -> bool:
+        if self.failed_at is None:
+            if any(ar.ready() and _real_failure(_outcome(ar))
+                   for ar in self.results.values()):
+                self.failed_at = time.monotonic()
+            return False
+        if time.monotonic() - self.failed_at < SURVIVOR_GRACE_S:
+            return False
+        running = sorted(w for w, ar in self.results.items() if not ar.ready())
+        if not running:
+            return False
+        stacks = self.d._ask_stacks(running)
+        blocked = [w for w in running if not _busy_in_own_code(stacks[w])]
+        if not blocked:
+            self.failed_at = time.monotonic()
+            return False
+        self.d.monitor.collect_unsent_rows(blocked)   # their last rows would die with them
+        self.d.signal_workers(signal.SIGKILL, blocked)
+        self.ended = blocked
+        return True
+
+
+def _real_failure(outcome: dict[str, Any]) -> bool:
+    return not outcome["ok"] and outcome.get("error", {}).get("type") not in (
+        "KeyboardInterrupt", "RunInterrupted")
+
+
+def _busy_in_own_code(stacks: dict[str, Any] | None) -> bool:
+    """A worker's main thread runs code of the cell's own (``stacks.snapshot``), not
+    TensorFlow's, where a collective waits for the failed peer."""
+    if stacks is None:
+        return False
+    main = [t for t in stacks["threads"] if t.get("main")]
+    return bool(main) and not main[0].get("in_library", True)
 
 
 class _Stopping:

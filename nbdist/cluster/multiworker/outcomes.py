@@ -25,7 +25,9 @@ def finish_runs(outcomes: dict[int, dict[str, Any]], interrupted: bool, runs: li
     """Mark ``runs`` done, stopped (``stopped``: the Stop button), interrupted or failed from
     every worker's outcome; raise the error the cell shows (one for all workers), if any.
     The kernel decides, whether or not the workers' own ends have arrived yet."""
-    failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"]}
+    # abandoned: blocked waiting for a failed worker, and ended by the kernel (dispatch)
+    waiting = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
+    failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"] and "error" in o}
     for run in runs:
         if run.status == "running" or (interrupted and run.status == "stopped"):
             run.finish("interrupted" if interrupted else "failed" if failures
@@ -33,7 +35,7 @@ def finish_runs(outcomes: dict[int, dict[str, Any]], interrupted: bool, runs: li
     real = {w: f for w, f in failures.items()
             if f["type"] not in ("KeyboardInterrupt", "RunInterrupted")}
     if real:
-        raise build_error(real, workers)
+        raise build_error(real, workers, waiting, ended=True)
     if (interrupted or failures) and runs:
         steps = max(r.steps_done for r in runs)
         raise RunInterrupted(
