@@ -362,6 +362,23 @@ def test_inject_kill_at_a_step_fails_the_cell_fast_ends_the_survivor_and_restart
     assert nbdist.runs[-1].status == "done"
 
 
+@pytest.mark.parametrize("wait_s", [0.5, 12.0])   # 12 s: after the controller dropped it
+def test_a_worker_killed_between_cells_fails_the_next_cell_at_once(mw, wait_s):
+    run_ok(mw, STEP.format(data="ds", flags="--steps 8"))
+    victim = cluster().info[1]["pid"]
+    psutil.Process(victim).kill()
+    time.sleep(wait_s)
+    started = time.monotonic()
+    err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100"))
+    took = time.monotonic() - started
+    print(f"\nkilled {wait_s:g} s before the cell: cell error after {took:.2f} s")
+    assert isinstance(err, WorkerDied), repr(err)
+    assert f"worker 1 (pid {victim}) died since the last cell, so this cell was not run " \
+           "(its last run ended at step 8)" in str(err), str(err)
+    assert "%distribute restart" in str(err) and took < 2
+    assert cluster().broken
+
+
 def test_a_stopped_worker_is_named_and_every_worker_ended_within_10_s(mw):
     victim = cluster().info[1]["pid"]
     mw.run_line_magic("distribute", "inject stop 1 --at-step 30")

@@ -60,9 +60,28 @@ class Dispatcher:
         then get the outcome ``{"ok": False, "abandoned": True}`` (they are typically blocked
         waiting for the failed one, e.g. in the strategy's start-up, and must be stopped).
         """
-        results = {i: self.client[eid].apply_async(fn, *args[i])
-                   for i, eid in enumerate(self.engine_ids)}
+        self._check_alive()
+        results = {}
+        for i, eid in enumerate(self.engine_ids):
+            try:
+                results[i] = self.client[eid].apply_async(fn, *args[i])
+            except IndexError:   # the controller already dropped the engine: it is gone
+                self._abandon(results)
+                raise WorkerDied(_died_message([i], self.pids, {}, self.monitor, True)) from None
         return self.wait(results, list(observers), quiet, fail_fast)
+
+    def _check_alive(self) -> None:
+        """Refuse to dispatch to workers known dead (killed between cells, out of memory): the
+        others would wait for them in their first collective."""
+        dead = self.dead_workers()
+        if dead:
+            raise WorkerDied(_died_message(dead, self.pids, {}, self.monitor, True))
+
+    def _abandon(self, results: dict[int, Any]) -> None:
+        """Calls already sent when a later one could not be: interrupt them (they wait for
+        the missing worker)."""
+        if results:
+            self.signal_workers(signal.SIGKILL, sorted(results))
 
     def wait(self, results: dict[int, Any], observers: list[Any], quiet: bool = False,
              fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
@@ -334,10 +353,14 @@ def _process_state(pid: int | None) -> str:
 
 
 def _died_message(dead: list[int], pids: dict[int, int], survivors: dict[int, str],
-                  monitor: ClusterMonitor) -> str:
+                  monitor: ClusterMonitor, before_cell: bool = False) -> str:
+    """``before_cell``: found dead before the cell was sent to the workers (nothing ran)."""
     names = ", ".join(f"worker {w} (pid {pids.get(w, '?')})" for w in dead)
     steps = [monitor.health[w].step for w in dead if monitor.health[w].step is not None]
-    at = f" after step {max(steps)}" if steps else ""
+    at = f" after step {max(steps)}" if steps and not before_cell else ""
+    if before_cell:
+        at = " since the last cell, so this cell was not run" + (
+            f" (its last run ended at step {max(steps)})" if steps else "")
     others = "; ".join(f"worker {w} {what}" for w, what in sorted(survivors.items()))
     return (
         f"{names} died{at}: its process is gone (killed, or out of memory). "
