@@ -295,7 +295,18 @@ def test_a_hand_started_cluster_is_released_on_stop_and_refused_until_restarted(
         procs += [_tree(e) for e in engines]
         ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir}")
         assert sorted(i["pid"] for i in current_session().backend.info) == sorted(fresh.values())
+        # an engine that cannot answer (frozen here; blocked in a collective, or cut off):
+        # stop names it and returns instead of waiting for it
+        frozen = sorted(fresh)[1]
+        psutil.Process(fresh[frozen]).suspend()
+        capsys.readouterr()
+        started = time.monotonic()
         ip.run_line_magic("distribute", "stop")
+        took = time.monotonic() - started
+        said = capsys.readouterr().err
+        psutil.Process(fresh[frozen]).resume()
+        assert took <= 5, took
+        assert f"engine(s) {frozen} of profile" in said and "did not answer within 3 s" in said
     finally:
         if client is not None:
             client.close()

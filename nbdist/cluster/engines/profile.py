@@ -57,6 +57,8 @@ log = logging.getLogger("nbdist.cluster")
 
 #: Seconds to wait for a cluster's engines to register (after a start or a restart).
 REGISTER_TIMEOUT_S = 60.0
+#: Seconds ``stop`` waits for engines it cannot restart to reset their namespaces.
+RELEASE_S = 3.0
 
 
 class ProfileEngines:
@@ -272,10 +274,27 @@ class ProfileEngines:
         return []
 
     def _release(self) -> None:
+        """Reset the engines' namespaces, waiting at most ``RELEASE_S``: an engine still
+        blocked in a collective (after a stall) or cut off (a partition) cannot answer, and
+        ``stop`` must return. Its request is withdrawn; it is named and left as it is."""
+        silent: list[int] = []
         try:
-            self.client[self.ids].apply_sync(release_engine)
+            pending = {eid: self.client[eid].apply_async(release_engine) for eid in self.ids}
+            deadline = time.monotonic() + RELEASE_S
+            for ar in pending.values():
+                ar.wait(max(deadline - time.monotonic(), 0))
+            silent = [eid for eid, ar in pending.items() if not ar.ready()]
+            for eid in silent:
+                try:
+                    self.client.abort(pending[eid], block=False)
+                except Exception as err:   # best effort: the engine may be unreachable
+                    log.debug("could not withdraw the release from %s: %s", eid, err)
         except Exception as err:
             log.debug("could not release engines %s: %s", self.ids, err)
+        if silent:
+            print(f"nbdist: engine(s) {', '.join(map(str, silent))} of profile {self.name!r} "
+                  f"did not answer within {RELEASE_S:g} s (blocked in TensorFlow, or their "
+                  "host is unreachable) and were left as they are.", file=sys.stderr)
         print(f"nbdist: engines {self.ids} of profile {self.name!r} are released (namespaces "
               "reset) but still hold TensorFlow state that lasts as long as the process (a "
               "MultiWorkerMirroredStrategy or a parameter-server gRPC server); nbdist cannot "
