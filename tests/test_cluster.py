@@ -500,6 +500,16 @@ def test_inject_slow_delays_every_step_of_one_worker(mw, capsys):
 
     # both: worker 1 waits for worker 0 in the collectives (of the step and of its input)
     assert (step_intervals(nbdist.runs[-1]) > 0.25).all(), step_intervals(nbdist.runs[-1])
+    run = nbdist.runs[-1]
+    late = run.metrics.query("step > 1")
+    # worker 1 waited for worker 0 at each step: as waiting, not as reading its input; the
+    # run names worker 0, the one waited for
+    by_worker = late.groupby("worker")[["data_ms", "wait_ms"]].median()
+    assert by_worker.loc[1, "data_ms"] < 100 and by_worker.loc[1, "wait_ms"] > 250, by_worker
+    assert by_worker.loc[0, "wait_ms"] < 50, by_worker
+    assert run.waited_for.keys() == {"worker 0"}, run.waited_for
+    assert any(n.startswith("straggler: worker 0; the other workers waited a median")
+               for n in run.notes), run.notes
     capsys.readouterr()
     mw.run_line_magic("distribute", "status")
     out = capsys.readouterr().out

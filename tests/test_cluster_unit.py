@@ -234,6 +234,8 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
     for message in sent:
         mon.handle(1, message)
     assert mon.bad_rows == 0 and mon.health[1].step == 9
+    assert kernel.n_rows == 0   # held until worker 0's rows of the same steps (arrivals)...
+    mon.flush_rows()            # ...or the end of the call on the workers
     got = kernel.metrics.to_dict("records")
     want = local.metrics.assign(worker=1).to_dict("records")
     assert len(got) == 4 and got[0]["loss"] == 0.5 and got[1]["compute_ms"] == 4.5

@@ -65,6 +65,9 @@ class Run(LoadsJsonLines):
     #: labels of the replicas/workers the live dashboard flags as stragglers at its latest
     #: redraw (empty without a dashboard); the lab extension's status bar shows them
     stragglers: list[str] = field(default_factory=list)
+    #: workers the other workers waited for at most recent steps (label -> median ms they
+    #: waited), found from every worker's rows under multiworker; the dashboard flags them
+    waited_for: dict[str, float] = field(default_factory=dict)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

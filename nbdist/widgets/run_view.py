@@ -155,9 +155,15 @@ class RunView:
             self.progress.layout.visibility = "visible"
         self.progress.value = min(s.last_step + 1, self.progress.max)
         flagged = s.stragglers()
-        run.stragglers = [s.label(x.key) for x in flagged]    # for the lab's status bar
-        notes = [f"⚠ straggler: {html.escape(s.label(x.key))} ({x.value_ms:.3g} ms, "
-                 f"{x.ratio:.1f}× the others' median)" for x in flagged[:TOP_STRAGGLERS]]
+        waited_for = dict(run.waited_for)
+        # for the lab's status bar
+        run.stragglers = [*waited_for, *(s.label(x.key) for x in flagged
+                                         if s.label(x.key) not in waited_for)]
+        notes = [f"⚠ straggler: {html.escape(label)} (the other workers waited {ms:.3g} ms a "
+                 "step for it)" for label, ms in waited_for.items()]
+        notes += [f"⚠ straggler: {html.escape(s.label(x.key))} ({x.value_ms:.3g} ms, "
+                  f"{x.ratio:.1f}× the others' median)" for x in flagged[:TOP_STRAGGLERS]
+                  if s.label(x.key) not in waited_for]
         if len(flagged) > TOP_STRAGGLERS:
             notes.append(f"{len(flagged) - TOP_STRAGGLERS} more")
         note_html = ("<span style='color:#b00'>" + "; ".join(notes) + "</span>") if notes else ""

@@ -85,6 +85,13 @@ class Dispatcher:
 
     def wait(self, results: dict[int, Any], observers: list[Any], quiet: bool = False,
              fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
+        try:
+            return self._wait(results, observers, quiet, fail_fast)
+        finally:   # rows held to align the workers' steps (``arrivals``) reach their Runs
+            self.monitor.flush_rows()
+
+    def _wait(self, results: dict[int, Any], observers: list[Any], quiet: bool,
+              fail_fast: float | None) -> tuple[dict[int, dict[str, Any]], bool]:
         output = WorkerOutput(results, quiet)
         stopping: _Stopping | None = None
         give_up = _FailFast(results, fail_fast)

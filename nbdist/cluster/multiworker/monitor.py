@@ -25,6 +25,7 @@ from typing import Any
 from ...telemetry.rows import POSITION, unpack
 from ...telemetry.run import Run
 from .. import protocol
+from .arrivals import StepAligner, straggler_note
 from .stall import StallWatch
 
 #: A worker that sent nothing for this long while the cluster is busy is reported as hung.
@@ -58,10 +59,44 @@ class _RunEntry:
     run: Run
     rows_seen: int = 0
     ended: dict[int, str] = field(default_factory=dict)   # worker -> its run status
+    aligner: StepAligner | None = None     # step runs of several workers (``arrivals``)
+    straggler: tuple[int, float] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)   # one reader per worker
+
+    def append(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
+        if self.aligner is None:
+            self.run.append_block(block, extras or None)
+            return
+        with self.lock:
+            self._align(worker, block, extras)
+
+    def _align(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
+        for ready, ready_extras in self.aligner.add(worker, block, extras):
+            self.run.append_block(ready, ready_extras or None)
+        found = self.aligner.straggler()
+        if found is not None:
+            self.straggler = found
+            self.run.waited_for = {f"worker {found[0]}": found[1]}
+        elif self.run.waited_for:
+            self.run.waited_for = {}
+
+    def flush(self) -> None:
+        """Rows still held by the aligner go to the Run; a straggler seen is noted."""
+        if self.aligner is None:
+            return
+        with self.lock:
+            for ready, ready_extras in self.aligner.flush():
+                self.run.append_block(ready, ready_extras or None)
+            if self.straggler is not None:
+                note = straggler_note(*self.straggler)
+                self.run.notes[:] = [n for n in self.run.notes
+                                     if n.split(";")[0] != note.split(";")[0]]
+                self.run.note(note)
 
     def end(self, worker: int, status: str, workers: int) -> None:
         self.ended[worker] = status if status in _SEVERITY else "failed"
         if len(self.ended) == workers and self.run.status == "running":
+            self.flush()
             self.run.finish(max(self.ended.values(), key=_SEVERITY.index))
 
 
@@ -144,7 +179,8 @@ class ClusterMonitor:
     def expect_run(self, key: str, run: Run) -> None:
         """Route rows tagged ``key`` to ``run`` (a step run the kernel created)."""
         with self._lock:
-            self._runs[key] = _RunEntry(run)
+            self._runs[key] = _RunEntry(run, aligner=StepAligner(len(self.health))
+                                        if len(self.health) > 1 else None)
 
     def _entry(self, key: str, create: bool) -> _RunEntry | None:
         with self._lock:
@@ -168,6 +204,14 @@ class ClusterMonitor:
     def runs(self) -> list[Run]:
         with self._lock:
             return [e.run for e in self._runs.values()]
+
+    def flush_rows(self) -> None:
+        """Every row held for alignment goes to its Run (a cell's call on the workers ended,
+        whatever its outcome)."""
+        with self._lock:
+            entries = list(self._runs.values())
+        for entry in entries:
+            entry.flush()
 
     def forget_runs(self) -> None:
         with self._lock:
@@ -265,7 +309,7 @@ class ClusterMonitor:
             if isinstance(value, int) and value > 0 and getattr(entry.run, name) is None:
                 setattr(entry.run, name, value)
         if len(block):
-            entry.run.append_block(block, extras)
+            entry.append(worker, block, extras)
             self.health[worker].step = int(block[-1, POSITION.step]) + 1
         for values in block[block[:, POSITION.replica] <= 0]:   # one per step: replica 0,
             self.stall.progressed(int(values[POSITION.step]),   # or -1 (a fit's reduced row)

@@ -16,8 +16,9 @@ FIT_NOTE = (
     "reduction sums them); nbdist records the mean. `model.distribute_reduction_method = "
     "'first'` fixes the logs your own callbacks see"
 )
-STEP_NOTE = ("under multiworker wait_ms covers replicas of the same worker; waiting for the "
-             "other workers is part of allreduce_ms")
+STEP_NOTE = ("under multiworker wait_ms covers replicas of the same worker, and the time a worker "
+             "waited for a later one to reach the step (taken out of its data_ms); waiting for "
+             "the other workers inside the gradient all-reduce is part of allreduce_ms")
 
 
 def finish_runs(outcomes: dict[int, dict[str, Any]], interrupted: bool, runs: list[Run],

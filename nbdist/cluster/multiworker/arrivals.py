@@ -1,0 +1,152 @@
+"""Waiting for a slower worker, told apart from reading input; the worker waited for, named.
+
+Under MultiWorkerMirroredStrategy a worker that reaches a step late holds the others: in the
+distributed iterator's own collective (``next(iterator)``, so their ``data_ms`` grows) or in
+the step's all-reduce. Each worker measures only itself, so without the others' rows the
+waiter looks input-bound and the late worker looks healthy. The kernel has every worker's
+rows; ``StepAligner`` holds each worker's rows of a step run until every worker's rows of the
+same steps are in, then, per step and worker:
+
+- its arrival: when it started fetching the step's batch, ``wall_time - (step_ms + data_ms)``;
+- the time it waited for the last one to arrive: at most how much earlier it arrived
+  (``max(arrival) - arrival``) and at most how much longer its fetch took than the shortest
+  (``data_ms - min(data_ms)``: everyone leaves the iterator's collective together, so the
+  last to arrive fetched for the shortest time). Taking the smaller of the two keeps a clock
+  offset between hosts, or an input slower on one worker, from being counted as waiting.
+
+That time moves from the waiter's ``data_ms`` to its ``wait_ms``. The worker the others waited
+for at most of the recent steps, for long enough to matter, is the run's straggler
+(``straggler``): its delay happened outside its measured step and fetch (its own code between
+steps, a slow or overloaded host, an injected delay).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter, deque
+from typing import Any
+
+import numpy as np
+
+from ...telemetry.rows import POSITION
+
+#: Rows held longer than this (a worker's rows are late or will never come) go on unaligned.
+HOLD_S = 2.0
+#: Steps a straggler is judged over, the share of them it must be waited for, and how long.
+RECENT_STEPS = 20
+BLAMED_SHARE = 0.6
+MIN_WAIT_MS = 20.0
+
+
+class StepAligner:
+    """Holds the rows of a step run's ``workers`` until every worker's rows of a step are in;
+    ``add`` returns what can go to the Run, adjusted (see the module docstring)."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._held: dict[int, list[tuple[float, np.ndarray, dict[str, np.ndarray]]]] = {
+            w: [] for w in range(workers)}
+        self._last_step = dict.fromkeys(range(workers), -1)
+        self._blamed: deque[tuple[int, float]] = deque(maxlen=RECENT_STEPS)
+
+    def add(self, worker: int, block: np.ndarray, extras: dict[str, np.ndarray]
+            ) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        if len(block):
+            self._held[worker].append((time.monotonic(), block, extras))
+            self._last_step[worker] = max(self._last_step[worker],
+                                          int(block[:, POSITION.step].max()))
+        return self._release()
+
+    def flush(self) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Everything still held (the run ended, or a worker's rows will never come)."""
+        ready = [(b, e) for chunks in self._held.values() for _, b, e in chunks]
+        for chunks in self._held.values():
+            chunks.clear()
+        return ready
+
+    def _release(self) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        common = min(self._last_step.values())
+        out: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+        if common >= 0:
+            ready, kept = _split(self._held, common)
+            self._held = kept
+            if ready:
+                out.append(self._aligned(ready))
+        old = time.monotonic() - HOLD_S
+        for chunks in self._held.values():
+            while chunks and chunks[0][0] < old:
+                _, block, extras = chunks.pop(0)
+                out.append((block, extras))
+        return out
+
+    def _aligned(self, chunks: list[tuple[np.ndarray, dict[str, np.ndarray]]]
+                 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        block = np.concatenate([b for b, _ in chunks])
+        names = sorted({name for _, e in chunks for name in e})
+        extras = {name: np.concatenate([e.get(name, np.full(len(b), np.nan))
+                                        for b, e in chunks]) for name in names}
+        steps = block[:, POSITION.step]
+        for step in np.unique(steps):
+            rows = np.flatnonzero(steps == step)
+            self._align_step(block, rows)
+        return block, extras
+
+    def _align_step(self, block: np.ndarray, rows: np.ndarray) -> None:
+        workers = block[rows, POSITION.worker].astype(int)
+        if len(set(workers.tolist())) < self.workers:
+            return
+        data = block[rows, POSITION.data_ms]
+        spent = block[rows, POSITION.step_ms] + data
+        arrival = block[rows, POSITION.wall_time] - spent / 1e3
+        if not (np.isfinite(data).all() and np.isfinite(arrival).all()):
+            return
+        waited = np.clip(np.minimum(data - data.min(), (arrival.max() - arrival) * 1e3),
+                         0.0, data)
+        if not waited.any():
+            return
+        block[rows, POSITION.data_ms] = data - waited
+        wait = block[rows, POSITION.wait_ms]
+        block[rows, POSITION.wait_ms] = np.where(np.isnan(wait), 0.0, wait) + waited
+        last = int(workers[int(np.argmin(data))])
+        self._blamed.append((last, float(waited.max())))
+
+    def straggler(self) -> tuple[int, float] | None:
+        """(worker, the median ms the others waited for it) if the others waited for the same
+        worker at most of the recent steps, at least ``MIN_WAIT_MS`` each time."""
+        if len(self._blamed) < min(5, RECENT_STEPS):
+            return None
+        counts = Counter(w for w, ms in self._blamed if ms >= MIN_WAIT_MS)
+        if not counts:
+            return None
+        worker, times = counts.most_common(1)[0]
+        if times < BLAMED_SHARE * len(self._blamed):
+            return None
+        return worker, statistics.median(ms for w, ms in self._blamed if w == worker)
+
+
+def straggler_note(worker: int, waited_ms: float) -> str:
+    return (f"straggler: worker {worker}; the other workers waited a median {waited_ms:.0f} ms "
+            f"for it at each step, outside its measured step and input fetch (its own code "
+            f"between steps, a slow or busy host, or `%distribute inject slow`). That wait is "
+            f"in their wait_ms, not their data_ms")
+
+
+def _split(held: dict[int, list[tuple[float, np.ndarray, dict[str, np.ndarray]]]],
+           upto: int) -> tuple[list[tuple[np.ndarray, dict[str, np.ndarray]]],
+                               dict[int, list[tuple[float, np.ndarray, dict[str, Any]]]]]:
+    """The rows of steps <= ``upto`` (every worker has them) and what stays held."""
+    ready: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+    kept: dict[int, list[tuple[float, np.ndarray, dict[str, Any]]]] = {}
+    for w, chunks in held.items():
+        kept[w] = []
+        for when, block, extras in chunks:
+            mask = block[:, POSITION.step] <= upto
+            if mask.all():
+                ready.append((block, extras))
+            elif not mask.any():
+                kept[w].append((when, block, extras))
+            else:
+                ready.append((block[mask], {k: v[mask] for k, v in extras.items()}))
+                kept[w].append((when, block[~mask], {k: v[~mask] for k, v in extras.items()}))
+    return ready, kept
