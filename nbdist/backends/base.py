@@ -106,7 +106,9 @@ def lab_state(status: BackendStatus | None, runs: Sequence[Run], version: str) -
         "workers_total": status.workers_total if status else 0,
         "workers_alive": status.workers_alive if status else 0,
         "dead_workers": list(status.dead_workers) if status else [],
-        "stragglers": list(last.stragglers) if last and last.status == "running" else [],
+        # the dashboard's flags, else (no dashboard) the workers the others waited for
+        "stragglers": list(last.stragglers or last.waited_for)
+        if last and last.status == "running" else [],
         "run": None if last is None else {
             "id": last.id, "status": last.status, "step": last.steps_done,
             # counted from 1, as the dashboard's header shows it (0: no step yet)
