@@ -110,7 +110,7 @@ Examples::
   %distribute multiworker --workers 2    # 2 local worker processes (ipyparallel engines)
   %distribute parameter_server --ps 1    # the kernel coordinates; variables on the ps
   %distribute status                     # strategy, devices, workers, equivalent TensorFlow
-  %distribute pull history --worker 1    # a worker's variable into the kernel
+  %distribute pull history.history --worker 1  # a worker's value into the kernel
   %distribute export train.py            # the step cell's training as a script
   %distribute inject kill 1 --at-step 20 # drills: kill, stop, slow, partition (until heal)
 
@@ -261,8 +261,12 @@ class DistributeMagics(Magics):
         if len(args.names) != 1:
             raise ConfigError("`%distribute pull` takes one name (and --worker i).")
         name = args.names[0]
-        self.shell.user_ns[name] = session.pull(name, args.worker or 0)
-        print(f"nbdist: pulled {name} from worker {args.worker or 0}.")
+        value = session.pull(name, args.worker or 0)
+        # `history.history` or `results["loss"]` lands in a variable of its own
+        target = name if name.isidentifier() else re.sub(r"\W+", "_", name).strip("_")
+        self.shell.user_ns[target] = value
+        print(f"nbdist: pulled {name} from worker {args.worker or 0}"
+              + (f" into `{target}`." if target != name else "."))
 
 
 def _graph_observer(args: Any) -> list[Any]:
