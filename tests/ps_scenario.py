@@ -445,9 +445,31 @@ def hostbed_scenario(ip):
     out["stop_s"] = time.monotonic() - started
 
 
+def soak_scenario(ip):
+    """50 step cells: threads and fds of the kernel and every process of the cluster."""
+    import psutil
+
+    import nbdist
+
+    ip.run_line_magic("distribute", "parameter_server")
+    _, out["setup_error"] = cell(ip, SETUP)
+    step = STEP.format(data="long_ds", flags="--steps 10")
+
+    def counts():
+        procs = [psutil.Process(), *cluster().processes()]
+        return {str(p.pid): [p.num_threads(), p.num_fds()] for p in procs if alive([p])}
+
+    errors = [cell(ip, step)[1] for _ in range(3)]   # the first traces and fills the pools
+    out["before"] = counts()
+    errors += [cell(ip, step)[1] for _ in range(50)]
+    out["after"] = counts()
+    out["errors"] = [e for e in errors if e]
+    out["statuses"] = sorted({r.status for r in nbdist.runs})
+
+
 SCENARIOS = {"main": main_scenario, "hostbed": hostbed_scenario, "faults": fault_scenario,
              "profile": profile_scenario,
-             "ps_restart": ps_restart_scenario,
+             "ps_restart": ps_restart_scenario, "soak": soak_scenario,
              "input": lambda ip: input_scenario(ip, out, cell, status),
              "tutorial": lambda ip: tutorial_scenario(ip, out, cell, status)}
 

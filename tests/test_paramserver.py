@@ -356,3 +356,18 @@ def test_after_a_parameter_server_died_restart_rebuild_and_rerun_resumes():
     assert resumed["status"] == "done" and resumed["rows"] == 480 - start
     assert any("resumed" in n for n in resumed["notes"])
     assert resumed["loss_first"] < 0.2 * killed["loss_first"]   # trained weights restored
+
+
+def test_fifty_step_cells_leave_no_thread_or_file_behind():
+    """A day of cells under parameter_server: the thread and file-descriptor counts of the
+    kernel (the coordinator), the controller, the workers and the parameter server stay
+    flat over 50 training cells."""
+    got = scenario("soak")
+    assert got["setup_error"] is None and got["errors"] == [], got
+    assert got["statuses"] == ["done"]
+    before, after = got["before"], got["after"]
+    print("\n(threads, fds) per process before and after 50 cells:", before, after)
+    assert set(after) == set(before)
+    for pid, (threads, fds) in after.items():
+        assert threads - before[pid][0] <= 5 and fds - before[pid][1] <= 5, \
+            (pid, before[pid], (threads, fds))
