@@ -326,6 +326,7 @@ def fault_scenario(ip):
     injected = c.faults.log[-1]
     out["kill_applied_step"] = injected["applied_step"]
     run = nbdist.runs[-1]
+    out["killed_worker_rows"] = int((run.metrics["worker"] == 1).sum())
     out["worker_kill_run"] = frame_summary(run)
     # each worker's last row, in seconds after the kill (a fast survivor can finish the run
     # within a second of it: no row is "long after" the kill then)

@@ -235,7 +235,8 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
                           strategy=self.strategy, coordinator=self.coordinator,
                           workers=self.n, watch=self, per_epoch=inputs.per_epoch,
                           epoch_note=inputs.note, on_worker_death=self.dead_workers.add,
-                          cache=self.traced_steps, rows=self.rows)
+                          cache=self.traced_steps, rows=self.rows,
+                          precise=lambda: bool(self.faults.pending))
         try:
             return loop.execute()
         except ClusterError as err:

@@ -2,8 +2,9 @@
 
 The workers only run the TensorFlow functions the coordinator schedules (no nbdist code runs
 in them), so the kernel signals the worker's process (its engine; through ipyparallel for
-remote ones), at once or, with ``--at-step N``, once that worker has done N steps of a run
-(counted from the rows the coordinator records, so a step is counted when it is recorded):
+remote ones), at once or, with ``--at-step N``, once that worker has done N steps of a run (counted
+from the rows the coordinator records; while a fault waits for its step the rows are read
+after every finished step, so it lands after step N or the one the worker had just started):
 
 - ``kill``: SIGKILL. ClusterCoordinator takes the worker as preempted: the steps it held go
   back in the queue, the other workers run them and the run goes on (tutorial 05).

@@ -84,6 +84,9 @@ class PSStepLoop(StepLoop):
     epoch_note: str | None = field(default=EPOCH_NOTE, kw_only=True)   # how --data is read
     on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
     cache: StepCache | None = field(default=None, kw_only=True)   # the backend's traced steps
+    #: while True (``%distribute inject ... --at-step N`` waits for its step), the rows are
+    #: read after every finished step, so the observers see each worker's count at once
+    precise: Callable[[], bool] = field(default=lambda: False, kw_only=True)
     _compiled: dict[bool, Any] = field(default_factory=dict)
     _columns: dict[bool, list[str]] = field(default_factory=dict)   # of each packed result
     _announced: set[bool] = field(default_factory=set)   # variants told to observers
@@ -233,7 +236,8 @@ class PSStepLoop(StepLoop):
             self._finished += 1
             self._pending.popleft()
         unread = self._finished - self._recorded
-        if take and unread and (unread >= TAKE_EVERY_ROWS or time.monotonic() >= self._next_take):
+        if take and unread and (unread >= TAKE_EVERY_ROWS or time.monotonic() >= self._next_take
+                                or self.precise()):
             self._take()
 
     def _take(self) -> None:
