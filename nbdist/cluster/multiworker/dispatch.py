@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from ...errors import ConfigError
 from ..failures import ClusterError, WorkerDied, WorkerHung, WorkerStuck, describe_exception
 from .monitor import HUNG_AFTER_S, ClusterMonitor
 from .output import WorkerOutput
@@ -33,6 +34,8 @@ SURVIVOR_GRACE_S = 3.0
 #: After an interrupt: when to send SIGINT to workers that did not stop, and when to give up.
 ESCALATE_S = 8.0
 GIVE_UP_S = 20.0
+#: A local worker process stopped (SIGSTOP) this long is diagnosed at once, first step or not.
+STOPPED_S = 1.0
 #: Without any run on the workers (plain code), SIGINT is sent after this long.
 NO_RUN_SIGINT_S = 0.5
 
@@ -48,6 +51,7 @@ class Dispatcher:
         self.monitor = monitor
         self.signal_workers = signal_workers
         self.pids = pids or {}
+        self._stopped_since: dict[int, float] = {}   # worker -> when it was seen stopped
         self.reach: Any = None   # reach.ReachWatch: workers on other hosts
 
     def call(self, fn: Callable[..., Any], args: list[tuple[Any, ...]],
@@ -76,6 +80,14 @@ class Dispatcher:
         dead = self.dead_workers()
         if dead:
             raise WorkerDied(_died_message(dead, self.pids, {}, self.monitor, True))
+        stopped = [w for w, pid in sorted(self.pids.items())
+                   if _process_state(pid).startswith("stopped")]
+        if stopped:   # not broken yet: it may be resumed
+            raise ConfigError(
+                f"worker {stopped[0]} (pid {self.pids[stopped[0]]}) is stopped (SIGSTOP, or a "
+                "debugger), so this cell was not run: the others would wait for it. Resume it "
+                f"(`kill -CONT {self.pids[stopped[0]]}`) and run the cell again, or run "
+                "`%distribute restart` to start fresh workers.")
 
     def _abandon(self, results: dict[int, Any]) -> None:
         """Calls already sent when a later one could not be: interrupt them (they wait for
@@ -175,6 +187,12 @@ class Dispatcher:
         stall = self.monitor.stall
         running = sorted(w for w in self.monitor.running_workers() if not results[w].ready())
         stalled = stall.stalled_for() if running else None
+        stopped = False
+        if stalled is None:   # a local worker SIGSTOPped: no need to wait for the stall limit
+            unready = sorted(w for w, ar in results.items() if not ar.ready())
+            if unready and self._stopped_for(unready) > STOPPED_S:   # (first steps: a minute)
+                stopped, running = True, unready
+                stalled = self._stopped_for(unready)
         if stalled is None:
             return
         bound, median = stall.bound(), stall.median()
@@ -185,9 +203,21 @@ class Dispatcher:
             stall.no_culprit()
             return
         message = stuck_message(stalled, bound, median, stacks, steps, culprits, waiting,
-                                lambda w: _process_state(self.pids.get(w)))
+                                lambda w: _process_state(self.pids.get(w)), stopped)
         self.signal_workers(signal.SIGKILL, running)
         raise WorkerStuck(message, stacks_text(stacks))
+
+    def _stopped_for(self, workers: list[int]) -> float:
+        """Seconds the longest-stopped of ``workers`` on this machine has been stopped
+        (SIGSTOP, a debugger), 0 if none is."""
+        now, longest = time.monotonic(), 0.0
+        for w in workers:
+            pid = self.pids.get(w)
+            if pid is not None and _process_state(pid).startswith("stopped"):
+                longest = max(longest, now - self._stopped_since.setdefault(w, now))
+            else:
+                self._stopped_since.pop(w, None)
+        return longest
 
     def _ask_stacks(self, workers: list[int]) -> dict[int, dict[str, Any] | None]:
         health = self.monitor.health

@@ -66,6 +66,10 @@ class StallWatch:
         with self._lock:
             return statistics.median(self._times) if self._times else None
 
+    def silent_for(self) -> float:
+        """Seconds since a worker last finished a step (or the run started)."""
+        return time.monotonic() - self.last_progress
+
     def stalled_for(self) -> float | None:
         """Seconds since the last step if that exceeds the bound, else None."""
         silent = time.monotonic() - self.last_progress
@@ -88,12 +92,16 @@ def diagnose(stacks: dict[int, dict[str, Any] | None]) -> tuple[list[int], list[
 
 def stuck_message(stalled_s: float, bound: float, median: float | None,
                   stacks: dict[int, dict[str, Any] | None], steps: dict[int, int | None],
-                  culprits: list[int], waiting: list[int], process_state: Any) -> str:
-    """The error text: who is stuck, where (the user's cell line), who waits for it."""
+                  culprits: list[int], waiting: list[int], process_state: Any,
+                  stopped: bool = False) -> str:
+    """The error text: who is stuck, where (the user's cell line), who waits for it.
+    ``stopped``: found because a worker's process is stopped, before the stall limit."""
     rule = (f"the limit is max({STALL_FACTOR:g} x the median step time of the last "
             f"{STALL_WINDOW} steps ({median * 1e3:.0f} ms), {STALL_FLOOR_S:g} s) = {bound:.1f} s"
             if median is not None else f"the limit before the first steps is {bound:.0f} s")
-    parts = [f"The run stalled: no worker finished a step for {stalled_s:.1f} s ({rule})."]
+    parts = [f"A worker's process has been stopped for {stalled_s:.1f} s (SIGSTOP, or a "
+             "debugger): the others cannot go on without it." if stopped else
+             f"The run stalled: no worker finished a step for {stalled_s:.1f} s ({rule})."]
     for w in culprits:
         at = f"at step {steps.get(w)}" if steps.get(w) is not None else "before its first step"
         info = stacks.get(w)
