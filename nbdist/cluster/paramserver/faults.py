@@ -3,8 +3,8 @@
 The workers only run the TensorFlow functions the coordinator schedules (no nbdist code runs
 in them), so the kernel signals the worker's process (its engine; through ipyparallel for
 remote ones), at once or, with ``--at-step N``, once that worker has done N steps of a run (counted
-from the rows the coordinator records; while a fault waits for its step the rows are read
-after every finished step, so it lands after step N or the one the worker had just started):
+from the rows the coordinator records; while a fault waits for its step one step is in flight
+and the rows are read after each, so it lands right after the worker's step N):
 
 - ``kill``: SIGKILL. ClusterCoordinator takes the worker as preempted: the steps it held go
   back in the queue, the other workers run them and the run goes on (tutorial 05).

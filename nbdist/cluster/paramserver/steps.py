@@ -84,8 +84,9 @@ class PSStepLoop(StepLoop):
     epoch_note: str | None = field(default=EPOCH_NOTE, kw_only=True)   # how --data is read
     on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
     cache: StepCache | None = field(default=None, kw_only=True)   # the backend's traced steps
-    #: while True (``%distribute inject ... --at-step N`` waits for its step), the rows are
-    #: read after every finished step, so the observers see each worker's count at once
+    #: while True (``%distribute inject ... --at-step N`` waits for its step), one step is
+    #: in flight and the rows are read after each, so the observers see each worker's count
+    #: before it runs another step
     precise: Callable[[], bool] = field(default=lambda: False, kw_only=True)
     _compiled: dict[bool, Any] = field(default_factory=dict)
     _columns: dict[bool, list[str]] = field(default_factory=dict)   # of each packed result
@@ -179,7 +180,9 @@ class PSStepLoop(StepLoop):
             self._check_health()
             self._pending.append(self._schedule(iterator, self._pacer.due(step)))
             self._scheduled = step
-            self._collect(wait=len(self._pending) >= window)
+            # a fault waiting for its step: one step in flight, so no worker gets ahead of
+            # the rows the kernel has read
+            self._collect(wait=len(self._pending) >= (1 if self.precise() else window))
         self._drain()
 
     def _drain(self, quiet: bool = False) -> None:
