@@ -6,19 +6,24 @@ the bed's engines coming back after a restart. Skipped with the reason where net
 namespaces cannot be made (not root, no iproute2).
 """
 
+import os
 import re
 import subprocess
+import sys
 import time
 
+import ipyparallel as ipp
 import pytest
+from cluster_cells import stuck_input
 from helpers import run_err, run_ok
 from test_cluster import SETUP, STEP  # one model per worker's own data, 8 batches
 
-from nbdist.cluster.failures import WorkerUnreachable
+from nbdist.cluster.failures import WorkerStuck, WorkerUnreachable
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
 
 hostbed = pytest.importorskip("hostbed")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def link_state(name):
@@ -85,3 +90,81 @@ def test_inject_partition_at_once_heal_at_a_step_status_and_stop_heals(ip, capsy
             ip.run_line_magic("distribute", "stop")
             bed.heal(1)
             ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def test_hand_started_engines_stop_within_5_s_after_a_partition_and_after_a_stall(ip, capsys):
+    """`ipcontroller` and `ipengine` started by hand on two simulated hosts (no cluster file:
+    nbdist cannot restart them). A partition, then a worker stuck in its input: each ends
+    the cell, and `%distribute stop` returns within 5 s, naming the engines it left."""
+    reason = hostbed.skip_reason()
+    if reason:
+        pytest.skip(reason)
+    ip.run_line_magic("distribute", "stop")
+    with hostbed.HostBed(2) as bed:
+        profile = os.path.join(bed.workdir, "profile")
+        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+        log = open(os.path.join(bed.workdir, "processes.log"), "ab")  # noqa: SIM115
+        popens = [subprocess.Popen(
+            [sys.executable, "-m", "ipyparallel.controller", f"--profile-dir={profile}",
+             f"--ip={bed.bridge_ip}"], env=env, stdout=log, stderr=subprocess.STDOUT)]
+        try:
+            client_file = os.path.join(profile, "security", "ipcontroller-engine.json")
+            deadline = time.monotonic() + 60
+            while not os.path.exists(client_file) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            client = ipp.Client(profile_dir=profile)
+
+            def start_engines():
+                engines = [subprocess.Popen(bed.on_host(host, [
+                    sys.executable, "-m", "ipyparallel.engine", f"--profile-dir={profile}"]),
+                    env=env, stdout=log, stderr=subprocess.STDOUT) for host in range(2)]
+                popens.extend(engines)
+                deadline = time.monotonic() + 120
+                while len(client.ids) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                return engines
+
+            engines = start_engines()
+            ip.run_line_magic("distribute", f"multiworker --cluster {profile}")
+            run_ok(ip, SETUP)
+            victim = [info["host"] for info in current_session().backend.info].index("host2")
+            ip.run_line_magic("distribute", f"inject partition {victim} --at-step 30")
+            err = run_err(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+            assert isinstance(err, WorkerUnreachable), repr(err)
+            assert _timed_stop(ip, capsys, "partition") <= 5
+            bed.heal(1)
+
+            for engine in engines:   # spent: the user restarts them by hand
+                engine.kill()
+                engine.wait(timeout=30)
+            deadline = time.monotonic() + 60
+            while client.ids and time.monotonic() < deadline:   # the hub drops them
+                time.sleep(0.2)
+            start_engines()
+            ip.run_line_magic("distribute", f"multiworker --cluster {profile}")
+            run_ok(ip, SETUP)
+            ip.push({"STALL_FILE": os.path.join(bed.workdir, "stalled")})
+            ip.run_line_magic("distribute", "push STALL_FILE")
+            run_ok(ip, "%%distribute\n" + stuck_input("GLOBAL_BATCH * 30"))
+            err = run_err(ip, STEP.format(data="stuck_ds", flags="--steps 100000"))
+            assert isinstance(err, WorkerStuck), repr(err)
+            assert _timed_stop(ip, capsys, "stall") <= 5
+        finally:
+            ip.run_line_magic("distribute", "stop")
+            for popen in popens:
+                popen.kill()
+            for popen in popens:
+                popen.wait(timeout=30)
+            log.close()
+            ip.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def _timed_stop(ip, capsys, after):
+    capsys.readouterr()
+    started = time.monotonic()
+    ip.run_line_magic("distribute", "stop")
+    took = time.monotonic() - started
+    said = "".join(capsys.readouterr())
+    with capsys.disabled():
+        print(f"\nhand-started engines: stop after the {after} {took:.1f} s: {said[-300:]}")
+    return took
