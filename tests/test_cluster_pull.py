@@ -1,14 +1,14 @@
 """`%distribute pull` and `push` refuse TensorFlow and Keras objects at once, and the cluster
 stays usable.
 
-Pulling a Keras History pickled its model on the one worker it came from; saving the model read
-its metrics' SyncOnReadVariables, an all-reduce only that worker joined: it waited for the other
-forever (121 s, with the collective timeout the workers had then), and every later collective
-was aborted. The refusal comes from a check on the worker, by type, before anything is pickled.
+Pickling a Keras History pickles its model on the one worker it comes from; saving the model
+reads its metrics' SyncOnReadVariables, an all-reduce that only that worker would join, so it
+would wait for the others for ever. The refusal comes from a check on the worker, by type,
+before anything is pickled.
 
 One 2-worker cluster serves the module; the kernel's own strategy (4 logical CPUs, conftest)
-is restored at the end for the other test modules. The cluster tests carry the `cluster` tier,
-the walker's own tests `unit` (this file is not in conftest's FILE_TIERS).
+is restored at the end for the other test modules. The walker's own tests carry the `unit`
+tier.
 """
 
 from __future__ import annotations
