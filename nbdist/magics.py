@@ -156,6 +156,21 @@ def _parse(parsed_by: Callable, other: Callable, line: str, here: str, there: st
         raise err
 
 
+def without_comment(line: str) -> str:
+    """``line`` without a trailing ``# comment`` (a ``#`` outside quotes, at the start or after
+    a space), as Python would read it: ``%distribute mirrored --devices 4  # four replicas``
+    is ``%distribute mirrored --devices 4``."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line
+
+
 @magics_class
 class DistributeMagics(Magics):
     """Distributed TensorFlow from a notebook."""
@@ -175,6 +190,7 @@ class DistributeMagics(Magics):
         from .session import current_session
 
         session = current_session(self.shell)
+        line = without_comment(line)
         if cell is None and line.split()[:1] == ["export"]:   # its own flags: nbdist.export
             from .export import export_magic
 

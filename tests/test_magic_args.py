@@ -74,3 +74,18 @@ def test_inline_strategy_must_agree_and_the_advice_works_when_followed(shell):
     finally:
         run_ok(shell, "%distribute mirrored --devices 4")
         run_ok(shell, BUILD)
+
+
+def test_a_trailing_comment_is_not_taken_for_arguments(ip, capsys):
+    """Lines pasted with a `# comment`, as the examples write them: the comment is ignored,
+    in the line magic and in the cell magic's header; a `#` inside quotes is kept."""
+    ip.run_line_magic("distribute", "mirrored --devices 4    # the CPU split into 4 devices")
+    capsys.readouterr()
+    ip.run_line_magic("distribute", "status   # strategy, replicas, workers")
+    assert "mirrored" in capsys.readouterr().out
+    run_ok(ip, "%%distribute   # scope mode\ncommented = 1")
+    assert ip.user_ns["commented"] == 1
+    from nbdist.magics import without_comment
+
+    assert without_comment('export "a #1.py"  # a script') == 'export "a #1.py"'
+    assert without_comment("pull x#y") == "pull x#y"
