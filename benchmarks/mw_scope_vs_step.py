@@ -28,23 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "tests")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from cluster_cells import SETUP, STEP  # noqa: E402 - the cluster tests' cells
+from cluster_cells import SETUP, STEP, TUTORIAL_STEP  # noqa: E402 - the cluster tests' cells
 from common import ipython_shell, ok  # noqa: E402
 
-LOOP_SETUP = """%%distribute
-@tf.function
-def tutorial_step(iterator):
-    def step_fn(batch):
-        x, y = batch
-        with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(tf.square(model(x) - y)[:, 0],
-                                              global_batch_size=GLOBAL_BATCH)
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-    per_replica_losses = strategy.run(step_fn, args=(next(iterator),))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
-"""
 LOOP = """%%distribute
 iterator = iter(strategy.experimental_distribute_dataset(long_ds))
 total = 0.0
@@ -68,7 +54,7 @@ def main() -> None:
     ok(ip, "%load_ext nbdist")
     ok(ip, "%distribute multiworker --workers 2")
     ok(ip, SETUP)
-    ok(ip, LOOP_SETUP)
+    ok(ip, TUTORIAL_STEP)
     step = STEP.format(data="long_ds", flags=f"--steps {args.steps}")
     loop = LOOP.format(steps=args.steps)
     timed(ip, step)
