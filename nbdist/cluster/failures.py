@@ -175,9 +175,9 @@ def build_error(failures: dict[int, dict[str, Any]], total: int,
                         if set(kinds) <= COLLATERAL else ""))
     if waiting:
         were = "was" if len(waiting) == 1 else "were"
-        notes.append(f"{_workers(list(waiting))} waited for it in a collective and {were} "
-                     + ("ended: run `%distribute restart` to start fresh workers"
-                        if ended else "stopped"))
+        notes.append(f"{_workers(list(waiting))} waited for it"
+                     + (f" in a collective and {were} ended: run `%distribute restart` to start "
+                        "fresh workers" if ended else f" and {were} stopped"))
     ok = total - len(failures) - len(waiting)
     if ok:
         notes.append(f"{ok} other worker(s) finished")
