@@ -46,7 +46,8 @@ def scenario(name: str) -> dict:
                       f"{done.stderr[-3000:]}"
         result = json.loads(lines[-1][len("RESULT:"):])
         result["_stderr"] = done.stderr
-        assert "crash" not in result, result["crash"]
+        errors = {k: v for k, v in result.items() if k.endswith("error") and v}
+        assert "crash" not in result, f"{result['crash']}\nerrors seen before it: {errors}"
         _results[name] = result
     return _results[name]
 
