@@ -6,6 +6,7 @@ the bed's engines coming back after a restart. Skipped with the reason where net
 namespaces cannot be made (not root, no iproute2).
 """
 
+import contextlib
 import os
 import re
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 
 import ipyparallel as ipp
+import psutil
 import pytest
 from cluster_cells import stuck_input
 from helpers import run_err, run_ok
@@ -151,11 +153,21 @@ def test_hand_started_engines_stop_within_5_s_after_a_partition_and_after_a_stal
             assert _timed_stop(ip, capsys, "stall") <= 5
         finally:
             ip.run_line_magic("distribute", "stop")
+            procs = []   # the controller's schedulers are its children: kill the whole trees
             for popen in popens:
-                popen.kill()
+                try:
+                    root = psutil.Process(popen.pid)
+                    procs += [root, *root.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    pass
+            for proc in procs:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
             for popen in popens:
                 popen.wait(timeout=30)
+            _, left = psutil.wait_procs(procs, timeout=30)
             log.close()
+            assert not left, f"processes left behind: {[p.pid for p in left]}"
             ip.run_line_magic("distribute", "mirrored --devices 4")
 
 
