@@ -2,8 +2,7 @@
 
 Every call of a ``tf.function`` binds its arguments to the function's signature, derives a
 trace type for each (for a distributed batch: a ``PerReplica`` of tensors), casts them and looks
-the concrete function up. For a small step that costs more than the step itself computes:
-~0.3-0.4 ms per call for a 1- or 4-replica batch on this 2-core machine
+the concrete function up. For a small step that costs more than the step itself computes
 (``benchmarks/overhead.py`` measures it). A training loop calls the same concrete function
 with batches of the same structure thousands of times, so ``FastCall`` flattens the batch
 and calls that concrete function directly, after checking that each tensor has the dtype and

@@ -35,7 +35,7 @@ STRATEGY_CLASSES: dict[str, str] = {
     "tpu": "tf.distribute.TPUStrategy",
 }
 
-#: The strategy table from the seeds: (scope, gradient sync, use case).
+#: The strategy table the picker and the tutorials show: (scope, gradient sync, use case).
 STRATEGY_TABLE: dict[str, tuple[str, str, str]] = {
     "mirrored": ("Single machine, multiple GPUs", "NCCL AllReduce (GPU-to-GPU)",
                  "Most common GPU training setup"),

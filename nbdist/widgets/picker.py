@@ -1,7 +1,7 @@
 """The strategy picker: ``%distribute`` with no arguments, or ``nbdist.picker()``.
 
-It shows the strategy table of the seeds, disables what this machine cannot run (and says
-why), offers the placement controls, and shows the exact ``%distribute`` line and the
+It shows the strategy table (``spec.STRATEGY_TABLE``), disables what this machine cannot run
+(and says why), offers the placement controls, and shows the exact ``%distribute`` line and the
 equivalent hand-written TensorFlow. Apply goes through ``Session.configure``, the same code
 path as the magic.
 """
