@@ -36,16 +36,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-PS_SETUP = """%%distribute
-import numpy as np
-import tensorflow as tf
-import keras
-rng = np.random.default_rng(0)
-xs = rng.normal(size=(32 * 8, 4)).astype("float32")
-ys = xs.sum(axis=1, keepdims=True)
-long_ds = tf.data.Dataset.from_tensor_slices((xs, ys)).batch(32, drop_remainder=True).repeat()
-model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-optimizer = keras.optimizers.SGD(0.05)
+# After tests/ps_scenario.SETUP (data, a linear model): the tutorial's coordinator and its
+# train function, defined once
+PS_TRAIN = """%%distribute
 coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 @tf.function
 def train(it):
@@ -58,15 +51,8 @@ def train(it):
         return loss
     return strategy.run(step, args=(next(it),))
 """
-PS_STEP = """%%distribute --step --data long_ds --steps {steps}
-x, y = batch
-with tf.GradientTape() as tape:
-    loss = tf.reduce_mean(tf.square(model(x) - y))
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
 # TensorFlow's parameter-server tutorial loop, typed into a scope cell; its tf.function is
-# defined once (PS_SETUP), as in the tutorial: each new tf.function a coordinator runs keeps a
+# defined once (PS_TRAIN), as in the tutorial: each new tf.function a coordinator runs keeps a
 # thread on every worker for as long as the process lives (TensorFlow 2.21, plain scripts too)
 PS_SCOPE_LOOP = """%%distribute
 def dataset_fn():
@@ -94,9 +80,14 @@ def child(strategy: str, cells: int, steps: int, every: int, only: str) -> None:
         kinds = [STEP.format(data="long_ds", flags=f"--steps {steps}"),
                  SCOPE_LOOP.format(steps=steps)]
     else:
+        from ps_scenario import SETUP as PS_SETUP
+        from ps_scenario import STEP as PS_STEP
+
         ok(ip, "%distribute parameter_server --workers 2 --ps 1")
         ok(ip, PS_SETUP)
-        kinds = [PS_STEP.format(steps=steps), PS_SCOPE_LOOP.format(steps=steps)]
+        ok(ip, PS_TRAIN)
+        kinds = [PS_STEP.format(data="long_ds", flags=f"--steps {steps}"),
+                 PS_SCOPE_LOOP.format(steps=steps)]
     kinds = [k for k, name in zip(kinds, ("step", "scope"), strict=True) if name in only]
 
     def probe(done: int) -> None:

@@ -26,7 +26,7 @@ from cluster_cells import SETUP, STEP
 from helpers import run_ok
 
 import nbdist
-from nbdist.cluster.inengine import transfer
+from nbdist.cluster import sendable
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
@@ -223,30 +223,30 @@ def test_the_walker_finds_framework_objects_wherever_pickle_would_reach_them():
     def closes_over():
         return variable
 
-    assert transfer.find_unsendable(box, "box") == {
+    assert sendable.find_unsendable(box, "box") == {
         "path": "box.inner['x'][1][1]", "kind": "variable",
         "type": "tensorflow.python.ops.resource_variable_ops.ResourceVariable"}
-    assert transfer.find_unsendable(closes_over, "f")["path"] == "a variable f closes over"
+    assert sendable.find_unsendable(closes_over, "f")["path"] == "a variable f closes over"
     for plain in (loop, {"loss": [0.5, 0.25]}, tf.constant([1.0]), tf.TensorShape([2]),
                   tf.float32, np.zeros(3), [np.ones(2)] * 3, tf, tf.Variable):
-        assert transfer.find_unsendable(plain, "x") is None, plain
-    assert transfer.find_unsendable(tf.data.Dataset.range(2), "ds")["kind"] == "dataset"
-    assert transfer.find_unsendable(tf.function(lambda: 1), "f")["kind"] == "function"
-    assert transfer.find_unsendable(tf.ragged.constant([[1]]), "r")["kind"] == "tensorflow"
+        assert sendable.find_unsendable(plain, "x") is None, plain
+    assert sendable.find_unsendable(tf.data.Dataset.range(2), "ds")["kind"] == "dataset"
+    assert sendable.find_unsendable(tf.function(lambda: 1), "f")["kind"] == "function"
+    assert sendable.find_unsendable(tf.ragged.constant([[1]]), "r")["kind"] == "tensorflow"
     nested = variable
-    for _ in range(transfer.MAX_DEPTH + 1):
+    for _ in range(sendable.MAX_DEPTH + 1):
         nested = [nested]
-    assert transfer.find_unsendable(nested, "n") is None   # deeper than looked: not found
+    assert sendable.find_unsendable(nested, "n") is None   # deeper than looked: not found
     big = [*range(2_000_000), variable]
     start = time.monotonic()
-    assert transfer.find_unsendable(big, "big") is None
+    assert sendable.find_unsendable(big, "big") is None
     assert time.monotonic() - start < 0.5   # bounded: MAX_OBJECTS
 
 
 @pytest.mark.unit
 def test_pull_names_are_a_variable_with_attributes_and_literal_keys():
-    assert transfer.parse_name("history.history['loss'][-1]") == [
+    assert sendable.parse_name("history.history['loss'][-1]") == [
         ("name", "history"), ("attr", "history"), ("item", "loss"), ("item", -1)]
     for bad in ("f()", "a[1:2]", "a + b", "x[y]", "", "1"):
         with pytest.raises(ValueError):
-            transfer.parse_name(bad)
+            sendable.parse_name(bad)

@@ -61,6 +61,7 @@ class _RunEntry:
     ended: dict[int, str] = field(default_factory=dict)   # worker -> its run status
     aligner: StepAligner | None = None     # step runs of several workers (``arrivals``)
     straggler: tuple[int, float] | None = None
+    noted: str | None = None               # the straggler note this entry added
     lock: threading.Lock = field(default_factory=threading.Lock)   # one reader per worker
 
     def append(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
@@ -87,11 +88,11 @@ class _RunEntry:
         with self.lock:
             for ready, ready_extras in self.aligner.flush():
                 self.run.append_block(ready, ready_extras or None)
-            if self.straggler is not None:
-                note = straggler_note(*self.straggler)
-                self.run.notes[:] = [n for n in self.run.notes
-                                     if n.split(";")[0] != note.split(";")[0]]
-                self.run.note(note)
+            if self.straggler is not None:   # one note, with the latest median
+                if self.noted in self.run.notes:
+                    self.run.notes.remove(self.noted)
+                self.noted = straggler_note(*self.straggler)
+                self.run.note(self.noted)
 
     def end(self, worker: int, status: str, workers: int) -> None:
         self.ended[worker] = status if status in _SEVERITY else "failed"

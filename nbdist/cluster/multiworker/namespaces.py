@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ConfigError
+from .. import sendable
 from ..inengine import transfer
 
 #: Seconds a worker gets to check a value before it is pulled (type inspection: milliseconds).
 CHECK_TIMEOUT_S = 30.0
 
-#: What each kind of object is, for the refusal (``transfer.find_unsendable``'s kinds).
+#: What each kind of object is, for the refusal (``sendable.find_unsendable``'s kinds).
 WHAT = {
     "history": "a Keras History callback ({type}), which holds its model",
     "model": "a Keras model ({type})",
@@ -106,7 +107,7 @@ def _instead(hints: dict[str, str], otherwise: str, found: dict[str, str]) -> st
 
 def _expression(path: str) -> bool:
     try:
-        transfer.parse_name(path)
+        sendable.parse_name(path)
     except ValueError:
         return False
     return True
@@ -147,7 +148,7 @@ def push_values(client: Any, engine_ids: list[int], values: dict[str, Any]) -> N
     """Copy ``values`` into every worker's namespace; a value that is or holds a TensorFlow or
     Keras object is refused before anything is sent."""
     for name, value in values.items():
-        found = transfer.find_unsendable(value, name)
+        found = sendable.find_unsendable(value, name)
         if found is not None:
             raise ConfigError(push_refusal(name, found))
     try:
