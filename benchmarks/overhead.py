@@ -11,7 +11,7 @@ designs, for a tiny MLP and a small conv net at 1 and 4 replicas:
   what passes between two of its steps minus that. Both sides are sampled at the same moments,
   so this shared machine's load changes cancel; the spread is shown per fifth of the run.
   Twice: against the hand-written step called as users write it (``hand_step(next(it))``),
-  and called through ``nbdist.fastcall.FastCall`` as nbdist calls the cell's step. The first
+  and called through ``nbdist.step.fastcall.FastCall`` as nbdist calls the cell's step. The first
   is what a user gains or loses; the second isolates what nbdist's telemetry costs, since
   FastCall skips tf.function's per-call argument binding (~0.3 ms here) for both.
 * alternating cells (``--rounds``): a hand-written loop of ``--steps`` steps (no fetch per
@@ -184,14 +184,14 @@ def bench_step_interleaved(ip, kind: str, replicas: int, steps: int, chunks: int
     its steps; steps/s ratio from the sums, also per fifth of the run (the spread).
 
     ``hand_call="tf.function"``: the hand-written step is called as users write it,
-    ``hand_step(next(it))``. ``"fastcall"``: through ``nbdist.fastcall.FastCall``, as nbdist
+    ``hand_step(next(it))``. ``"fastcall"``: through ``nbdist.step.fastcall.FastCall``, as nbdist
     calls the cell's step, so the ratio is what nbdist's telemetry costs on its own.
     """
     import nbdist.widgets.dashboard as dashboard
 
     _setup_step_bench(ip, kind, replicas)
     ok(ip, """
-        from nbdist.fastcall import FastCall
+        from nbdist.step.fastcall import FastCall
         hand_it = iter(dist_ds)
         first = next(hand_it)
         hand_step(first)

@@ -5,7 +5,7 @@ default). After one warm-up of each side (the cell's first run traces its step, 
 hand-written step is traced once), ``--rounds`` rounds of: one hand-written epoch
 (``for batch in dist_ds: hand_step(batch)``, the loss fetched at the end) then one run of
 the ``--steps``-step cell through a real IPython shell with the magic's own observer (the
-dashboard, or its headless stand-in), which reuses its traced step (``nbdist.stepcache``).
+dashboard, or its headless stand-in), which reuses its traced step (``nbdist.step.cache``).
 Printed: CPU time (user+sys of this process, all threads) and wall ratios hand / cell over
 all rounds (>= 1: the cell is as fast), the same for cells whose trace is dropped before each
 run (what every re-run cost before), and the fixed cost per run: 1-step cells vs the

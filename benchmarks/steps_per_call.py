@@ -4,7 +4,7 @@ The tiny MLP of benchmarks/overhead.py at 1 and 4 replicas, one process. Per rou
 hand-written loop (``hand_step(next(it))`` per step, as TensorFlow's custom-training guide
 writes it, the loss fetched at the end) then a ``%%distribute --step --steps-per-call auto``
 cell of the same number of steps (its trace reused after the first round, ``nbdist.
-stepcache``). Printed per configuration: the whole-call CPU-time (user+sys, all threads)
+step.cache``). Printed per configuration: the whole-call CPU-time (user+sys, all threads)
 and wall ratios cell / hand-written in steps per second (the goal is >= 1.5), and the K that
 ``auto`` chose.
 

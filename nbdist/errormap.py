@@ -16,7 +16,7 @@ import types
 from typing import Any
 
 from .errors import LossNotScalar, NbdistError, StepCodeError
-from .rewrite import StepSource, assigned_line
+from .step.rewrite import StepSource, assigned_line
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
 # A variable created in a step that is traced without being called (get_concrete_function)

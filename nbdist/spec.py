@@ -192,7 +192,7 @@ class RunSpec:
     timing_every: int | None = None   # None: automatic (see runner.TimingPacer)
     strategy: StrategySpec | None = None
     checkpoint: str | None = None     # --checkpoint DIR (see nbdist.checkpoint)
-    steps_per_call: int | str = 1     # K, or "auto" (see nbdist.stepgroups)
+    steps_per_call: int | str = 1     # K, or "auto" (see nbdist.step.groups)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -111,7 +111,7 @@ def test_allreduce_timing_is_per_replica_positive_and_changes_no_weight(mirrored
 
 def _pace(plain_ms, timed_ms, steps=3000):
     """Steps the automatic pacer times, given the two variants' step times."""
-    from nbdist.runner import TimingPacer
+    from nbdist.step.runner import TimingPacer
 
     pacer, timed_steps = TimingPacer(None), []
     for step in range(steps):

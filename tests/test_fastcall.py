@@ -8,8 +8,8 @@ from helpers import regression_step, run_ok
 from test_correctness import BUILD, SETUP
 
 import nbdist
-import nbdist.runner as runner
-from nbdist.fastcall import FastCall
+import nbdist.step.runner as runner
+from nbdist.step.fastcall import FastCall
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for nbdist.rewrite: the generated step really runs, and errors name the cell line."""
+"""Tests for nbdist.step.rewrite: the generated step really runs, and errors name the cell line."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nbdist.errors import ConfigError, StepCodeError
-from nbdist.rewrite import StepSource, register_source, rewrite_step
+from nbdist.step.rewrite import StepSource, register_source, rewrite_step
 
 ROOT = Path(__file__).resolve().parents[1]
 _names = count()
@@ -356,7 +356,7 @@ def test_step_code_error_renders_as_one_line_message():
 
 
 def test_module_imports_neither_tensorflow_nor_ipython():
-    tree = ast.parse((ROOT / "nbdist" / "rewrite.py").read_text())
+    tree = ast.parse((ROOT / "nbdist" / "step" / "rewrite.py").read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -366,7 +366,7 @@ def test_module_imports_neither_tensorflow_nor_ipython():
     stdlib = "__future__ ast dataclasses io keyword linecache tokenize warnings".split()
     assert imported <= set(stdlib), imported
     code = (
-        "import sys, nbdist.rewrite\n"
+        "import sys, nbdist.step.rewrite\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'IPython')]\n"
         "print(bad)\n"
     )

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..rewrite import StepSource, register_source, rewrite_step
 from ..spec import RunSpec, StrategySpec
+from ..step.rewrite import StepSource, register_source, rewrite_step
 
 if TYPE_CHECKING:
     from ..data import ReadData
@@ -113,10 +113,10 @@ def step_data(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas: 
               coordinator: Any = None) -> ReadData:
     """The ``--data`` input, checked and read as TensorFlow reads it under ``strategy``
     (``nbdist.data``), with its steps per epoch; then the objects the cell trains checked
-    (``stepobjects``). ``replicas``: the replicas this process feeds; ``coordinator``:
+    (``step.objects``). ``replicas``: the replicas this process feeds; ``coordinator``:
     parameter_server's ClusterCoordinator (per-worker datasets). Changes nothing."""
     from ..data import classify, distributed_input, lookup_dataset, per_worker_input
-    from ..stepobjects import check_step_objects
+    from ..step.objects import check_step_objects
 
     spec = cell.spec
     assert spec.data is not None

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..spec import StrategySpec
-from ..stepcache import StepCache
+from ..step.cache import StepCache
 from ..strategies import StrategyHandle
 from ..telemetry.run import Run, RunList
 from .base import NO_WORKERS, NO_WORKERS_TO_RESTART, BackendStatus, refuse_keras_choice
@@ -92,7 +92,7 @@ class LocalBackend:
     # -- cells -----------------------------------------------------------------------------
     def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
         """Train with ``StepRunner`` in the kernel."""
-        from ..runner import StepRunner
+        from ..step.runner import StepRunner
 
         h = self._handle()
         user_ns = self.shell.user_ns

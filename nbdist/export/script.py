@@ -8,7 +8,7 @@ import os
 from string import Template
 from typing import Any
 
-from ..rewrite import divides_by_global_batch, indent_code, rewrite_step
+from ..step.rewrite import divides_by_global_batch, indent_code, rewrite_step
 from . import template
 from .history import SCOPE, NotebookCell
 from .plan import Plan

@@ -54,7 +54,7 @@ def _run_step(key: str, filename: str) -> dict[str, Any]:
     """Run the step cell ``prepare_step`` made ready with ``StepRunner`` on this worker;
     metrics go to the kernel's Run. ``--checkpoint DIR`` is created here."""
     from ...backends.cells import step_checkpoint
-    from ...runner import StepRunner
+    from ...step.runner import StepRunner
 
     try:
         st = state()

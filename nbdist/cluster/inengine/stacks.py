@@ -84,7 +84,7 @@ def _phase_functions() -> dict[tuple[str, str], str]:
     (imported here, when asked: a step is running, so TensorFlow is loaded), so that renaming
     one cannot silently turn every stuck worker's phase into "cell"."""
     from ...data.iterate import timed_batches
-    from ...runner import StepRunner
+    from ...step.runner import StepRunner
 
     return {(code.co_filename, code.co_name): phase
             for code, phase in ((timed_batches.__code__, "input"),

@@ -22,8 +22,8 @@ from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
 from ...hooks.keras import atomic_variable_updates
 from ...spec import StrategySpec
-from ...stepcache import StepCache
-from ...stepgroups import refuse_grouped_steps
+from ...step.cache import StepCache
+from ...step.groups import refuse_grouped_steps
 from ...telemetry.run import Run, RunList
 from ...tflogs import worker_environment
 from ..engines import make as make_engines

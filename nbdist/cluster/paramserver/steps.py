@@ -9,7 +9,7 @@ loop waits only when the window is full. Each step appends its row to a ring on 
 (``rowbuffer``: returning it would cost an RPC per step); the loop reads the rings every few
 dozen steps or 0.2 s and records the rows in the order the steps finished, so the dashboard
 follows every worker live. A re-run of an unchanged cell schedules the functions its last run
-traced (``stepcache``): no tracing, and no removal of the old functions from the cluster (which
+traced (``step.cache``): no tracing, and no removal of the old functions from the cluster (which
 took TensorFlow 1-7 s at a cell's end here). A kernel interrupt is raised between steps only.
 
 Timing: ``step_ms`` is the worker's time for the whole step, ``data_ms`` getting the batch,
@@ -34,10 +34,17 @@ from typing import Any
 
 from ...data.iterate import new_iterator, release
 from ...errors import DataError, StepCodeError
-from ...kerashooks import call_building_optimizers
-from ...runner import TimingPacer
-from ...stepcache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
-from ...steploop import StepLoop
+from ...step.cache import (
+    StepCache,
+    TracedStep,
+    adopted_source,
+    cell_key,
+    depends_on,
+    execute_cached,
+)
+from ...step.keras_builds import call_building_optimizers
+from ...step.loop import StepLoop
+from ...step.runner import TimingPacer
 from ...telemetry.run import Run
 from . import health
 from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready

@@ -24,7 +24,7 @@ class TimingPacer:
 
     def __init__(self, every: int | None, agree: Callable[[int], int] | None = None):
         self.auto = every is None
-        self.agree = agree   # several workers: one gap for all (stepgroups.agreement)
+        self.agree = agree   # several workers: one gap for all (step.groups.agreement)
         self.every = self.min_gap if every is None else every
         self.next = 0
         self.plain_ms: float | None = None

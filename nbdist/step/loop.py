@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import errormap
-from .errors import CheckpointError, RunInterrupted, StepCodeError
-from .hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
-from .interrupts import HeldInterrupts
+from .. import errormap
+from ..errors import CheckpointError, RunInterrupted, StepCodeError
+from ..hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
+from ..interrupts import HeldInterrupts
+from ..spec import RunSpec
+from ..telemetry.run import Run
 from .rewrite import StepSource
-from .spec import RunSpec
-from .telemetry.run import Run
 
 
 class RunObserver(Protocol):

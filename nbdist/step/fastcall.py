@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hooks.tensorflow import call_flat, can_call_flat
+from ..hooks.tensorflow import call_flat, can_call_flat
 
 
 class FastCall:

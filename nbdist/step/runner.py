@@ -8,9 +8,9 @@ nothing. After their first call both are called through ``fastcall.FastCall``, w
 (``data.distributed_input``: the ``--data`` dataset distributed with the strategy, a dataset
 function given to ``distribute_datasets_from_function``, or the user's own), runs
 ``strategy.run`` and appends every step's per-replica numbers to a ``Run``. With
-``--steps-per-call`` each call runs several steps (``stepgroups``). A re-run of an unchanged
-cell reuses the traced variants (``stepcache``). What ends a run (stop, interrupt, error,
-checkpoint resume) is ``steploop.StepLoop``'s, shared with the parameter-server loop.
+``--steps-per-call`` each call runs several steps (``step.groups``). A re-run of an unchanged
+cell reuses the traced variants (``step.cache``). What ends a run (stop, interrupt, error,
+checkpoint resume) is ``step.loop.StepLoop``'s, shared with the parameter-server loop.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from . import stepgroups
-from .allocator import keep_large_buffers
-from .data.iterate import new_iterator, release, timed_batches
-from .fastcall import FastCall
-from .hooks.tensorflow import quiet_retracing_warning
-from .kerashooks import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
-from .pacing import TimingPacer
-from .stepcache import (
+from ..allocator import keep_large_buffers
+from ..data.iterate import new_iterator, release, timed_batches
+from ..hooks.tensorflow import quiet_retracing_warning
+from ..strategies import StrategyHandle
+from ..telemetry.collectives import T_GRAD_START, split_timing
+from ..telemetry.probe import StepProbe
+from ..telemetry.run import Run
+from . import groups
+from .cache import (
     StepCache,
     TracedStep,
     adopted_source,
@@ -36,11 +37,10 @@ from .stepcache import (
     depends_on,
     execute_cached,
 )
-from .steploop import StepLoop
-from .strategies import StrategyHandle
-from .telemetry.collectives import T_GRAD_START, split_timing
-from .telemetry.probe import StepProbe
-from .telemetry.run import Run
+from .fastcall import FastCall
+from .keras_builds import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
+from .loop import StepLoop
+from .pacing import TimingPacer
 
 
 @dataclass
@@ -56,11 +56,11 @@ class StepRunner(StepLoop):
     _trace_notes: list[str] = field(default_factory=list)      # the Run's notes from tracing
     _announced: set[bool] = field(default_factory=set)         # variants told to observers
     _first_step: int = 0
-    fast_calls: ClassVar[bool] = True   # call the traced step through nbdist.fastcall
+    fast_calls: ClassVar[bool] = True   # call the traced step through nbdist.step.fastcall
 
     @property
     def grouped(self) -> bool:
-        """Several steps per compiled call (``--steps-per-call``, ``stepgroups``)."""
+        """Several steps per compiled call (``--steps-per-call``, ``step.groups``)."""
         return self.spec.steps_per_call != 1
 
     def _compile(self, timed: bool) -> Any:
@@ -75,14 +75,14 @@ class StepRunner(StepLoop):
         strategy = self.handle.strategy
 
         keys = self._keys.setdefault(timed, [])
-        stack = stepgroups.unconverted_stack()
+        stack = groups.unconverted_stack()
 
         def train_step(dist_batch: Any) -> Any:
             out = strategy.run(replica_fn, args=(dist_batch,))
             keys[:] = list(out)
             return stack(strategy, out)
 
-        compiled = (stepgroups.compile_group(strategy, replica_fn, keys) if self.grouped
+        compiled = (groups.compile_group(strategy, replica_fn, keys) if self.grouped
                     else tf.function(train_step))
         # Each cell compiles a fresh tf.function of this same code, and FastCall's calls do not
         # count as calls for TensorFlow, so after a few cells it would warn about "frequent
@@ -103,7 +103,7 @@ class StepRunner(StepLoop):
         call_timed.trace = trace_timed      # type: ignore[attr-defined]
         return call_timed
 
-    # -- a traced step kept for the next run of the same cell (``stepcache``) ---------------
+    # -- a traced step kept for the next run of the same cell (``step.cache``) ---------------
     def execute(self) -> Run:
         if self.cache is None:
             return super().execute()
@@ -155,10 +155,10 @@ class StepRunner(StepLoop):
     def _loop_groups(self, first_epoch: int, first_step: int) -> None:
         """``--steps-per-call``: calls of several steps; a timed step is a call of its own;
         stop, checkpoints and epochs at call boundaries (a call never spans two epochs)."""
-        agree = stepgroups.agreement(self.handle.strategy)
-        sizer = stepgroups.CallSizer(self.spec.steps_per_call, agree)
+        agree = groups.agreement(self.handle.strategy)
+        sizer = groups.CallSizer(self.spec.steps_per_call, agree)
         pacer = TimingPacer(self.spec.timing_every, agree)
-        self.run.note(stepgroups.GROUPED_NOTE)
+        self.run.note(groups.GROUPED_NOTE)
         step = self._first_step = first_step
         for epoch in range(first_epoch, self.spec.epochs):
             self._epoch = epoch
@@ -174,7 +174,7 @@ class StepRunner(StepLoop):
         if sizer.note():
             self.run.note(sizer.note())
 
-    def _group_epoch(self, sizer: stepgroups.CallSizer, pacer: TimingPacer, iterator: Any,
+    def _group_epoch(self, sizer: groups.CallSizer, pacer: TimingPacer, iterator: Any,
                      epoch: int, step: int) -> tuple[int, bool]:
         """One epoch of ``_loop_groups`` from ``step``: the next step, and whether to stop."""
         left = self.spec.steps
@@ -256,7 +256,7 @@ class StepRunner(StepLoop):
                timed: bool) -> tuple[int, float]:
         """One call of up to ``wanted`` steps; returns how many ran and the call's ms."""
         start = time.perf_counter()
-        arg = (iterator, stepgroups.steps_tensor(wanted))
+        arg = (iterator, groups.steps_tensor(wanted))
         if step == self._first_step:
             # Every variant is traced before any of them runs on the iterator: a trace after
             # a call that read from it made deleting the iterator take 15-80 s here.
@@ -266,7 +266,7 @@ class StepRunner(StepLoop):
         try:
             rows, stamps, count = self._call(timed, arg)
         except Exception:
-            self.run.note(stepgroups.lost_rows_note(step, wanted))
+            self.run.note(groups.lost_rows_note(step, wanted))
             raise
         rows, stamps, ran = rows.numpy(), stamps.numpy(), int(count)
         call_ms = (time.perf_counter() - start) * 1e3

@@ -13,7 +13,7 @@ that an error on generated line ``L`` is cell line ``L - line_offset``::
 
 Like IPython's ``ast_mod``, the helper names are renamed (``_nbdist_rt_1``...) when the cell
 uses them. What the cell's scope binds, and what a step body cannot contain, is found by
-``stepscope``. Pure ``ast``/``tokenize``: this module imports neither TensorFlow nor IPython.
+``step.scope``. Pure ``ast``/``tokenize``: this module imports neither TensorFlow nor IPython.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import tokenize
 import warnings
 from dataclasses import dataclass
 
-from .errors import ConfigError, StepCodeError
-from .stepscope import ScopeScan, problem_message
+from ..errors import ConfigError, StepCodeError
+from .scope import ScopeScan, problem_message
 
 _INDENT = " " * 8
 _LINE_OFFSET = 3  # template lines before the first cell line

@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def stack_replicas(strategy: Any, out: dict[str, Any]) -> Any:

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .patching import patched
+from ..patching import patched
 
 
 class _NeedsBuild(Exception):

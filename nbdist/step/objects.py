@@ -10,7 +10,7 @@ TensorFlow fail deep inside a traced step, after it may already have changed tho
 * a Keras model not built yet (a ``Sequential`` without ``Input``): built for the first time
   inside ``strategy.run`` it fails with errors that vary by run and leaves empty variables.
   ``unbuilt_models`` lists them; Keras 3 models are built before tracing by
-  ``kerashooks.call_building_optimizers``; tf_keras models build themselves correctly inside
+  ``step.keras_builds.call_building_optimizers``; tf_keras models build themselves correctly inside
   the step (their variables are created under the strategy, out of the trace, as Keras 2's
   were: the tutorial was written for it); any other is refused here with what to do.
 
@@ -27,10 +27,10 @@ import ast
 import sys
 from typing import Any
 
-from .checkpoint.step import named_trackables
-from .errors import StepCodeError
-from .hooks.keras import wrapped_variable
-from .hooks.tensorflow import is_sharded_variable
+from ..checkpoint.step import named_trackables
+from ..errors import StepCodeError
+from ..hooks.keras import wrapped_variable
+from ..hooks.tensorflow import is_sharded_variable
 
 
 def check_step_objects(cell: str, user_ns: dict[str, Any], strategy: Any) -> None:
@@ -114,7 +114,7 @@ def refuse_unbuilt(cell: str, unbuilt: dict[str, Any]) -> None:
 
 
 def _builds_safely(value: Any) -> bool:
-    """A Keras 3 model (``kerashooks`` builds it before tracing) or a tf_keras one (builds
+    """A Keras 3 model (``step.keras_builds`` builds it before tracing) or a tf_keras one (builds
     itself in the step), not a layer."""
     return any(name in sys.modules and isinstance(value, sys.modules[name].Model)
                for name in ("keras", "tf_keras"))
