@@ -45,10 +45,11 @@ optimizer = tf.keras.optimizers.Adam()
 import json, time
 import nbdist
 import nbdist.widgets.dashboard as _dash
+from nbdist.telemetry.run import RunObserver
 _observer_for = _dash.observer_for
 _last = {}
 
-class _Null:
+class _Null(RunObserver):
     def __init__(self): self.runs = []
     def on_step(self, run):
         if run not in self.runs: self.runs.append(run)
@@ -65,7 +66,7 @@ def _iopub_cpu():
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-class _Clock:
+class _Clock(RunObserver):
     # wall and process CPU time at step `skip` and at the last step
     def __init__(self, inner, skip=20):
         self.inner, self.skip, self.start, self.end = inner, skip, None, None
@@ -107,7 +108,7 @@ def _report(mode):
 ]
 
 WINDOWS = """
-class _Windows:
+class _Windows(RunObserver):
     # Forwards to the dashboard only in even windows of `size` steps (odd windows: no dashboard)
     def __init__(self, inner, size):
         self.inner, self.size = inner, size

@@ -35,6 +35,8 @@ from typing import Any
 
 from common import nbdist_shell, ok
 
+from nbdist.telemetry.run import RunObserver
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 WARMUP = 20
@@ -120,7 +122,7 @@ def _setup_step_bench(ip, kind: str, replicas: int) -> None:
     ip.run_line_magic("distribute", line)
     global_batch = 64 if kind == "mlp" else 32
     ip.user_ns.update(GLOBAL_BATCH=global_batch, kind=kind, time=time)
-    ip.user_ns["strategy"] = nbdist.session.current_session().backend.strategy
+    ip.user_ns["strategy"] = nbdist.strategy()
     ok(ip, """
         train_ds = make_data(kind, GLOBAL_BATCH).repeat()
         dist_ds = strategy.experimental_distribute_dataset(train_ds)
@@ -154,7 +156,7 @@ def bench_step(ip, kind: str, replicas: int, rounds: int, steps: int) -> None:
           flush=True)
 
 
-class _Interleaved:
+class _Interleaved(RunObserver):
     """The cell's own observer (the dashboard or progress line, as the magic made it), plus:
     after each of the cell's steps, one hand-written step, timed on its own. The cell's time
     per step is what passes between two of its steps minus the hand-written step in between,
@@ -240,7 +242,7 @@ def bench_fit(ip, rounds: int, steps: int) -> None:
 
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "mirrored --devices 4")
-    ip.user_ns["strategy"] = nbdist.session.current_session().backend.strategy
+    ip.user_ns["strategy"] = nbdist.strategy()
     ip.user_ns.update(GLOBAL_BATCH=64, kind="mlp", time=time)
     ok(ip, """
         fit_ds = make_data("mlp", 64).repeat()

@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import RunInterrupted
 from .patching import patched
-from .telemetry.run import Run
+from .telemetry.run import Run, RunObserver
 
 CENTRAL_STORAGE_LOSS_NOTE = (
     "Keras 3 model.fit reports a wrong per-batch loss under CentralStorageStrategy in "
@@ -81,12 +81,12 @@ class FitRecorder(FitRecording):
     callback dispatch is off for this backend, ``IS_THREAD_SAFE = False``, Keras 3.15).
     """
 
-    def __init__(self, run: Run, observers: list[Any], central_storage: bool):
+    def __init__(self, run: Run, observers: list[RunObserver], central_storage: bool):
         super().__init__()
         self.run, self.observers, self.central_storage = run, observers, central_storage
 
     @classmethod
-    def create(cls, run: Run, observers: list[Any], central_storage: bool) -> FitRecorder:
+    def create(cls, run: Run, observers: list[RunObserver], central_storage: bool) -> FitRecorder:
         import keras
 
         return recorder_class("NbdistFitRecorder", cls, keras.callbacks.Callback)(
@@ -110,7 +110,7 @@ class FitRecorder(FitRecording):
 
 
 @contextlib.contextmanager
-def recording_fit(new_run: Callable[[], Run], observers: list[Any], central_storage: bool,
+def recording_fit(new_run: Callable[[], Run], observers: list[RunObserver], central_storage: bool,
                   extra_callbacks: Callable[[Any, Run, dict[str, Any]], list[Any]] | None = None,
                   only: Callable[[Any], bool] | None = None) -> Iterator[list[Run]]:
     """Patch ``keras.Model.fit`` so each call inside the block records into a fresh Run.

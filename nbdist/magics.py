@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import (
 from .errormap import without_nbdist_frames
 from .errors import ConfigError, NbdistError
 from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
+from .telemetry.run import RunObserver
 from .tflogs import quiet_tensorflow
 
 _ACTIONS = ("status", "stop", "restart", "push", "pull", "inject")
@@ -285,7 +286,7 @@ class DistributeMagics(Magics):
               + (f" into `{target}`." if target != name else "."))
 
 
-def _graph_observer(args: Any) -> list[Any]:
+def _graph_observer(args: Any) -> list[RunObserver]:
     """``--graph``: an observer that keeps the compiled step to draw it after the run."""
     if not args.graph:
         return []

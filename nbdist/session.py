@@ -12,14 +12,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .backends.base import NO_WORKERS, NO_WORKERS_TO_RESTART, Backend, lab_state, status_text
+from .backends.base import (
+    NO_FAULTS,
+    NO_WORKERS,
+    NO_WORKERS_TO_RESTART,
+    Backend,
+    lab_state,
+    status_text,
+)
 from .backends.cells import RanCell, prepare_scope_cell, prepare_step_cell
 from .backends.kernelstate import strategy_mismatch
 from .data.iterate import release_free_memory_when_idle
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .spec import RunSpec, StrategySpec
-from .telemetry.run import Run, runs
+from .telemetry.run import Run, RunObserver, runs
 
 
 class Session:
@@ -67,7 +74,7 @@ class Session:
         if self.backend is None:
             raise ConfigError("No strategy is set: run `%distribute mirrored --devices 2` (or "
                               "another strategy) first; `strategy` is then the session's.")
-        strategy = _kernel_strategy(self.backend)
+        strategy = self.backend.kernel_strategy()
         if strategy is None:
             raise ConfigError(
                 f"Under `{self.backend.spec.magic_line()}` the strategy lives in each worker "
@@ -80,7 +87,7 @@ class Session:
         TensorFlow tutorial calls it), unless that name holds something of the user's."""
         ns = self.shell.user_ns
         ours = "strategy" not in ns or ns["strategy"] is self._published
-        strategy = None if self.backend is None else _kernel_strategy(self.backend)
+        strategy = None if self.backend is None else self.backend.kernel_strategy()
         if not ours:
             if strategy is not None and ns["strategy"] is not strategy:
                 self._tell_once("strategy", (
@@ -120,11 +127,9 @@ class Session:
     def inject(self, fault: str | None, worker: str | None, at_step: int | None = None,
                delay: float | None = None) -> str:
         """``%distribute inject``: a real fault in a worker process (``cluster.injection``)."""
-        inject = getattr(self.backend, "inject", None)
-        if inject is None:
-            raise ConfigError("`inject` puts a real fault into a worker process, which needs "
-                              "`%distribute multiworker --workers N` first.")
-        message = inject(fault, worker, at_step, delay)
+        if self.backend is None:
+            raise ConfigError(NO_FAULTS)
+        message = self.backend.inject(fault, worker, at_step, delay)
         self._changed()
         return message
 
@@ -170,22 +175,22 @@ class Session:
         return lab_state(status, self.runs, __version__)
 
     # -- cells -----------------------------------------------------------------------------
-    def run_step_cell(self, cell: str, spec: RunSpec, observers: list[Any],
+    def run_step_cell(self, cell: str, spec: RunSpec, observers: list[RunObserver],
                       header: str = "") -> Run:
         """Step mode: rewrite the cell into a per-replica step and train with it."""
         backend = self.require(spec.strategy)
         return self._run(backend, backend.run_step_cell, prepare_step_cell, cell, spec,
                          observers, header)
 
-    def run_scope_cell(self, cell: str, spec: RunSpec, observers: list[Any],
+    def run_scope_cell(self, cell: str, spec: RunSpec, observers: list[RunObserver],
                        header: str = "") -> Any:
         """Scope mode: run the cell under ``strategy.scope()``; record every ``model.fit``."""
         backend = self.require(spec.strategy)
         return self._run(backend, backend.run_scope_cell, prepare_scope_cell, cell, spec,
                          observers, header)
 
-    def _run(self, backend: Backend, method: Callable[[Any, list[Any]], Any],
-             prepare: Callable[..., Any], cell: str, spec: RunSpec, observers: list[Any],
+    def _run(self, backend: Backend, method: Callable[[Any, list[RunObserver]], Any],
+             prepare: Callable[..., Any], cell: str, spec: RunSpec, observers: list[RunObserver],
              header: str) -> Any:
         self._cells += 1
         prepared = prepare(cell, spec, header, self._cells)   # refuses before any Run exists
@@ -193,7 +198,7 @@ class Session:
         try:
             result = method(prepared, [*observers, _Notify(self._changed)])
             self.ran_cells.append(RanCell(self._history_number(cell), cell, spec,
-                                          backend.spec, getattr(backend, "keras", None)))
+                                          backend.spec, backend.worker_keras))
             return result
         finally:
             self._in_cell = False
@@ -211,12 +216,12 @@ class Session:
         """Before any cell: while a strategy is set, record a ``model.fit`` of a model built
         under it (the backend decides which; a ``%%distribute`` cell records its own)."""
         self.post_run_cell()
-        begin = getattr(self.backend, "plain_cell_fits", None)
-        if begin is None:
+        if self.backend is None:
             return
         stack = contextlib.ExitStack()
-        stack.enter_context(begin(lambda: self._in_cell, self._recorded_plain_fit,
-                                  [_Notify(self._changed)]))    # the status bar follows it
+        stack.enter_context(self.backend.plain_cell_fits(
+            lambda: self._in_cell, self._recorded_plain_fit,
+            [_Notify(self._changed)]))    # the status bar follows it
         self._plain = stack
 
     def post_run_cell(self, *_: Any) -> None:
@@ -254,16 +259,7 @@ class Session:
                 pass
 
 
-def _kernel_strategy(backend: Backend) -> Any:
-    """The backend's tf.distribute strategy in the kernel, or None (multiworker: in the
-    workers; a backend not started)."""
-    try:
-        return getattr(backend, "strategy", None)
-    except ConfigError:
-        return None
-
-
-class _Notify:
+class _Notify(RunObserver):
     """Observer that tells the session's listeners (the lab status bar) about progress, at most
     5 times a second (on every step it cost ~20% of a tiny model's throughput: overhead.py)."""
 

@@ -12,6 +12,8 @@ import textwrap
 import threading
 import time
 
+from nbdist.telemetry.run import RunObserver
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -137,7 +139,7 @@ def once_running(action, min_rows=20, timeout=90):
     return when(ready, action, timeout)
 
 
-class StopAfter:
+class StopAfter(RunObserver):
     """What the dashboard's Stop button does: an observer asking to stop (after ``rows``)."""
 
     def __init__(self, rows=20):

@@ -53,7 +53,7 @@ def test_four_replicas_equal_one_device_on_the_same_global_batches(mirrored):
 def test_per_replica_losses_equal_a_hand_written_strategy_run_loop(mirrored):
     _, run = train(mirrored)
     ours = run.metrics.pivot(index="step", columns="replica", values="loss").to_numpy()
-    strategy = nbdist.session.current_session().backend.strategy
+    strategy = nbdist.strategy()
     mirrored.user_ns["strategy"] = strategy
     run_ok(mirrored, """
         with strategy.scope():

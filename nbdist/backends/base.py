@@ -12,14 +12,24 @@ names.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import abc
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import ConfigError
 from ..spec import StrategySpec
-from ..telemetry.run import Run, runs_summary
+from ..telemetry.run import Run, RunList, RunObserver, runs_summary
 from .cells import ScopeCell, StepCell
+
+#: Refusals of operations that need worker processes, for backends (and a Session) without any.
+NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
+              "first with `%distribute multiworker --workers N`.")
+NO_WORKERS_TO_RESTART = ("There are no worker processes to restart. Start them with "
+                         "`%distribute multiworker --workers N`.")
+NO_FAULTS = ("`inject` puts a real fault into a worker process, which needs "
+             "`%distribute multiworker --workers N` first.")
 
 
 @dataclass(frozen=True)
@@ -39,41 +49,92 @@ class BackendStatus:
     code: str = ""                      # the hand-written TensorFlow that builds the same
 
 
-class Backend(Protocol):
-    """The operations a Session needs from a strategy family."""
+class Backend(abc.ABC):
+    """What a Session needs from a strategy family.
+
+    The abstract methods are what every family does; the others are capabilities some
+    families have, declared here with what a family without them does (refuse with a message
+    that says what to run instead, or nothing). The Session calls them and never asks which
+    family it holds.
+    """
 
     spec: StrategySpec
     #: True if it must stop before another backend starts (it holds processes, ports or the
     #: kernel's TensorFlow context); a backend that is not stays if its successor fails.
-    exclusive: bool
+    exclusive: bool = False
+    #: Which Keras the workers run ("legacy": tf_keras as tf.keras), recorded with each cell
+    #: for export; None where cells run on the kernel's own Keras.
+    worker_keras: str | None = None
+
+    @classmethod
+    @abc.abstractmethod
+    def create(cls, spec: StrategySpec, runs: RunList, shell: Any,
+               keras: str | None = None) -> Backend:
+        """A backend for ``spec``, validated but not started (no process, no strategy yet);
+        ``keras`` is ``--keras``, refused by families whose Keras is the kernel's own."""
 
     @property
+    @abc.abstractmethod
     def replicas(self) -> int: ...
+
     @property
+    @abc.abstractmethod
     def devices(self) -> tuple[str, ...]: ...
 
+    @abc.abstractmethod
     def serves(self, spec: StrategySpec, keras: str | None) -> bool:
         """True if this backend already is what ``spec`` (and ``--keras``) ask for."""
+
+    @abc.abstractmethod
     def start(self) -> None:
         """Build the strategy, start processes; on failure leave nothing running."""
-    def starting_message(self) -> str | None:
-        """What to tell the user before a slow ``start`` (None: nothing)."""
-    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run: ...
-    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any: ...
-    def push(self, values: dict[str, Any]) -> None: ...
-    def pull(self, name: str, worker: int) -> Any: ...
-    def status(self) -> BackendStatus: ...
+
+    @abc.abstractmethod
     def stop(self) -> list[int]:
         """Stop everything; return the pids that had to be killed."""
+
+    @abc.abstractmethod
+    def status(self) -> BackendStatus: ...
+
+    @abc.abstractmethod
+    def run_step_cell(self, cell: StepCell, observers: list[RunObserver]) -> Run: ...
+
+    @abc.abstractmethod
+    def run_scope_cell(self, cell: ScopeCell, observers: list[RunObserver]) -> Any: ...
+
+    # -- capabilities some families have ---------------------------------------------------
+    def starting_message(self) -> str | None:
+        """What to tell the user before a slow ``start`` (None: nothing)."""
+        return None
+
+    def kernel_strategy(self) -> Any:
+        """The tf.distribute strategy object in the kernel (published as ``strategy``), or
+        None: not built yet, or it lives in each worker process."""
+        return None
+
+    def plain_cell_fits(self, busy: Callable[[], bool], recorded: Callable[[Run], None],
+                        observers: list[RunObserver]) -> contextlib.AbstractContextManager[Any]:
+        """A context around a cell without ``%%distribute``, recording the ``model.fit`` calls
+        that train under this strategy anyway (``busy()``: a ``%%distribute`` cell records its
+        own; ``recorded(run)`` is told of each Run). By default it records nothing."""
+        return contextlib.nullcontext()
+
+    def push(self, values: dict[str, Any]) -> None:
+        """Copy ``values`` into every worker's namespace."""
+        raise ConfigError(NO_WORKERS.format(what="push"))
+
+    def pull(self, name: str, worker: int) -> Any:
+        """The value of ``name`` in worker ``worker``'s namespace."""
+        raise ConfigError(NO_WORKERS.format(what="pull"))
+
+    def inject(self, fault: str | None, worker: str | None, at_step: int | None,
+               delay: float | None) -> str:
+        """Put a real fault into a worker process (``cluster.injection``); the message."""
+        raise ConfigError(NO_FAULTS)
+
     def restarted(self) -> Backend:
         """A fresh backend with the same settings (this one is stopped first)."""
-
-
-#: Refusals of operations that need worker processes, for backends (and a Session) without any.
-NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
-              "first with `%distribute multiworker --workers N`.")
-NO_WORKERS_TO_RESTART = ("There are no worker processes to restart. Start them with "
-                         "`%distribute multiworker --workers N`.")
+        raise ConfigError(NO_WORKERS_TO_RESTART)
 
 
 def refuse_keras_choice(keras: str | None) -> None:

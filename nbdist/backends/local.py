@@ -15,13 +15,13 @@ from ..errors import ConfigError
 from ..spec import StrategySpec
 from ..step.cache import StepCache
 from ..strategies import StrategyHandle
-from ..telemetry.run import Run, RunList
-from .base import NO_WORKERS, NO_WORKERS_TO_RESTART, BackendStatus, refuse_keras_choice
+from ..telemetry.run import Run, RunList, RunObserver
+from .base import Backend, BackendStatus, refuse_keras_choice
 from .cells import ScopeCell, StepCell, describe_loss, run_cell_code, step_inputs
 from .kernelstate import check_kernel_usable
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """A tf.distribute strategy inside the kernel."""
 
     exclusive = False   # another strategy can be built beside it
@@ -43,9 +43,6 @@ class LocalBackend:
     def serves(self, spec: StrategySpec, keras: str | None) -> bool:
         return self.handle is not None and spec == self.spec and keras is None
 
-    def starting_message(self) -> str | None:
-        return None
-
     def start(self) -> None:
         from ..strategies import build_strategy
 
@@ -56,13 +53,9 @@ class LocalBackend:
         self.traced_steps.clear()
         return []   # nothing to stop: logical devices stay until the kernel restarts
 
-    def restarted(self) -> LocalBackend:
-        raise ConfigError(NO_WORKERS_TO_RESTART)
-
     # -- what it runs on -------------------------------------------------------------------
-    @property
-    def strategy(self) -> Any:
-        return self._handle().strategy
+    def kernel_strategy(self) -> Any:
+        return None if self.handle is None else self.handle.strategy
 
     @property
     def replicas(self) -> int:
@@ -90,7 +83,7 @@ class LocalBackend:
         )
 
     # -- cells -----------------------------------------------------------------------------
-    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
+    def run_step_cell(self, cell: StepCell, observers: list[RunObserver]) -> Run:
         """Train with ``StepRunner`` in the kernel."""
         from ..step.runner import StepRunner
 
@@ -114,7 +107,7 @@ class LocalBackend:
         finally:
             runner.release()   # its gradient-registry entries; a cached trace runs without
 
-    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
+    def run_scope_cell(self, cell: ScopeCell, observers: list[RunObserver]) -> Any:
         """Run the cell under ``strategy.scope()``; record every ``model.fit``."""
         from ..fitrecord import recording_fit
 
@@ -142,7 +135,7 @@ class LocalBackend:
 
     @contextlib.contextmanager
     def plain_cell_fits(self, busy: Callable[[], bool], recorded: Callable[[Run], None],
-                        observers: list[Any]) -> Iterator[None]:
+                        observers: list[RunObserver]) -> Iterator[None]:
         """Around a cell without ``%%distribute``: a ``model.fit`` of a Keras 3 model made under
         this strategy trains on every replica anyway, so it is recorded into a Run too
         (``recorded(run)`` is told; ``observers`` see its steps). ``busy()``: a
@@ -167,10 +160,3 @@ class LocalBackend:
 
         with recording_fit(new_run, observers, self.spec.name == "central_storage", only=ours):
             yield
-
-    # -- data ------------------------------------------------------------------------------
-    def push(self, values: dict[str, Any]) -> None:
-        raise ConfigError(NO_WORKERS.format(what="push"))
-
-    def pull(self, name: str, worker: int) -> Any:
-        raise ConfigError(NO_WORKERS.format(what="pull"))

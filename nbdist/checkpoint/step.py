@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import CheckpointError
 from ..hooks.keras import wrapped_variable
 from ..hooks.tensorflow import trackable_class
+from ..telemetry.run import RunObserver
 from .messages import MISMATCH, resume_line
 
 
@@ -106,7 +107,7 @@ def _variable_ids(variables: Any) -> set[int]:
     return out
 
 
-class StepCheckpoint:
+class StepCheckpoint(RunObserver):
     """Epoch checkpoints of a step-mode run (used by ``runner.StepRunner``)."""
 
     def __init__(self, directory: str, strategy: Any, objects: dict[str, Any],

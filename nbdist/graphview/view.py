@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..telemetry.run import RunObserver
 from .figure import graph_figure, op_counts
 from .layout import collapse_scopes, device_order, edges_between_nodes, place_nodes
 from .walk import GraphWalker, Op, graph_def_of, is_collective
@@ -145,7 +146,7 @@ def show_graph(fn: Any, *args: Any, max_nodes: int = 80, expand_functions: bool 
                       hide_types=hide_types, **kwargs).show()
 
 
-class StepGraph:
+class StepGraph(RunObserver):
     """Run observer of ``%%distribute --step --graph``: keeps the concrete function of the
     compiled step (the untimed variant when there is one) and draws it when the cell ends."""
 

@@ -16,24 +16,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from .. import errormap
 from ..errors import CheckpointError, RunInterrupted, StepCodeError
 from ..hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
 from ..interrupts import HeldInterrupts
 from ..spec import RunSpec
-from ..telemetry.run import Run
+from ..telemetry.run import Run, RunObserver
 from .rewrite import StepSource
-
-
-class RunObserver(Protocol):
-    """Something that follows a run: a progress line, the dashboard, the lab status bar."""
-
-    def on_step(self, run: Run) -> None: ...
-    def should_stop(self) -> bool: ...
-    # Optional: ``on_traced(tf_function, batch, timed)`` is called once per compiled variant
-    # right after its first step (``tf_function.get_concrete_function(batch)`` is then free).
 
 
 @dataclass
@@ -44,7 +35,7 @@ class StepLoop:
     user_ns: dict[str, Any]
     spec: RunSpec
     run: Run
-    observers: list[Any] = field(default_factory=list)
+    observers: list[RunObserver] = field(default_factory=list)
     checkpoint: Any = None   # nbdist.checkpoint.StepCheckpoint, for --checkpoint DIR
     dataset: Any = None      # the --data input, checked and distributed (cells.step_data):
                              # per-worker under parameter_server
@@ -156,5 +147,4 @@ class StepLoop:
     def traced(self, tf_function: Any, arg: Any, timed: bool) -> None:
         """Tell observers that want it (``--graph``, the checkpoint) about a traced step."""
         for observer in self.observers:
-            if hasattr(observer, "on_traced"):
-                observer.on_traced(tf_function, arg, timed)
+            observer.on_traced(tf_function, arg, timed)

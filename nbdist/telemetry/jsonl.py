@@ -82,34 +82,3 @@ def read_files(path: str) -> list[tuple[dict[str, Any], list[Row], dict[str, Any
                 for r in records[1:] if "step" in r]
         out.append((records[0], rows, end))
     return out
-
-
-class LoadsJsonLines:
-    """``Run.load`` (a base of ``Run``, so that the store's module stays small)."""
-
-    @classmethod
-    def load(cls, path: str) -> Any:
-        """The Run an exported script wrote with ``--metrics PATH`` (all its workers' files):
-        ``nbdist.Run.load(PATH).plot()`` redraws its dashboard."""
-        return load_run(path, cls)
-
-
-def load_run(path: str, run_class: Any) -> Any:
-    """A ``run_class`` (``Run``) with the rows of PATH and its workers' files."""
-    files = read_files(path)
-    head = files[0][0]
-    ends = [end for _, _, end in files]
-    status = "done" if all(e and e["end"] == "done" for e in ends) else next(
-        (e["end"] for e in ends if e and e["end"] != "done"), "interrupted")
-    run = run_class(id=0, mode="step", strategy=head["strategy"], replicas=head["replicas"],
-                    workers=head["workers"], status=status, started=head["started"],
-                    loss_scale=head["loss_scale"],
-                    ended=max((e or {}).get("ended", head["started"]) for e in ends))
-    run.append_rows(sorted((r for _, rows, _ in files for r in rows),
-                           key=lambda r: (r.step, r.worker, r.replica)))
-    if len(files) < head["workers"]:
-        run.note(f"{len(files)} of {head['workers']} workers' files were found next to {path}")
-    if status != "done":
-        run.note(f"the job ended {status} (no worker's file ends with done)"
-                 if status == "interrupted" else f"a worker ended {status}")
-    return run

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .jsonl import LoadsJsonLines
+from .jsonl import read_files
 from .rows import COLUMNS, INTEGERS, MEASURED, POSITION, Row, as_row
 from .table import ColumnTable
 
@@ -36,7 +36,7 @@ _NAN = float("nan")
 
 
 @dataclass
-class Run(LoadsJsonLines):
+class Run:
     """One ``%%distribute`` execution and everything measured during it.
 
     ``run.metrics`` is a pandas DataFrame with one row per (step, replica or worker) and the
@@ -142,6 +142,29 @@ class Run(LoadsJsonLines):
         with self._lock:
             self._table.trim()      # a finished run keeps its rows, not a half-empty chunk
 
+    @classmethod
+    def load(cls, path: str) -> Run:
+        """The Run an exported script wrote with ``--metrics PATH`` (all its workers' files,
+        see ``telemetry.jsonl``): ``nbdist.Run.load(PATH).plot()`` redraws its dashboard."""
+        files = read_files(path)
+        head = files[0][0]
+        ends = [end for _, _, end in files]
+        status = "done" if all(e and e["end"] == "done" for e in ends) else next(
+            (e["end"] for e in ends if e and e["end"] != "done"), "interrupted")
+        run = cls(id=0, mode="step", strategy=head["strategy"], replicas=head["replicas"],
+                  workers=head["workers"], status=status, started=head["started"],
+                  loss_scale=head["loss_scale"],
+                  ended=max((e or {}).get("ended", head["started"]) for e in ends))
+        run.append_rows(sorted((r for _, rows, _ in files for r in rows),
+                               key=lambda r: (r.step, r.worker, r.replica)))
+        if len(files) < head["workers"]:
+            run.note(f"{len(files)} of {head['workers']} workers' files were found next to "
+                     f"{path}")
+        if status != "done":
+            run.note(f"the job ended {status} (no worker's file ends with done)"
+                     if status == "interrupted" else f"a worker ended {status}")
+        return run
+
     # -- reading -------------------------------------------------------------------------
     @property
     def n_rows(self) -> int:
@@ -216,10 +239,39 @@ class Run(LoadsJsonLines):
         return (self.ended or time.time()) - self.started
 
     def summary(self) -> str:
-        """A few lines: status, steps, throughput, the latest per-replica numbers, notes."""
-        from .summary import summary
+        """A few lines saying how the run went: status, steps, throughput, the latest
+        per-replica numbers, notes (printed where no dashboard is drawn and under each finished
+        dashboard)."""
+        last = self.last
+        steps = self.steps_done
+        rate = steps / self.duration if self.duration > 0 else math.nan
+        head = (
+            f"Run {self.id} ({self.mode}, {self.strategy}, {self.replicas} replica(s)"
+            f"{f' x {self.workers} workers' if self.workers > 1 else ''}): {self.status}, "
+            f"{steps} step(s) in {self.duration:.1f} s ({rate:.1f} steps/s)"
+        )
+        lines = [head]
+        if last:
+            name = "loss (sum of replicas)" if self.loss_scale > 1 else "loss"
+            parts = [f"{n} {last[k]:.4g}" for n, k in ((name, "global_loss"),
+                                                      ("grad_norm", "grad_norm"))
+                     if _finite(last[k])]
+            parts += [f"{k} {last[k]:.2f}"     # other_collective_ms: only when there are some
+                      for k in ("allreduce_ms", "other_collective_ms", "step_ms")
+                      if _finite(last[k]) and (last[k] or k != "other_collective_ms")]
+            # steps and epochs counted from 1, as the dashboard's header and Keras' log show them
+            total = f"/{self.total_steps}" if self.total_steps else ""
+            epochs = f"/{self.epochs}" if self.epochs else ""
+            where = f"  step {last['step'] + 1}{total} (epoch {last['epoch'] + 1}{epochs}): "
+            lines.append(where + ", ".join(parts))
+            per_replica = self.last_losses()
+            if len(per_replica) > 1:
+                lines.append("  loss per replica: " + ", ".join(f"{v:.4g}" for v in per_replica))
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
 
-        return summary(self)
 
     def plot(self, **options: Any) -> Any:
         """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
@@ -244,6 +296,24 @@ class Run(LoadsJsonLines):
         return f"<pre>{html.escape(self.summary())}</pre>"
 
 
+class RunObserver:
+    """Something that follows a run while it trains: the dashboard, a progress line, the lab
+    status bar, a checkpoint's check of the compiled step. Runners call ``on_step`` after each
+    recorded step (or group of steps) and stop when ``should_stop`` says so; subclasses
+    override what they need."""
+
+    def on_step(self, run: Run) -> None:
+        """New rows are in ``run``."""
+
+    def should_stop(self) -> bool:
+        """True to end the run after the current step (the Stop button)."""
+        return False
+
+    def on_traced(self, tf_function: Any, batch: Any, timed: bool) -> None:
+        """A step variant was compiled and ran once (``timed``: the variant that times its
+        all-reduce); ``tf_function.get_concrete_function(batch)`` is then free."""
+
+
 #: name -> function(run, ...): how a Run is drawn or exported (see the module docstring).
 _VIEWS: dict[str, Callable[..., Any]] = {}
 
@@ -260,6 +330,10 @@ def _view(name: str) -> Callable[..., Any]:
     except KeyError:
         raise RuntimeError(f"nothing provides Run {name!r}: `import nbdist` registers it") \
             from None
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def _nanmean(values: Iterable[float]) -> float:

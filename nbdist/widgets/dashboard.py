@@ -22,14 +22,14 @@ import time
 import warnings
 from typing import Any
 
-from ..telemetry.run import Run
+from ..telemetry.run import Run, RunObserver
 from .progress import draws_figures, has_frontend
 from .run_view import RunView
 from .static import static_bundle
 
 __all__ = ["Dashboard", "observer_for"]
 
-class Dashboard:
+class Dashboard(RunObserver):
     """Draws every Run of one cell. Settings are class attributes (change them to configure
     all dashboards) or keyword arguments."""
 

@@ -6,13 +6,13 @@ import html
 import time
 from typing import Any
 
-from ..telemetry.run import Run
+from ..telemetry.run import Run, RunObserver
 from .header import epoch_text, format_duration
 
 _MIN_INTERVAL_S = 0.5
 
 
-class ProgressLine:
+class ProgressLine(RunObserver):
     """Updates an HTML progress bar in a notebook; in a terminal, prints only the summary."""
 
     def __init__(self, shell: Any):

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import RunInterrupted
 from ...telemetry.rows import pack
-from ...telemetry.run import Run
+from ...telemetry.run import Run, RunObserver
 from .. import protocol
 from ..protocol import StopGate
 from .worker import WorkerState
@@ -21,7 +21,7 @@ from .worker import WorkerState
 FLUSH_S = 0.1
 
 
-class Forwarder:
+class Forwarder(RunObserver):
     """RunObserver sending a worker Run's new rows to the kernel, at most every FLUSH_S.
 
     Rows travel packed by column name, extras included (``rows.pack``).
@@ -58,7 +58,7 @@ class Forwarder:
         return False
 
 
-class GateObserver:
+class GateObserver(RunObserver):
     def __init__(self, gate: StopGate):
         self.gate, self.steps = gate, 0
 

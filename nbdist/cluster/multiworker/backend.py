@@ -16,12 +16,12 @@ import dataclasses
 import os
 from typing import Any
 
-from ...backends.base import BackendStatus
+from ...backends.base import Backend, BackendStatus
 from ...backends.cells import ScopeCell, StepCell, describe_loss
 from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
-from ...telemetry.run import Run, RunList
+from ...telemetry.run import Run, RunList, RunObserver
 from ...tflogs import worker_environment
 from .. import injection, tfconfig
 from ..compat import check_engines
@@ -47,7 +47,7 @@ COLLECTIVE_TIMEOUT_S: float | None = None
 SETUP_FAIL_FAST_S = 2.0
 
 
-class MultiWorkerCluster(ClusterLifecycle):
+class MultiWorkerCluster(ClusterLifecycle, Backend):
     """N worker processes running MultiWorkerMirroredStrategy, driven from the kernel: the
     ``multiworker`` backend (``nbdist.backends.base.Backend``)."""
 
@@ -205,7 +205,7 @@ class MultiWorkerCluster(ClusterLifecycle):
             raise ClusterError("The workers are stopped. Run `%distribute restart`.")
         return self.dispatcher
 
-    def _call(self, fn: Any, args: list[tuple[Any, ...]], observers: list[Any]
+    def _call(self, fn: Any, args: list[tuple[Any, ...]], observers: list[RunObserver]
               ) -> tuple[dict[int, dict[str, Any]], bool]:
         dispatcher = self._usable()
         self.monitor.stopper.reset()
@@ -225,6 +225,10 @@ class MultiWorkerCluster(ClusterLifecycle):
         return outcomes, interrupted
 
     # -- runs ------------------------------------------------------------------------------
+    @property
+    def worker_keras(self) -> str | None:
+        return self.keras
+
     @property
     def replicas_local(self) -> int:
         return self.info[0].get("replicas_local", 1) if self.info else 1
@@ -246,7 +250,7 @@ class MultiWorkerCluster(ClusterLifecycle):
     def _new_fit_run(self) -> Run:
         return self._new_run("fit")
 
-    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
+    def run_step_cell(self, cell: StepCell, observers: list[RunObserver]) -> Run:
         """Step mode on every worker: each runs StepRunner; rows stream into one Run.
 
         Two calls: every worker first reads and checks its ``--data`` (``prepare_step``); the
@@ -272,7 +276,7 @@ class MultiWorkerCluster(ClusterLifecycle):
             run.allreduce_bytes = first["bytes"]
         return run
 
-    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
+    def run_scope_cell(self, cell: ScopeCell, observers: list[RunObserver]) -> Any:
         """Run the cell on every worker under the strategy's scope; show worker values.
 
         ``--checkpoint DIR`` (absolute): Keras BackupAndRestore in each fit.

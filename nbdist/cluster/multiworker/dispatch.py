@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 
 from ...errors import ConfigError
+from ...telemetry.run import RunObserver
 from ..failures import ClusterError, WorkerDied, WorkerHung, WorkerStuck, describe_exception
 from .monitor import HUNG_AFTER_S, ClusterMonitor
 from .output import WorkerOutput
@@ -55,7 +56,7 @@ class Dispatcher:
         self.reach: Any = None   # reach.ReachWatch: workers on other hosts
 
     def call(self, fn: Callable[..., Any], args: list[tuple[Any, ...]],
-             observers: list[Any] = (), quiet: bool = False,
+             observers: list[RunObserver] = (), quiet: bool = False,
              fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
         """Run ``fn(*args[i])`` on worker i; return ({worker: outcome}, interrupted).
 
@@ -95,14 +96,14 @@ class Dispatcher:
         if results:
             self.signal_workers(signal.SIGKILL, sorted(results))
 
-    def wait(self, results: dict[int, Any], observers: list[Any], quiet: bool = False,
+    def wait(self, results: dict[int, Any], observers: list[RunObserver], quiet: bool = False,
              fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
         try:
             return self._wait(results, observers, quiet, fail_fast)
         finally:   # rows held to align the workers' steps (``arrivals``) reach their Runs
             self.monitor.flush_rows()
 
-    def _wait(self, results: dict[int, Any], observers: list[Any], quiet: bool,
+    def _wait(self, results: dict[int, Any], observers: list[RunObserver], quiet: bool,
               fail_fast: float | None) -> tuple[dict[int, dict[str, Any]], bool]:
         output = WorkerOutput(results, quiet)
         stopping: _Stopping | None = None
@@ -148,7 +149,7 @@ class Dispatcher:
         self._notify(observers)
         return outcomes, bool(stopping and stopping.interrupted)
 
-    def _notify(self, observers: list[Any]) -> None:
+    def _notify(self, observers: list[RunObserver]) -> None:
         for run in self.monitor.runs_with_news():
             for observer in observers:
                 observer.on_step(run)

@@ -17,14 +17,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ...backends.base import BackendStatus, refuse_keras_choice
+from ...backends.base import Backend, BackendStatus, refuse_keras_choice
 from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
 from ...hooks.keras import atomic_variable_updates
 from ...spec import StrategySpec
 from ...step.cache import StepCache
 from ...step.groups import refuse_grouped_steps
-from ...telemetry.run import Run, RunList
+from ...telemetry.run import Run, RunList, RunObserver
 from ...tflogs import worker_environment
 from ..engines import make as make_engines
 from ..engines.base import START_TIMEOUT_S, ClusterStartError, EngineSet
@@ -42,7 +42,7 @@ DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
 
 
-class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
+class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
     """Worker and parameter-server processes, with this kernel as their coordinator.
 
     The ``parameter_server`` backend (``nbdist.backends.base.Backend``).
@@ -198,6 +198,9 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
         self._usable()
         return self.faults.inject(fault, worker, at_step, delay)
 
+    def kernel_strategy(self) -> Any:
+        return self.strategy
+
     def push(self, values: dict[str, Any]) -> None:
         raise ConfigError(_NO_PUSH)
 
@@ -217,7 +220,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
             self.shell = get_ipython()
         return self.shell.user_ns
 
-    def run_step_cell(self, cell: StepCell, observers: list[Any]) -> Run:
+    def run_step_cell(self, cell: StepCell, observers: list[RunObserver]) -> Run:
         """Schedule the step on the workers (async) until --epochs/--steps are done."""
         refuse_grouped_steps(cell.spec, "parameter_server")
         self._usable()
@@ -247,7 +250,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses):
                 self.steps_by_worker[int(worker)] = (self.steps_by_worker.get(int(worker), 0)
                                                      + int(count))
 
-    def run_scope_cell(self, cell: ScopeCell, observers: list[Any]) -> Any:
+    def run_scope_cell(self, cell: ScopeCell, observers: list[RunObserver]) -> Any:
         """Run the cell in the kernel under ``strategy.scope()``: variables it creates live
         on the parameter servers. A tf_keras ``model.fit`` in it trains on the workers and
         records into a Run; Keras 3 ``model.fit`` is refused with the way out (ps_fit)."""

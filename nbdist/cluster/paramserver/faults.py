@@ -29,7 +29,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from ...telemetry.rows import POSITION
-from ...telemetry.run import Run
+from ...telemetry.run import Run, RunObserver
 from ..injection import check, entry, what
 
 NOT_HERE = {
@@ -90,7 +90,7 @@ class PSFaults:
         self.signal_worker(signal.SIGKILL, e["worker"])   # kill: the only fault offered
 
 
-class _Watch:
+class _Watch(RunObserver):
     """RunObserver: counts each worker's recorded steps of this run."""
 
     def __init__(self, faults: PSFaults):

@@ -28,7 +28,7 @@ from ...errors import RunInterrupted
 from ...fitrecord import FitRecording, is_number, recorder_class
 from ...hooks.tf_keras import accept_tensor_logs
 from ...patching import patched
-from ...telemetry.run import Run
+from ...telemetry.run import Run, RunObserver
 from ...tfkeras import INSTALL_HINT
 from ..failures import KerasUnsupported
 from .health import ProcessWatch, TaskDied, dead_message_after, drain, ready
@@ -64,7 +64,7 @@ FIT_NOTE = (
 
 
 @contextlib.contextmanager
-def recording_fits(new_run: Callable[[], Run], observers: list[Any], watch: ProcessWatch,
+def recording_fits(new_run: Callable[[], Run], observers: list[RunObserver], watch: ProcessWatch,
                    extra_callbacks: Callable[[Any, Run, dict[str, Any]], list[Any]] | None = None,
                    ) -> Iterator[None]:
     """While active: Keras 3 ``fit`` is refused with the way out; tf_keras ``fit`` (if tf_keras
@@ -101,7 +101,7 @@ def _tf_keras() -> Any:
     return tf_keras
 
 
-def _recording_fit(original: Any, new_run: Callable[[], Run], observers: list[Any],
+def _recording_fit(original: Any, new_run: Callable[[], Run], observers: list[RunObserver],
                    watch: ProcessWatch, extra_callbacks: Any = None) -> Any:
     def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
         run = new_run()
@@ -196,7 +196,7 @@ def _strip_class() -> type:
                 {})
 
 
-def _recorder(run: Run, observers: list[Any], watch: ProcessWatch) -> Any:
+def _recorder(run: Run, observers: list[RunObserver], watch: ProcessWatch) -> Any:
     return _recorder_class()(run, observers, watch)
 
 
@@ -215,7 +215,7 @@ class _Recorder(FitRecording):
     """A tf_keras callback (``_recorder``) appending each step's row to the Run once its
     result is there."""
 
-    def __init__(self, run: Run, observers: list[Any], watch: ProcessWatch):
+    def __init__(self, run: Run, observers: list[RunObserver], watch: ProcessWatch):
         super().__init__()
         if not accept_tensor_logs(self):   # RemoteValues, not numbers: no sync per batch
             run.note(NO_TENSOR_LOGS)
