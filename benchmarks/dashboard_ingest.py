@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 KERNEL_CODE = """
 import json, math, threading, time
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.dashboard import Dashboard
 import ipywidgets, plotly.graph_objects as go, plotly.subplots   # a warm kernel: imports done
 go.FigureWidget
@@ -50,7 +50,7 @@ def produce():
         timed = step % 10 == 0
         for w in range(W):
             compute = [2.0 + (3.0 if w == 5 else 0.0) + 0.1 * r for r in range(R)]
-            run.record_step(
+            RunWriter(run).record_step(
                 step, step // 1000, worker=w, step_ms=10.0 + w * 0.01, data_ms=0.3,
                 loss=[1.0 / (1 + step) + 0.01 * (w * R + r) for r in range(R)],
                 grad_norm=[1.0 + 0.01 * r for r in range(R)],
@@ -72,7 +72,7 @@ while thread.is_alive() or seen < run.n_rows:
         time.sleep(0.001)
 wall = time.perf_counter() - t0
 main_cpu = time.thread_time() - c0
-run.finish("done")
+RunWriter(run).finish("done")
 close0 = time.perf_counter()
 dash.close()
 close_s = time.perf_counter() - close0

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nbdist.telemetry.rows import COLUMNS  # noqa: E402
 from nbdist.telemetry.rows import POSITION as COL  # noqa: E402
-from nbdist.telemetry.run import Run  # noqa: E402
+from nbdist.telemetry.run import Run, RunWriter  # noqa: E402
 from nbdist.widgets.static import PLOTLY_MIME, static_bundle  # noqa: E402
 
 
@@ -48,8 +48,8 @@ def synthetic(workers: int, replicas: int, rows: int) -> Run:
         block[:, COL.other_collective_ms] = 0.0
         block[:, COL.step_ms] = 20.0
         block[:, COL.wall_time] = 1.7e9 + block[:, COL.step] * 0.02
-        run.append_block(block)
-    run.finish("done")
+        RunWriter(run).append_block(block)
+    RunWriter(run).finish("done")
     return run
 
 

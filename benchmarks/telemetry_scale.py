@@ -28,7 +28,7 @@ from nbdist.cluster.inengine.runs import Forwarder  # noqa: E402
 from nbdist.cluster.multiworker.monitor import ClusterMonitor  # noqa: E402
 from nbdist.telemetry import channel as ch  # noqa: E402
 from nbdist.telemetry.rows import COLUMNS  # noqa: E402
-from nbdist.telemetry.run import Run, RunList  # noqa: E402
+from nbdist.telemetry.run import Run, RunList, RunWriter  # noqa: E402
 
 
 class _Worker:
@@ -54,11 +54,10 @@ def sender(address, key, first, count, replicas, rate, seconds, result) -> None:
         if delay > 0:
             time.sleep(delay)
         for _, run, forward in workers:
-            run.record_step(step, 0, loss=[0.5 + 0.01 * r for r in range(replicas)],
-                            step_ms=20.0, grad_norm=[1.0] * replicas,
-                            allreduce_ms=[2.0] * replicas, wait_ms=[0.1] * replicas,
-                            compute_ms=[15.0] * replicas, other_collective_ms=[0.0] * replicas,
-                            data_ms=0.5)
+            RunWriter(run).record_step(
+                step, 0, loss=[0.5 + 0.01 * r for r in range(replicas)], step_ms=20.0,
+                grad_norm=[1.0] * replicas, allreduce_ms=[2.0] * replicas, wait_ms=[0.1] * replicas,
+                compute_ms=[15.0] * replicas, other_collective_ms=[0.0] * replicas, data_ms=0.5)
             forward.on_step(run)
     dropped = 0
     for client, run, forward in workers:
@@ -115,10 +114,10 @@ def run_memory(rows: int, replicas: int, workers: int) -> None:
     per_step = replicas
     for step in range(rows // (per_step * workers)):
         for w in range(workers):
-            run.record_step(step, 0, loss=[0.5] * per_step, step_ms=20.0,
-                            grad_norm=[1.0] * per_step, allreduce_ms=[2.0] * per_step,
-                            wait_ms=[0.1] * per_step, compute_ms=[15.0] * per_step,
-                            other_collective_ms=[0.0] * per_step, data_ms=0.5, worker=w)
+            RunWriter(run).record_step(step, 0, loss=[0.5] * per_step, step_ms=20.0,
+                                       grad_norm=[1.0] * per_step, allreduce_ms=[2.0] * per_step,
+                                       wait_ms=[0.1] * per_step, compute_ms=[15.0] * per_step,
+                                       other_collective_ms=[0.0] * per_step, data_ms=0.5, worker=w)
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     own = run.n_rows * len(COLUMNS) * 8

@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import RunInterrupted
 from .patching import patched
-from .telemetry.run import Run, RunObserver
+from .telemetry.run import Run, RunObserver, RunWriter
 
 CENTRAL_STORAGE_LOSS_NOTE = (
     "Keras 3 model.fit reports a wrong per-batch loss under CentralStorageStrategy in "
@@ -102,8 +102,8 @@ class FitRecorder(FitRecording):
         if self.central_storage:
             extra["keras_reported_loss"] = reported
             loss = float("nan")
-        self.run.record_step(self.step, self.epoch, loss=[loss], step_ms=step_ms,
-                             extra=extra or None, replica=-1)
+        RunWriter(self.run).record_step(self.step, self.epoch, loss=[loss], step_ms=step_ms,
+                                        extra=extra or None, replica=-1)
         self.step += 1
         for observer in self.observers:
             observer.on_step(self.run)
@@ -141,15 +141,15 @@ def recording_fit(new_run: Callable[[], Run], observers: list[RunObserver], cent
         try:
             history = original(model, *args, callbacks=callbacks, **kwargs)
         except KeyboardInterrupt:
-            run.finish("interrupted")
+            RunWriter(run).finish("interrupted")
             raise RunInterrupted(
                 f"model.fit interrupted after step {run.steps_done}; the steps so far are kept "
                 f"in nbdist.runs[-1] (run {run.id})."
             ) from None
         except BaseException as err:
-            run.finish("failed", f"{type(err).__name__}: {err}")
+            RunWriter(run).finish("failed", f"{type(err).__name__}: {err}")
             raise
-        run.finish("stopped" if recorder.stopped else "done")
+        RunWriter(run).finish("stopped" if recorder.stopped else "done")
         return history
 
     with patched([(cls, "fit", fit)]):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets import dashboard as dashboard_mod
 from nbdist.widgets.dashboard import Dashboard
 
@@ -95,7 +95,7 @@ def feed(run: Run, start: int, stop: int, *, every: int = 10, slow: int | None =
     for s in range(start, stop):
         timed = every > 0 and s % every == 0
         compute = [3.0 if r == slow else 1.0 for r in range(n)]
-        run.record_step(
+        RunWriter(run).record_step(
             s, s // 100, loss=[1.0 / (s + 1) + 0.1 * r for r in range(n)], step_ms=4.0,
             grad_norm=[2.0 + r for r in range(n)],
             allreduce_ms=[ar_ms] * n if timed else None,

@@ -14,7 +14,7 @@ from nbdist.cluster.multiworker.monitor import ClusterMonitor, StopCoordinator
 from nbdist.errors import ConfigError, StepCodeError
 from nbdist.spec import StrategySpec
 from nbdist.telemetry.rows import pack
-from nbdist.telemetry.run import Run, RunList
+from nbdist.telemetry.run import Run, RunList, RunWriter
 
 
 def test_tf_configs_use_distinct_free_loopback_ports():
@@ -221,11 +221,11 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
     st = WorkerState(index=1, workers=2, tf_config={}, keras="legacy", channel=Channel())
     local = Run(id=0, mode="step", strategy="multiworker", replicas=2, workers=2)
     forward = Forwarder(st, "cell3")
-    local.record_step(7, 1, loss=[0.5, 0.7], step_ms=9.0, grad_norm=[1.0, 2.0],
-                      allreduce_ms=[3.0, 3.5], wait_ms=[0.0, 0.5], compute_ms=[4.0, 4.5],
-                      other_collective_ms=[1.0, 1.25], data_ms=0.25, wall_time=100.0)
-    local.record_step(8, 1, loss=[0.4, float("nan")], step_ms=8.0, wall_time=101.0,
-                      extra={"update_ms": 1.5})
+    RunWriter(local).record_step(7, 1, loss=[0.5, 0.7], step_ms=9.0, grad_norm=[1.0, 2.0],
+                                 allreduce_ms=[3.0, 3.5], wait_ms=[0.0, 0.5], compute_ms=[4.0, 4.5],
+                                 other_collective_ms=[1.0, 1.25], data_ms=0.25, wall_time=100.0)
+    RunWriter(local).record_step(8, 1, loss=[0.4, float("nan")], step_ms=8.0, wall_time=101.0,
+                                 extra={"update_ms": 1.5})
     forward.flush(local)
     runs = RunList()
     kernel = runs.new(mode="step", strategy="multiworker", replicas=2, workers=2)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nbdist.telemetry.rows import POSITION as COL
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.aggregate import others_medians, row_quantiles
 from nbdist.widgets.figure import FigureModel, run_figure
 from nbdist.widgets.series import RunSeries
@@ -32,11 +32,11 @@ def synthetic_run(workers: int, replicas: int, steps: int, slow: tuple[int, int]
     for step in range(steps):
         for w in range(workers):
             cols = slice(w * replicas, (w + 1) * replicas)
-            run.record_step(step, 0, worker=w, step_ms=20.0, data_ms=0.1,
-                            loss=values["loss"][step, cols].tolist(),
-                            grad_norm=values["grad_norm"][step, cols].tolist(),
-                            allreduce_ms=[1.0] * replicas, wait_ms=[0.0] * replicas,
-                            compute_ms=values["compute_ms"][step, cols].tolist())
+            RunWriter(run).record_step(step, 0, worker=w, step_ms=20.0, data_ms=0.1,
+                                       loss=values["loss"][step, cols].tolist(),
+                                       grad_norm=values["grad_norm"][step, cols].tolist(),
+                                       allreduce_ms=[1.0] * replicas, wait_ms=[0.0] * replicas,
+                                       compute_ms=values["compute_ms"][step, cols].tolist())
     return run, values
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from dashboard_helpers import make_run
 
+from nbdist.telemetry.run import RunWriter
 from nbdist.widgets.decimator import Decimator
 from nbdist.widgets.series import RunSeries, bus_bandwidth
 
@@ -51,7 +52,7 @@ def test_straggler_needs_factor_and_margin() -> None:
 def test_to_tensorboard_writes_one_series_per_replica(tmp_path: Path) -> None:
     tf = pytest.importorskip("tensorflow")
     run = make_run(40, replicas=2, every=10)
-    run.finish("done")
+    RunWriter(run).finish("done")
     root = run.to_tensorboard(str(tmp_path))
     assert root.parent == tmp_path and root.name.startswith("run1-")
     found: dict[str, dict[str, list]] = {}

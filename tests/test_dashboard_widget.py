@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from dashboard_helpers import Clock, Recorder, by_panel, feed, live_dashboard, make_run, traces
 
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.dashboard import Dashboard
 from nbdist.widgets.figure import FigureModel, static_figure
 from nbdist.widgets.stopper import StopSignal
@@ -24,7 +24,7 @@ recorder, clock = dashboard_helpers.recorder, dashboard_helpers.clock     # fixt
 def test_one_trace_per_replica_and_global_line(recorder: Recorder) -> None:
     run = make_run(60)
     dash = live_dashboard(run)
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     loss = by_panel(dash, "loss")
     assert sorted(loss) == ["mean of replicas", "replica 0", "replica 1", "replica 2",
@@ -87,10 +87,10 @@ def test_global_loss_is_the_sum_of_replicas_when_they_add_up(recorder: Recorder)
     # each replica's loss divided by the global batch (compute_average_loss): the tutorial
     # reports their sum; the bold line, the summary and the progress line show it too
     run = Run(id=1, mode="step", strategy="mirrored", replicas=4, total_steps=20)
-    run.sum_replica_losses(4)
+    RunWriter(run).sum_replica_losses(4)
     feed(run, 0, 20)
     dash = live_dashboard(run)
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     loss = by_panel(dash, "loss")
     label = "global loss (sum of replicas)"
@@ -112,10 +112,10 @@ def test_global_loss_is_the_sum_of_replicas_when_they_add_up(recorder: Recorder)
 def test_keras_fit_run_draws_the_reduced_series(recorder: Recorder) -> None:
     run = Run(id=1, mode="fit", strategy="mirrored", replicas=2)
     for s in range(30):
-        run.record_step(s, 0, loss=[1.0 / (s + 1)], step_ms=5.0, replica=-1,
-                        extra={"accuracy": 0.5})
+        RunWriter(run).record_step(s, 0, loss=[1.0 / (s + 1)], step_ms=5.0, replica=-1,
+                                   extra={"accuracy": 0.5})
     dash = live_dashboard(run)
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     lines = [t for t in traces(dash) if t.mode == "lines"]
     assert {t.name for t in lines} == {"loss (as fit reports it)", "host step time (whole step)"}
@@ -210,7 +210,7 @@ def test_a_pause_is_said_in_the_header_until_the_next_step(recorder: Recorder) -
     assert "step 5/100" in view.header.value            # the rest is what the rows say
     feed(run, 5, 6, on_step=dash.on_step)
     assert "no new step" not in view.header.value and "step 6/100" in view.header.value
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     assert view.stall is None and "no new step" not in view.header.value
 
@@ -267,7 +267,7 @@ def test_drawing_failure_warns_once_and_training_continues(
         warnings.simplefilter("always")
         feed(run, 3, 40, on_step=dash.on_step)
         assert dash.should_stop() is False
-        run.finish("done")
+        RunWriter(run).finish("done")
         dash.close()
     dashboard_warnings = [w for w in caught if "dashboard" in str(w.message)]
     assert len(dashboard_warnings) == 1
@@ -359,7 +359,7 @@ def test_the_final_figure_keeps_the_smoothing_set_on_the_live_slider(
         assert fig.smoothing == 0.0          # the kernel has not handled the message yet
     else:
         fig.comm.handle_msg({"content": {"data": update}, "buffers": []})
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     bundle = recorder.replaced[-1]
 
@@ -383,7 +383,7 @@ def test_a_finished_runs_widgets_are_freed(recorder: Recorder) -> None:
     run = make_run(60)
     dash = live_dashboard(run)
     figure = weakref.ref(dash.views[1].fig)
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     del dash
     for thread in set(threading.enumerate()) - earlier:   # this stall watch ends on its thread
@@ -401,7 +401,7 @@ def test_a_terminal_run_ends_with_its_summary_and_no_figure_it_cannot_show(
     dash = Dashboard(terminal)
     assert dash.live is False
     dash.on_step(run)
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     [summary] = recorder.displayed      # IPython would keep a figure for the whole session
     assert list(summary) == ["text/plain"]
@@ -420,7 +420,7 @@ def test_a_shell_that_renders_svg_gets_the_static_figure_and_summary(
                                     "mime_renderers": {"image/svg+xml": print}})()
     dash = Dashboard(shell)
     dash.on_step(run)
-    run.finish("done")
+    RunWriter(run).finish("done")
     dash.close()
     bundle, summary = recorder.displayed
     assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replica(s)): done")
@@ -435,7 +435,7 @@ def test_run_plot_returns_a_static_figure() -> None:
 
     run = make_run(5000, replicas=3, slow=0)
     run.allreduce_bytes = 4096
-    run.finish("done")
+    RunWriter(run).finish("done")
     fig = run.plot()
     assert isinstance(fig, go.Figure) and not isinstance(fig, go.FigureWidget)
     loss = [t for t in fig.data if t.yaxis == "y"]

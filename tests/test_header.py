@@ -10,7 +10,7 @@ import pytest
 from nbdist.backends.base import lab_state
 from nbdist.fitrecord import planned_length
 from nbdist.lab.state import validate_state
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.header import epoch_text, format_bandwidth, format_duration, header_html
 from nbdist.widgets.series import RunSeries
 
@@ -48,11 +48,12 @@ def _run(steps: int, *, epochs: int = 3, per_epoch: int = 10, status: str = "run
     series = RunSeries(replicas=1, workers=2)
     for s in range(steps):
         for w in range(2):
-            run.record_step(s, s // per_epoch, loss=[1.0], step_ms=10.0, worker=w,
-                            allreduce_ms=[100.0], compute_ms=[30.0 if w == slow else 10.0])
+            RunWriter(run).record_step(
+                s, s // per_epoch, loss=[1.0], step_ms=10.0, worker=w, allreduce_ms=[100.0],
+                compute_ms=[30.0 if w == slow else 10.0])
     series.ingest(run.rows_since(0))
     if status != "running":
-        run.finish(status)
+        RunWriter(run).finish(status)
     return run, series
 
 
@@ -94,7 +95,7 @@ def test_lab_state_has_the_runs_epoch_from_one_and_its_stragglers_while_it_runs(
     assert state["run"] == {"id": 7, "status": "running", "step": 13, "epoch": 2,
                             "total_steps": 30}
     assert state["stragglers"] == ["worker 1"]
-    run.finish("done")
+    RunWriter(run).finish("done")
     assert validate_state(lab_state(None, [run], "0"))["stragglers"] == []
     empty = Run(id=8, mode="fit", strategy="mirrored", replicas=2)
     assert validate_state(lab_state(None, [empty], "0"))["run"]["epoch"] == 0

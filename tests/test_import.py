@@ -36,9 +36,9 @@ def test_the_data_layer_imports_no_view():
 
 def test_run_plot_works_wherever_the_run_store_is_imported():
     done = run_python("""
-        from nbdist.telemetry.run import Run
+        from nbdist.telemetry.run import Run, RunWriter
         run = Run(id=1, mode="step", strategy="mirrored", replicas=1)
-        run.record_step(0, 0, loss=[1.0], step_ms=1.0)
+        RunWriter(run).record_step(0, 0, loss=[1.0], step_ms=1.0)
         print("FIGURE", type(run.plot()).__name__)
     """)
     assert done.returncode == 0, done.stderr

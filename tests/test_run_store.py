@@ -11,7 +11,7 @@ import pytest
 
 from nbdist.telemetry import table
 from nbdist.telemetry.rows import COLUMNS, POSITION, Row, pack, unpack
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 
 
 @pytest.fixture
@@ -49,8 +49,8 @@ def test_chunks_grow_from_small_and_a_finished_run_keeps_only_its_rows(monkeypat
     assert np.isnan(t.extra("acc")[[0, 20, 22]]).all() and t.extra("acc")[1:20].tolist() == \
         list(np.arange(19.0))
     run = Run(id=1, mode="step", strategy="mirrored", replicas=2)
-    run.record_step(0, 0, loss=[1.0, 2.0], step_ms=5.0)
-    run.finish("done")
+    RunWriter(run).record_step(0, 0, loss=[1.0, 2.0], step_ms=5.0)
+    RunWriter(run).finish("done")
     assert run._table.capacity == 2 and run.last_losses() == [1.0, 2.0]
 
 
@@ -74,8 +74,9 @@ def test_an_interrupted_append_leaves_no_partial_rows(small_chunks, monkeypatch)
 def test_run_reads_back_what_was_recorded(small_chunks):
     run = Run(id=1, mode="step", strategy="mirrored", replicas=2)
     for step in range(5):
-        run.record_step(step, step // 3, loss=[1.0 + step, 2.0 + step], step_ms=5.0,
-                        grad_norm=[0.5, 0.25], extra={"accuracy": 0.5} if step == 4 else None)
+        RunWriter(run).record_step(
+            step, step // 3, loss=[1.0 + step, 2.0 + step], step_ms=5.0, grad_norm=[0.5, 0.25],
+            extra={"accuracy": 0.5} if step == 4 else None)
     assert run.n_rows == 10 and run.steps_done == 5
     rows = run.rows_since(8)
     assert [r.replica for r in rows] == [0, 1] and [r.loss for r in rows] == [5.0, 6.0]
@@ -90,8 +91,8 @@ def test_run_reads_back_what_was_recorded(small_chunks):
 
 def test_rows_cross_the_wire_packed_and_back():
     run = Run(id=1, mode="step", strategy="multiworker", replicas=2)
-    run.record_step(0, 0, loss=[0.5, float("nan")], step_ms=3.0)
-    run.record_step(1, 0, loss=[0.25, 0.5], step_ms=3.0, extra={"update_ms": 1.5})
+    RunWriter(run).record_step(0, 0, loss=[0.5, float("nan")], step_ms=3.0)
+    RunWriter(run).record_step(1, 0, loss=[0.25, 0.5], step_ms=3.0, extra={"update_ms": 1.5})
     names, values = run.table_since(1)
     assert names == [*COLUMNS, "update_ms"] and values.shape == (3, len(COLUMNS) + 1)
     block, extras = unpack(json.loads(json.dumps(pack(names, values))), worker=3)

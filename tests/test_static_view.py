@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from nbdist import tflogs
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets import warm
 from nbdist.widgets.static import PLOTLY_MIME, static_bundle
 
@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(steps: int, replicas: int = 2) -> Run:
     run = Run(id=7, mode="step", strategy="mirrored", replicas=replicas, total_steps=steps)
     for s in range(steps):
-        run.record_step(s, 0, loss=[1.0 / (s + 1) + r for r in range(replicas)], step_ms=4.0,
-                        grad_norm=[1.0] * replicas, allreduce_ms=[2.0] * replicas,
-                        compute_ms=[1.0] * replicas)
-    run.finish("done")
+        RunWriter(run).record_step(
+            s, 0, loss=[1.0 / (s + 1) + r for r in range(replicas)], step_ms=4.0,
+            grad_norm=[1.0] * replicas, allreduce_ms=[2.0] * replicas, compute_ms=[1.0] * replicas)
+    RunWriter(run).finish("done")
     return run
 
 
@@ -132,9 +132,9 @@ def test_run_plot_ticks_log_axes_by_decades_or_1_2_5() -> None:
     assert log_dtick(1.7, 14) == "D2" and log_dtick(0.01, 100) == 1
     run = Run(id=8, mode="step", strategy="mirrored", replicas=2, total_steps=40)
     for s in range(40):   # compute times over four decades, all-reduce times within one
-        run.record_step(s, 0, loss=[1.0, 1.0], grad_norm=[1.0, 1.0], step_ms=4.0,
-                        allreduce_ms=[2.0, 3.0], compute_ms=[10.0 ** (s / 10 - 2)] * 2)
-    run.finish("done")
+        RunWriter(run).record_step(s, 0, loss=[1.0, 1.0], grad_norm=[1.0, 1.0], step_ms=4.0,
+                                   allreduce_ms=[2.0, 3.0], compute_ms=[10.0 ** (s / 10 - 2)] * 2)
+    RunWriter(run).finish("done")
     layout = run_figure(run)["layout"]
     assert layout["yaxis3"]["dtick"] == "D2" and layout["yaxis4"]["dtick"] == 1
 
@@ -142,8 +142,8 @@ def test_run_plot_ticks_log_axes_by_decades_or_1_2_5() -> None:
 def test_static_fit_figure_leaves_out_what_fit_cannot_measure() -> None:
     run = Run(id=3, mode="fit", strategy="mirrored", replicas=2)
     for s in range(20):
-        run.record_step(s, 0, loss=[1.0 / (s + 1)], step_ms=5.0, replica=-1)
-    run.finish("done")
+        RunWriter(run).record_step(s, 0, loss=[1.0 / (s + 1)], step_ms=5.0, replica=-1)
+    RunWriter(run).finish("done")
     bundle = static_bundle(run)
     texts = _texts(bundle["image/svg+xml"])
     assert "loss" in texts and "step time per worker (ms)" in texts      # the panels drawn

@@ -141,18 +141,18 @@ def test_the_gradient_allreduce_is_the_optimizers_else_the_largest():
 
 @pytest.mark.unit
 def test_the_dashboard_draws_other_collectives_beside_the_gradient_allreduce():
-    from nbdist.telemetry.run import Run
+    from nbdist.telemetry.run import Run, RunWriter
 
     ALLREDUCE = "slowest replica's all-reduce"
 
     def run_with(other_ms):
         run = Run(id=1, mode="step", strategy="mirrored", replicas=2)
         for step in range(20):
-            run.record_step(step, 0, loss=[1.0, 1.0], step_ms=9.0, allreduce_ms=[1.0, 2.0],
-                            wait_ms=[0.0, 0.0], compute_ms=[3.0, 3.0],
-                            other_collective_ms=[other_ms, 2 * other_ms])
+            RunWriter(run).record_step(
+                step, 0, loss=[1.0, 1.0], step_ms=9.0, allreduce_ms=[1.0, 2.0], wait_ms=[0.0, 0.0],
+                compute_ms=[3.0, 3.0], other_collective_ms=[other_ms, 2 * other_ms])
         run.allreduce_bytes = 1000
-        run.finish("done")
+        RunWriter(run).finish("done")
         return run.plot()
 
     def allreduce_panel(fig):      # the panel (y axis) of the slowest replica's all-reduce

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..spec import RunSpec, StrategySpec
 from ..step.rewrite import StepSource, register_source, rewrite_step
+from ..telemetry.run import Run, RunWriter
 
 if TYPE_CHECKING:
     from ..data import ReadData
@@ -151,12 +152,12 @@ def step_inputs(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas
                       data.note)
 
 
-def describe_loss(run: Any, cell: StepCell, in_sync: int) -> None:
+def describe_loss(run: Run, cell: StepCell, in_sync: int) -> None:
     """How the Run's headline loss comes from the replicas' losses (``Run.loss_scale``)."""
     if in_sync <= 1:
         return
     if cell.source.global_batch_loss:
-        run.sum_replica_losses(in_sync)
+        RunWriter(run).sum_replica_losses(in_sync)
         return
     run.note(f"loss (global) is the mean of the {in_sync} replicas' losses: the cell does not "
              "divide its loss by the global batch (tf.nn.compute_average_loss(..., "

@@ -23,7 +23,7 @@ from ..errors import CheckpointError, RunInterrupted, StepCodeError
 from ..hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
 from ..interrupts import HeldInterrupts
 from ..spec import RunSpec
-from ..telemetry.run import Run, RunObserver
+from ..telemetry.run import Run, RunObserver, RunWriter
 from .rewrite import StepSource
 
 
@@ -48,7 +48,7 @@ class StepLoop:
     # -- what a family provides ------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
         """Run the steps from ``first_epoch``/``first_step`` on; record them into the Run.
-        ``self.run.finish("stopped")`` and return when an observer asks to stop."""
+        ``RunWriter(self.run).finish("stopped")`` and return when an observer asks to stop."""
         raise NotImplementedError
 
     def _running(self) -> contextlib.AbstractContextManager[Any]:
@@ -94,20 +94,20 @@ class StepLoop:
                 self._loop(first_epoch, first_step)
         except KeyboardInterrupt:
             message = self._interrupted()
-            run.finish("interrupted")
+            RunWriter(run).finish("interrupted")
             raise RunInterrupted(message) from None
         except (StepCodeError, CheckpointError) as err:
-            run.finish("failed", str(err))
+            RunWriter(run).finish("failed", str(err))
             raise
         except Exception as err:
             clearer = self._failure(err)
             if clearer is not None:
-                run.finish("failed", str(clearer))
+                RunWriter(run).finish("failed", str(clearer))
                 if clearer is err:
                     raise
                 raise clearer from None
             mapped = errormap.to_cell_error(err, self.source, self._variable_sites)
-            run.finish("failed", str(mapped or err))
+            RunWriter(run).finish("failed", str(mapped or err))
             if mapped is not None:
                 raise mapped from err
             raise
@@ -115,7 +115,7 @@ class StepLoop:
             self._done()
             if self.checkpoint is not None:
                 self.checkpoint.complete()
-            run.finish("done")
+            RunWriter(run).finish("done")
         return run
 
     @contextlib.contextmanager
@@ -136,7 +136,7 @@ class StepLoop:
     def should_stop(self) -> bool:
         """True (and the Run marked stopped) if an observer asks to stop here."""
         if any(o.should_stop() for o in self.observers):
-            self.run.finish("stopped")
+            RunWriter(self.run).finish("stopped")
             return True
         return False
 

@@ -27,7 +27,7 @@ from ..hooks.tensorflow import quiet_retracing_warning
 from ..strategies import StrategyHandle
 from ..telemetry.collectives import T_GRAD_START, split_timing
 from ..telemetry.probe import StepProbe
-from ..telemetry.run import Run
+from ..telemetry.run import Run, RunWriter
 from . import groups
 from .cache import (
     StepCache,
@@ -281,7 +281,7 @@ class StepRunner(StepLoop):
     def _record(self, step: int, epoch: int, values: dict[str, Any], step_ms: float,
                 data_ms: float, timed: bool, wall_time: float | None = None) -> None:
         timing = split_timing(values) if T_GRAD_START in values else {}
-        self.run.record_step(
+        RunWriter(self.run).record_step(
             step, epoch,
             loss=values["loss"].tolist(),
             grad_norm=values["grad_norm"].tolist() if "grad_norm" in values else None,

@@ -1,8 +1,9 @@
 """The Run: the single store of one training run's metrics.
 
-Runners append rows (one per step and replica or worker); dashboards, the lab extension and
-users read them. A row is a ``Row`` (``telemetry.rows``, where its columns are declared
-once): every reader and writer uses their names. The rows live in numpy chunks
+Runners append rows (one per step and replica or worker) through a ``RunWriter``;
+dashboards, the lab extension and users read them (``Run`` has only the reading side). A
+row is a ``Row`` (``telemetry.rows``, where its columns are declared once): every reader and
+writer uses their names. The rows live in numpy chunks
 (``telemetry.table``: ~8 bytes per number, millions of rows per run); appending is under a
 lock and publishes the new row count last, so a reader on another thread, or a
 KeyboardInterrupt during an append, never sees half a step.
@@ -71,76 +72,10 @@ class Run:
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    # -- writing -------------------------------------------------------------------------
-    def record_step(
-        self,
-        step: int,
-        epoch: int,
-        *,
-        loss: Sequence[float],
-        step_ms: float,
-        grad_norm: Sequence[float] | None = None,
-        allreduce_ms: Sequence[float] | None = None,
-        wait_ms: Sequence[float] | None = None,
-        compute_ms: Sequence[float] | None = None,
-        other_collective_ms: Sequence[float] | None = None,
-        data_ms: float = _NAN,
-        worker: int = 0,
-        replica: int | None = None,
-        extra: dict[str, float] | None = None,
-        wall_time: float | None = None,
-    ) -> None:
-        """Append one step: one row per entry of ``loss`` (one per replica).
-
-        ``replica=-1`` labels a single value already reduced over all replicas (Keras fit).
-        """
-        n = len(loss)
-        columns = Row(step, epoch, np.arange(n) if replica is None else replica, worker, loss,
-                      grad_norm, allreduce_ms, wait_ms, compute_ms, other_collective_ms,
-                      step_ms, data_ms, time.time() if wall_time is None else wall_time)
-        block = np.empty((n, len(COLUMNS)))
-        for i, values in enumerate(columns):
-            block[:, i] = _NAN if values is None else values
-        self.append_block(block, {k: np.full(n, float(v)) for k, v in (extra or {}).items()})
-
-    def append_block(self, block: np.ndarray,
-                     extras: Mapping[str, np.ndarray] | None = None) -> None:
-        """Append whole steps at once: ``block`` has one row per step and replica or worker
-        and the columns of ``COLUMNS`` (``rows.block_from_columns`` builds one), ``extras``
-        maps a metric's name to one value per row."""
-        with self._lock:
-            self._table.append(block, extras)
-
-    def append_rows(self, rows: Sequence[Row],
-                    extras: Sequence[Mapping[str, float] | None] | None = None) -> None:
-        """Append whole steps given as ``Row`` tuples; ``extras[i]`` are ``rows[i]``'s."""
-        block = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(COLUMNS))
-        columns: dict[str, np.ndarray] = {}
-        for i, row_extras in enumerate(extras or ()):
-            for name, value in (row_extras or {}).items():
-                columns.setdefault(name, np.full(len(rows), _NAN))[i] = value
-        self.append_block(block, columns or None)
-
     def note(self, text: str) -> None:
         """Attach a caveat about this run's numbers (shown in the summary)."""
         if text not in self.notes:
             self.notes.append(text)
-
-    def sum_replica_losses(self, in_sync: int) -> None:
-        """The replicas' losses are parts of one global loss (each divided by the global
-        batch): the headline loss of a step is their sum over the ``in_sync`` replicas."""
-        self.loss_scale = in_sync
-        self.note(f"loss (global) is the sum of the {in_sync} replicas' losses, as TensorFlow's "
-                  "tutorials report it (strategy.reduce(SUM, per_replica_losses)): each "
-                  "replica's loss is already divided by the global batch; the per-replica values "
-                  "are the `loss` column of run.metrics")
-
-    def finish(self, status: str, error: str | None = None) -> None:
-        if status not in STATUSES:
-            raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
-        self.status, self.error, self.ended = status, error, time.time()
-        with self._lock:
-            self._table.trim()      # a finished run keeps its rows, not a half-empty chunk
 
     @classmethod
     def load(cls, path: str) -> Run:
@@ -155,7 +90,7 @@ class Run:
                   workers=head["workers"], status=status, started=head["started"],
                   loss_scale=head["loss_scale"],
                   ended=max((e or {}).get("ended", head["started"]) for e in ends))
-        run.append_rows(sorted((r for _, rows, _ in files for r in rows),
+        RunWriter(run).append_rows(sorted((r for _, rows, _ in files for r in rows),
                                key=lambda r: (r.step, r.worker, r.replica)))
         if len(files) < head["workers"]:
             run.note(f"{len(files)} of {head['workers']} workers' files were found next to "
@@ -294,6 +229,84 @@ class Run:
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(self.summary())}</pre>"
+
+
+class RunWriter:
+    """The writing side of a Run, for nbdist's runners and the receivers of worker rows (users
+    only read a Run): ``RunWriter(run).record_step(...)``. Appending is under the run's lock
+    and publishes the new row count last (see the module docstring)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def record_step(
+        self,
+        step: int,
+        epoch: int,
+        *,
+        loss: Sequence[float],
+        step_ms: float,
+        grad_norm: Sequence[float] | None = None,
+        allreduce_ms: Sequence[float] | None = None,
+        wait_ms: Sequence[float] | None = None,
+        compute_ms: Sequence[float] | None = None,
+        other_collective_ms: Sequence[float] | None = None,
+        data_ms: float = _NAN,
+        worker: int = 0,
+        replica: int | None = None,
+        extra: dict[str, float] | None = None,
+        wall_time: float | None = None,
+    ) -> None:
+        """Append one step: one row per entry of ``loss`` (one per replica).
+
+        ``replica=-1`` labels a single value already reduced over all replicas (Keras fit).
+        """
+        n = len(loss)
+        columns = Row(step, epoch, np.arange(n) if replica is None else replica, worker, loss,
+                      grad_norm, allreduce_ms, wait_ms, compute_ms, other_collective_ms,
+                      step_ms, data_ms, time.time() if wall_time is None else wall_time)
+        block = np.empty((n, len(COLUMNS)))
+        for i, values in enumerate(columns):
+            block[:, i] = _NAN if values is None else values
+        self.append_block(block, {k: np.full(n, float(v)) for k, v in (extra or {}).items()})
+
+    def append_block(self, block: np.ndarray,
+                     extras: Mapping[str, np.ndarray] | None = None) -> None:
+        """Append whole steps at once: ``block`` has one row per step and replica or worker
+        and the columns of ``COLUMNS`` (``rows.block_from_columns`` builds one), ``extras``
+        maps a metric's name to one value per row."""
+        with self.run._lock:
+            self.run._table.append(block, extras)
+
+    def append_rows(self, rows: Sequence[Row],
+                    extras: Sequence[Mapping[str, float] | None] | None = None) -> None:
+        """Append whole steps given as ``Row`` tuples; ``extras[i]`` are ``rows[i]``'s."""
+        block = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(COLUMNS))
+        columns: dict[str, np.ndarray] = {}
+        for i, row_extras in enumerate(extras or ()):
+            for name, value in (row_extras or {}).items():
+                columns.setdefault(name, np.full(len(rows), _NAN))[i] = value
+        self.append_block(block, columns or None)
+
+    def sum_replica_losses(self, in_sync: int) -> None:
+        """The replicas' losses are parts of one global loss (each divided by the global
+        batch): the headline loss of a step is their sum over the ``in_sync`` replicas."""
+        self.run.loss_scale = in_sync
+        self.run.note(f"loss (global) is the sum of the {in_sync} replicas' losses, as "
+                      "TensorFlow's tutorials report it (strategy.reduce(SUM, "
+                      "per_replica_losses)): each replica's loss is already divided by the "
+                      "global batch; the per-replica values are the `loss` column of "
+                      "run.metrics")
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        if status not in STATUSES:
+            raise ValueError(f"unknown run status {status!r}; expected one of {STATUSES}")
+        run = self.run
+        run.status, run.error, run.ended = status, error, time.time()
+        with run._lock:
+            run._table.trim()      # a finished run keeps its rows, not a half-empty chunk
 
 
 class RunObserver:

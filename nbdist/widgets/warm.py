@@ -36,14 +36,15 @@ def warm_in_background(shell: Any) -> threading.Thread | None:
 
 def sample_bundle() -> dict[str, Any]:
     """The static dashboard of a made-up 2-worker, 4-step Run (what the warm-up draws)."""
-    from ..telemetry.run import Run
+    from ..telemetry.run import Run, RunWriter
     from .static import static_bundle
 
     run = Run(id=0, mode="step", strategy="warm-up", replicas=1, workers=2)
     for step in range(4):
-        run.record_step(step, 0, loss=[1.0], grad_norm=[1.0], compute_ms=[1.0], step_ms=1.0,
-                        data_ms=0.1, worker=step % 2, replica=0, wall_time=float(step))
-    run.finish("done")
+        RunWriter(run).record_step(
+            step, 0, loss=[1.0], grad_norm=[1.0], compute_ms=[1.0], step_ms=1.0, data_ms=0.1,
+            worker=step % 2, replica=0, wall_time=float(step))
+    RunWriter(run).finish("done")
     return static_bundle(run)
 
 

@@ -11,7 +11,7 @@ from labhelpers import RUN_ALL_NOWAIT, dismiss_news, shot, shot_of, write_notebo
 
 SEEN = "scale-seen.flag"   # the test has looked at the live dashboard: the run may finish
 CELLS = ["""import os, threading, time
-from nbdist.telemetry.run import Run
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.dashboard import Dashboard
 
 W, R, RATE, STEPS = 64, 8, 20, 300      # ~15 s: time to look at it while it runs
@@ -25,12 +25,12 @@ def produce():
         for w in range(W):
             compute = [2.0 + (6.0 if (w, r) == (37, 5) else 0.0) + 0.05 * (w % 7) + 0.1 * r
                        for r in range(R)]
-            run.record_step(step, 0, worker=w, step_ms=12.0, data_ms=0.2,
-                            loss=[2.0 / (1 + 0.05 * step) + 0.02 * ((w * R + r) % 23)
+            RunWriter(run).record_step(step, 0, worker=w, step_ms=12.0, data_ms=0.2,
+                                       loss=[2.0 / (1 + 0.05 * step) + 0.02 * ((w * R + r) % 23)
                                   for r in range(R)],
-                            grad_norm=[1.0 + 0.01 * ((w + r) % 11) for r in range(R)],
-                            allreduce_ms=[1.5 + 0.01 * w] * R, wait_ms=[0.0] * R,
-                            compute_ms=compute)
+                                       grad_norm=[1.0 + 0.01 * ((w + r) % 11) for r in range(R)],
+                                       allreduce_ms=[1.5 + 0.01 * w] * R, wait_ms=[0.0] * R,
+                                       compute_ms=compute)
 
 thread = threading.Thread(target=produce)
 thread.start()
@@ -43,7 +43,7 @@ while thread.is_alive() or seen < run.n_rows:
 deadline = time.monotonic() + 120   # however slow the page was to show it
 while not os.path.exists("scale-seen.flag") and time.monotonic() < deadline:
     time.sleep(0.05)
-run.finish("done")
+RunWriter(run).finish("done")
 dash.close()"""]
 
 FIGURE = """() => {

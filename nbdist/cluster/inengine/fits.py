@@ -13,7 +13,7 @@ from typing import Any
 from ...fitrecord import FitRecording, is_number, recorder_class
 from ...patching import patched
 from ...telemetry import fitreduce
-from ...telemetry.run import Run
+from ...telemetry.run import Run, RunWriter
 from ...tfkeras import INSTALL_HINT
 from ..failures import KerasUnsupported
 from .runs import Forwarder, in_run, local_run
@@ -68,7 +68,7 @@ def _recording_fit(st: WorkerState, cell_id: str, original: Any, kind: str,
             if clock is not None and not callback.timed and run.steps_done:
                 run.note("no gradient all-reduce was seen in tf_keras's optimizer (a custom "
                          "train_step?), so allreduce_ms is not measured")
-            run.finish("stopped" if callback.stopped else "done")
+            RunWriter(run).finish("stopped" if callback.stopped else "done")
             return history
 
     return fit
@@ -102,9 +102,9 @@ class _WorkerFitRecording(FitRecording):
         extra = {k: v for k, v in logs.items() if k != "loss"}
         allreduce = self.clock.read_ms() if self.clock is not None else None
         self.timed = self.timed or allreduce is not None
-        self.run.record_step(self.step, self.epoch, loss=[logs.get("loss", float("nan"))],
-                             step_ms=step_ms, replica=-1, extra=extra or None,
-                             allreduce_ms=allreduce)
+        RunWriter(self.run).record_step(
+            self.step, self.epoch, loss=[logs.get("loss", float("nan"))], step_ms=step_ms,
+            replica=-1, extra=extra or None, allreduce_ms=allreduce)
         self.step += 1
         self.forward.on_step(self.run)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...errors import RunInterrupted
 from ...telemetry.rows import pack
-from ...telemetry.run import Run, RunObserver
+from ...telemetry.run import Run, RunObserver, RunWriter
 from .. import protocol
 from ..protocol import StopGate
 from .worker import WorkerState
@@ -82,12 +82,12 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
     except BaseException as err:
         if run.status == "running":
             interrupted = isinstance(err, (KeyboardInterrupt, RunInterrupted))
-            run.finish("interrupted" if interrupted else "failed", str(err)[:500])
+            RunWriter(run).finish("interrupted" if interrupted else "failed", str(err)[:500])
         raise
     finally:
         st.running, st.send_unsent = False, None
         if run.status == "running":
-            run.finish("done")
+            RunWriter(run).finish("done")
         forward.flush(run)
         st.channel.send({"type": protocol.RUN_END, "run": key, "status": run.status,
                          "notes": run.notes})

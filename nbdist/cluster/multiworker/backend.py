@@ -21,7 +21,7 @@ from ...backends.cells import ScopeCell, StepCell, describe_loss
 from ...errors import ConfigError
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
-from ...telemetry.run import Run, RunList, RunObserver
+from ...telemetry.run import Run, RunList, RunObserver, RunWriter
 from ...tflogs import worker_environment
 from .. import injection, tfconfig
 from ..compat import check_engines
@@ -215,7 +215,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             self.broken = str(err).split(": ")[0] + "."
             for run in self.monitor.runs():
                 if run.status == "running":
-                    run.finish("failed", str(err))
+                    RunWriter(run).finish("failed", str(err))
             raise
         ended = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
         if ended:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...telemetry.rows import POSITION, unpack
-from ...telemetry.run import Run
+from ...telemetry.run import Run, RunWriter
 from .. import protocol
 from .arrivals import StepAligner, straggler_note
 from .stall import StallWatch
@@ -66,14 +66,14 @@ class _RunEntry:
 
     def append(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
         if self.aligner is None:
-            self.run.append_block(block, extras or None)
+            RunWriter(self.run).append_block(block, extras or None)
             return
         with self.lock:
             self._align(worker, block, extras)
 
     def _align(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
         for ready, ready_extras in self.aligner.add(worker, block, extras):
-            self.run.append_block(ready, ready_extras or None)
+            RunWriter(self.run).append_block(ready, ready_extras or None)
         found = self.aligner.straggler()
         if found is not None:
             self.straggler = found
@@ -87,7 +87,7 @@ class _RunEntry:
             return
         with self.lock:
             for ready, ready_extras in self.aligner.flush():
-                self.run.append_block(ready, ready_extras or None)
+                RunWriter(self.run).append_block(ready, ready_extras or None)
             if self.straggler is not None:   # one note, with the latest median
                 if self.noted in self.run.notes:
                     self.run.notes.remove(self.noted)
@@ -98,7 +98,7 @@ class _RunEntry:
         self.ended[worker] = status if status in _SEVERITY else "failed"
         if len(self.ended) == workers and self.run.status == "running":
             self.flush()
-            self.run.finish(max(self.ended.values(), key=_SEVERITY.index))
+            RunWriter(self.run).finish(max(self.ended.values(), key=_SEVERITY.index))
 
 
 class StopCoordinator:

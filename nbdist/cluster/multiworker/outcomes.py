@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import RunInterrupted
-from ...telemetry.run import Run
+from ...telemetry.run import Run, RunWriter
 from ..failures import build_error
 
 FIT_NOTE = (
@@ -31,8 +31,8 @@ def finish_runs(outcomes: dict[int, dict[str, Any]], interrupted: bool, runs: li
     failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"] and "error" in o}
     for run in runs:
         if run.status == "running" or (interrupted and run.status == "stopped"):
-            run.finish("interrupted" if interrupted else "failed" if failures
-                       else "stopped" if stopped else "done")
+            RunWriter(run).finish("interrupted" if interrupted else "failed" if failures
+                                  else "stopped" if stopped else "done")
     real = {w: f for w, f in failures.items()
             if f["type"] not in ("KeyboardInterrupt", "RunInterrupted")}
     if real:

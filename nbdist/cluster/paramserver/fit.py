@@ -28,7 +28,7 @@ from ...errors import RunInterrupted
 from ...fitrecord import FitRecording, is_number, recorder_class
 from ...hooks.tf_keras import accept_tensor_logs
 from ...patching import patched
-from ...telemetry.run import Run, RunObserver
+from ...telemetry.run import Run, RunObserver, RunWriter
 from ...tfkeras import INSTALL_HINT
 from ..failures import KerasUnsupported
 from .health import ProcessWatch, TaskDied, dead_message_after, drain, ready
@@ -115,18 +115,18 @@ def _recording_fit(original: Any, new_run: Callable[[], Run], observers: list[Ru
             recorder.drain()
         except KeyboardInterrupt:
             recorder.drain(quiet=True)
-            run.finish("interrupted")
+            RunWriter(run).finish("interrupted")
             raise RunInterrupted(
                 f"model.fit interrupted after step {run.steps_done}; the steps so far are kept "
                 f"in nbdist.runs[-1] (run {run.id}). The cluster is still usable."
             ) from None
         except BaseException as err:
             died = dead_message_after(watch, err, run.steps_done)
-            run.finish("failed", died or f"{type(err).__name__}: {err}")
+            RunWriter(run).finish("failed", died or f"{type(err).__name__}: {err}")
             if died:
                 raise TaskDied(died) from None
             raise
-        run.finish("stopped" if recorder.stopped else "done")
+        RunWriter(run).finish("stopped" if recorder.stopped else "done")
         return history
 
     return fit
@@ -252,9 +252,9 @@ class _Recorder(FitRecording):
         extra = {k: v for k, v in logs.items() if k != "loss"}
         end = float(values.get(_T_END, time.time()))
         step_ms = (end - float(values.get(_T_START, float("nan")))) * 1e3
-        self.run.record_step(step, epoch, loss=[logs.get("loss", float("nan"))],
-                             step_ms=step_ms, worker=int(values.get(_WORKER, -1)), replica=0,
-                             extra=extra or None, wall_time=end)
+        RunWriter(self.run).record_step(
+            step, epoch, loss=[logs.get("loss", float("nan"))], step_ms=step_ms,
+            worker=int(values.get(_WORKER, -1)), replica=0, extra=extra or None, wall_time=end)
         for observer in self.observers:
             observer.on_step(self.run)
 

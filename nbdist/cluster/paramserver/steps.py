@@ -45,7 +45,7 @@ from ...step.cache import (
 from ...step.keras_builds import call_building_optimizers
 from ...step.loop import StepLoop
 from ...step.runner import TimingPacer
-from ...telemetry.run import Run
+from ...telemetry.run import Run, RunWriter
 from . import health
 from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
 from .instrument import EPOCH_NOTE, UPDATE_NOTE, quiet_recovery_logs
@@ -181,7 +181,7 @@ class PSStepLoop(StepLoop):
                 self.checkpoint.save(step // per_epoch, step)
             if any(o.should_stop() for o in self.observers):
                 self._drain()
-                self.run.finish("stopped")
+                RunWriter(self.run).finish("stopped")
                 return
             self.interrupts.check()
             self._check_health()
@@ -272,7 +272,7 @@ class PSStepLoop(StepLoop):
         ms = {k: (values[b] - values[a]) * 1e3 for k, (a, b) in SPANS.items()
               if a in values and b in values}
         extra = {"update_ms": ms["update_ms"]} if "update_ms" in ms else None
-        self.run.record_step(
+        RunWriter(self.run).record_step(
             step, step // self.per_epoch, loss=[values["loss"]],
             grad_norm=[values["grad_norm"]] if "grad_norm" in values else None,
             compute_ms=[ms["compute_ms"]] if "compute_ms" in ms else None,
