@@ -26,6 +26,13 @@ CENTRAL_STORAGE_LOSS_NOTE = (
 )
 
 
+def _nothing() -> None:
+    pass
+
+
+def _no_clearer(err: BaseException) -> BaseException | None:
+    return None
+
 
 class FitRecording:
     """What every fit recorder shares, mixed into a Callback class of the Keras that runs the
@@ -65,6 +72,33 @@ class FitRecording:
         if self.stop_requested():
             self.model.stop_training = True
             self.stopped = True
+
+    def ended_fit(self, fit: Callable[[], Any], *, interrupted: Callable[[], None] = _nothing,
+                  still_usable: str = "",
+                  clearer: Callable[[BaseException], BaseException | None] = _no_clearer) -> Any:
+        """``fit()``'s result, with the Run ended as the fit ended: done, stopped, interrupted
+        (``interrupted()`` runs first; the error says the steps so far are kept, then
+        ``still_usable``) or failed (``clearer(err)``: an error to raise instead, or None)."""
+        run = self.run
+        try:
+            history = fit()
+        except KeyboardInterrupt:
+            interrupted()
+            RunWriter(run).finish("interrupted")
+            raise RunInterrupted(
+                f"model.fit interrupted after step {run.steps_done}; the steps so far are kept "
+                f"in nbdist.runs[-1] (run {run.id}).{still_usable}"
+            ) from None
+        except BaseException as err:
+            instead = clearer(err)
+            RunWriter(run).finish("failed", str(instead) if instead is not None
+                                  else f"{type(err).__name__}: {err}")
+            if instead is not None:
+                raise instead from None
+            raise
+        RunWriter(run).finish("stopped" if self.stopped else "done")
+        return history
+
 
 
 def recorder_class(name: str, recording: type, callback_base: type) -> type:
@@ -138,19 +172,8 @@ def recording_fit(new_run: Callable[[], Run], observers: list[RunObserver], cent
         if extra_callbacks is not None:
             callbacks += extra_callbacks(model, run, kwargs)
         callbacks.append(recorder)
-        try:
-            history = original(model, *args, callbacks=callbacks, **kwargs)
-        except KeyboardInterrupt:
-            RunWriter(run).finish("interrupted")
-            raise RunInterrupted(
-                f"model.fit interrupted after step {run.steps_done}; the steps so far are kept "
-                f"in nbdist.runs[-1] (run {run.id})."
-            ) from None
-        except BaseException as err:
-            RunWriter(run).finish("failed", f"{type(err).__name__}: {err}")
-            raise
-        RunWriter(run).finish("stopped" if recorder.stopped else "done")
-        return history
+        return recorder.ended_fit(
+            lambda: original(model, *args, callbacks=callbacks, **kwargs))
 
     with patched([(cls, "fit", fit)]):
         yield started

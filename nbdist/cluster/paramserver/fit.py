@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...errors import RunInterrupted
 from ...fitrecord import FitRecording, is_number, recorder_class
 from ...hooks.tf_keras import accept_tensor_logs
 from ...patching import patched
@@ -109,25 +108,19 @@ def _recording_fit(original: Any, new_run: Callable[[], Run], observers: list[Ru
         recorder = _recorder(run, observers, watch)
         extra = extra_callbacks(model, run, kwargs) if extra_callbacks is not None else []
         kwargs["callbacks"] = [*list(kwargs.get("callbacks") or []), *extra, recorder]
-        try:
+
+        def instrumented_fit() -> Any:
             with _instrumented(model):
                 history = original(model, *args, **kwargs)
             recorder.drain()
-        except KeyboardInterrupt:
-            recorder.drain(quiet=True)
-            RunWriter(run).finish("interrupted")
-            raise RunInterrupted(
-                f"model.fit interrupted after step {run.steps_done}; the steps so far are kept "
-                f"in nbdist.runs[-1] (run {run.id}). The cluster is still usable."
-            ) from None
-        except BaseException as err:
-            died = dead_message_after(watch, err, run.steps_done)
-            RunWriter(run).finish("failed", died or f"{type(err).__name__}: {err}")
-            if died:
-                raise TaskDied(died) from None
-            raise
-        RunWriter(run).finish("stopped" if recorder.stopped else "done")
-        return history
+            return history
+
+        def died(err: BaseException) -> BaseException | None:
+            message = dead_message_after(watch, err, run.steps_done)
+            return TaskDied(message) if message else None
+
+        return recorder.ended_fit(instrumented_fit, interrupted=lambda: recorder.drain(quiet=True),
+                                  still_usable=" The cluster is still usable.", clearer=died)
 
     return fit
 
