@@ -278,6 +278,27 @@ def test_drawing_failure_warns_once_and_training_continues(
     assert recorder.replaced, "the failed dashboard's widgets were left in the output"
 
 
+def test_a_worker_whose_lines_appear_mid_run_gets_them_drawn(recorder: Recorder) -> None:
+    """Under parameter_server a worker's first rows can come after the figure is drawn: its
+    lines are added to the live figure (a dashboard failure warns, which fails this test)."""
+    run = Run(id=1, mode="step", strategy="parameter_server", replicas=1, workers=2)
+
+    def step(s: int, worker: int) -> None:
+        RunWriter(run).record_step(s, 0, loss=[1.0 / (s + 1)], step_ms=4.0, worker=worker,
+                                   replica=0, grad_norm=[1.0])
+
+    for s in range(5):
+        step(s, 0)
+    dash = live_dashboard(run, min_interval=0.0)
+    for s in range(5, 20):
+        step(s, s % 2)
+        dash.on_step(run)
+    RunWriter(run).finish("done")
+    dash.close()
+    assert not dash.failed
+    assert {"w0/r0", "w1/r0"} <= set(by_panel(dash, "loss"))
+
+
 def test_stop_button_requests_a_stop(recorder: Recorder) -> None:
     run = make_run(5)
     dash = live_dashboard(run)

@@ -147,6 +147,11 @@ def test_runs_top_to_bottom(name):
     """(How long each takes, against a kernel that only sets nbdist up: benchmarks/notebooks.py.)"""
     nb = run_notebook(name)
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
+    # a warning nbdist prints (the dashboard stopped drawing...) is a failure, as in-process
+    warned = [f"{c.source.splitlines()[0]!r}: {o.text.strip()[:300]}" for c in nb.cells
+              for o in c.get("outputs", []) if o.output_type == "stream"
+              and o.name == "stderr" and "Warning: nbdist" in o.text]
+    assert not warned, "\n".join(warned)
 
 
 def test_00_quickstart():

@@ -263,10 +263,12 @@ def static_figure(run: Run, **options: Any) -> Any:
 
 
 def plotly_json(obj: Any) -> Any:
-    """``obj`` (a figure dict, traces) as JSON data; numpy arrays become plotly's typed arrays
-    (``{"dtype": "f8", "bdata": ...}``), which plotly.js reads as they are."""
+    """``obj`` (a figure dict, or a list of traces) as JSON data, encoded as plotly encodes
+    figures (numpy arrays, dates...). ``plotly.io.to_json`` takes figures only: a list of
+    traces, which the live figure sends when a run's lines appear mid-run, must go through
+    the encoder itself."""
     import json
 
-    import plotly.io as pio
+    from plotly.io.json import to_json_plotly
 
-    return json.loads(pio.to_json(obj, validate=False))
+    return json.loads(to_json_plotly(obj))
