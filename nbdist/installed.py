@@ -1,7 +1,7 @@
 """What is installed, read from package metadata only (nothing is imported).
 
 The kernel and every worker use this to compare versions (``cluster/compat.py``) and to find
-the tf-keras that matches the installed TensorFlow (``nbdist.tfkeras``).
+the tf-keras that matches the installed TensorFlow (``nbdist.install_tf_keras``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from .tfkeras import INSTALL_HINT
+from .install_tf_keras import INSTALL_HINT
 
 FIRST = "00-quickstart.ipynb"
 

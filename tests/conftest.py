@@ -154,7 +154,7 @@ def tf_keras():
     """tf_keras (extra `legacy-keras`), for tests of what needs it: skipped with the reason when
     it is missing, failed instead under NBDIST_REQUIRE_ALL=1 (the README's test command)."""
     if importlib.util.find_spec("tf_keras") is None:
-        message = "tf_keras is not installed: python3 -m nbdist.tfkeras"
+        message = "tf_keras is not installed: python3 -m nbdist.install_tf_keras"
         if os.environ.get("NBDIST_REQUIRE_ALL") == "1":
             pytest.fail(f"{message}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
         pytest.skip(message)

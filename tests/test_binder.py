@@ -70,7 +70,7 @@ def test_scripts_are_executable_and_install_this_checkout():
     assert "set -euo pipefail" in post
     assert "PIP_NO_CACHE_DIR=1" in post and "python -m pip install .\n" in post  # lab ext. too
     assert "jupyter labextension list" in post            # ... and fails the build without it
-    assert post.rstrip().endswith("python -m nbdist.tfkeras")   # tf-keras for 04 and 05
+    assert post.rstrip().endswith("python -m nbdist.install_tf_keras")   # tf-keras for 04 and 05
     assert (BINDER / "start").read_text().rstrip().endswith('exec "$@"')
 
 

@@ -21,10 +21,10 @@ from nbdist.cluster.paramserver import context as ps_context
 from nbdist.cluster.paramserver.backend import live_ps_clusters
 from nbdist.cluster.paramserver.steps import TAKE_EVERY_ROWS, WINDOW_PER_WORKER
 from nbdist.errors import ConfigError
+from nbdist.install_tf_keras import INSTALL_HINT
 from nbdist.session import current_session
 from nbdist.spec import StrategySpec
 from nbdist.strategies import build_strategy
-from nbdist.tfkeras import INSTALL_HINT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO_TIMEOUT_S = 300

@@ -42,8 +42,9 @@ def test_ci_runs_exactly_the_readme_test_command_which_runs_everything():
     assert user[-1] == "python3 -m nbdist.tutorials"
     assert [s for s in user if "pip install" in s] == ["python3 -m pip install -e '.[cpu,lab]'"]
     assert [s for s in steps if "pip install" in s] == ["python3 -m pip install -q -e '.[test]'"]
-    assert [s for s in user if "nbdist.tfkeras" in s] == ["python3 -m nbdist.tfkeras"]
-    assert [s for s in steps if "nbdist.tfkeras" in s] == ["python3 -m nbdist.tfkeras"]
+    tf_keras = "python3 -m nbdist.install_tf_keras"
+    assert [s for s in user if "nbdist.install_tf_keras" in s] == [tf_keras]
+    assert [s for s in steps if "nbdist.install_tf_keras" in s] == [tf_keras]
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     assert "nbdist[cpu,lab]" in extras["test"]

@@ -85,7 +85,7 @@ def check_sharded(cell: str, objects: dict[str, Any]) -> None:
             "attribute 'handle'\"), so this step cannot train it. Build the model and its "
             "optimizer with tf_keras, whose layers and optimizers train sharded variables "
             "(`import tf_keras` in a `%%distribute` cell, then `tf_keras.Sequential`, "
-            "`tf_keras.layers...`, `tf_keras.optimizers...`; `python3 -m nbdist.tfkeras` "
+            "`tf_keras.layers...`, `tf_keras.optimizers...`; `python3 -m nbdist.install_tf_keras` "
             "installs it), or leave the variables whole: `%distribute parameter_server` "
             "without --partitioner. Nothing was run or changed.",
             cell_line=line, line_text=text)

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...fitrecord import FitRecording, is_number, recorder_class
+from ...install_tf_keras import INSTALL_HINT
 from ...patching import patched
 from ...telemetry import fitreduce
 from ...telemetry.run import Run, RunWriter
-from ...tfkeras import INSTALL_HINT
 from ..failures import KerasUnsupported
 from .runs import Forwarder, in_run, local_run
 from .worker import WorkerState

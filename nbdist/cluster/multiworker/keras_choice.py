@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from ...errors import ConfigError
-from ...tfkeras import INSTALL_HINT
+from ...install_tf_keras import INSTALL_HINT
 
 KERAS_CHOICES = ("auto", "legacy", "keras3")
 KERAS_ISSUE = ("Keras 3 model.fit fails under MultiWorkerMirroredStrategy "

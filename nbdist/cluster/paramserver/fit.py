@@ -26,9 +26,9 @@ from typing import Any
 
 from ...fitrecord import FitRecording, is_number, recorder_class
 from ...hooks.tf_keras import accept_tensor_logs
+from ...install_tf_keras import INSTALL_HINT
 from ...patching import patched
 from ...telemetry.run import Run, RunObserver, RunWriter
-from ...tfkeras import INSTALL_HINT
 from ..failures import KerasUnsupported
 from .health import ProcessWatch, TaskDied, dead_message_after, drain, ready
 

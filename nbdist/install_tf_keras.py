@@ -1,4 +1,4 @@
-"""tf_keras beside the installed TensorFlow: ``python -m nbdist.tfkeras``.
+"""tf_keras beside the installed TensorFlow: ``python -m nbdist.install_tf_keras``.
 
 ``%distribute multiworker`` workers run tf_keras as ``tf.keras`` (Keras 3 ``fit`` fails under
 MultiWorkerMirroredStrategy in TensorFlow 2.21), and ``model.fit`` under ``parameter_server``
@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .installed import installed_version, tensorflow_distribution
 
 #: What every message that needs tf_keras tells users to run (then restart the kernel).
-INSTALL_HINT = "python3 -m nbdist.tfkeras"
+INSTALL_HINT = "python3 -m nbdist.install_tf_keras"
 
 
 def requirement() -> tuple[str, bool]:
@@ -54,7 +54,7 @@ def require(what: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nbdist.tfkeras", description=__doc__
+    parser = argparse.ArgumentParser(prog="python -m nbdist.install_tf_keras", description=__doc__
                                      .split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
                         help="only report; exit 1 if tf_keras is missing or mismatched")
