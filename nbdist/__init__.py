@@ -95,7 +95,7 @@ def load_ipython_extension(ipython: Any) -> None:
     if session.pre_run_cell not in ipython.events.callbacks["pre_run_cell"]:
         ipython.events.register("pre_run_cell", session.pre_run_cell)
         ipython.events.register("post_run_cell", session.post_run_cell)
-        channel.open()
+        session.lab_channel.open()
 
 
 def unload_ipython_extension(ipython: Any) -> None:

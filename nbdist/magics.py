@@ -16,6 +16,7 @@ from IPython.core.magic_arguments import (
     parse_argstring,
 )
 
+from .cluster.protocol import FAULT_KINDS
 from .errormap import without_nbdist_frames
 from .errors import ConfigError, NbdistError
 from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
@@ -24,6 +25,8 @@ from .tflogs import quiet_tensorflow
 
 _ACTIONS = ("status", "stop", "restart", "push", "pull", "inject")
 _WIDTH = 96   # the help is rendered once, at this width, whatever the terminal
+_FAULTS = "|".join(FAULT_KINDS)
+_DELAYED = [k for k in FAULT_KINDS.values() if k.delay is not None]
 
 
 def _formatter(prog: str) -> MagicHelpFormatter:
@@ -57,13 +60,14 @@ def placement_args(f: Callable) -> Callable:
           help=f"{', '.join(STRATEGY_NAMES)}; or status, stop, restart, push, "
                "pull, inject (default: the picker)")
 @argument("names", nargs="*", metavar="NAME",
-          help="push/pull: variable names; inject: kill|stop|slow|partition|heal WORKER")
+          help=f"push/pull: variable names; inject: {_FAULTS} WORKER")
 @placement_args
 @argument("--worker", type=int, metavar="I", help="pull: the worker (default: 0)")
 @argument("--at-step", type=int, metavar="N",
           help="inject: after the worker's N-th step of its run (default: at once)")
 @argument("--delay", type=float, metavar="S",
-          help="inject slow: seconds added to every step (default: 0.5)")
+          help=f"inject {'|'.join(k.name for k in _DELAYED)}: seconds added to every step "
+               f"(default: {_DELAYED[0].delay:g})")
 @argument("--keras", choices=("auto", "legacy", "keras3"), metavar="KERAS",
           help="multiworker: auto, legacy (tf_keras) or keras3 (default: auto)")
 def _line_args(line: str) -> None:
@@ -113,7 +117,7 @@ Examples::
   %distribute status                     # strategy, devices, workers, equivalent TensorFlow
   %distribute pull history.history --worker 1  # a worker's value into the kernel
   %distribute export train.py            # the step cell's training as a script
-  %distribute inject kill 1 --at-step 20 # drills: kill, stop, slow, partition (until heal)
+  %distribute inject kill 1 --at-step 20 # drills: {faults}
 
   %%distribute                           # scope mode: every model.fit is recorded
   model.fit(train_ds, epochs=3)
@@ -135,7 +139,7 @@ def _help() -> str:
     line, cell = (f.parser.format_help().rstrip() for f in (_line_args, _cell_args))
     return ("Run TensorFlow under a tf.distribute strategy: choose it (line magic), then run\n"
             "cells under it (cell magic). Line flags and cell flags are distinct.\n\n"
-            f"{line}\n\n{cell}\n\n{_EXAMPLES}")
+            f"{line}\n\n{cell}\n\n{_EXAMPLES.replace('{faults}', ', '.join(FAULT_KINDS))}")
 
 
 def _flags(magic: Callable) -> set[str]:

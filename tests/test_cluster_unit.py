@@ -42,7 +42,8 @@ def test_which_keras_the_workers_run(monkeypatch, choice, have, mode, words):
 
 def test_legacy_keras_without_tf_keras_or_a_bad_choice_fail_clearly(monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(ConfigError, match=r"Run `python3 -m nbdist\.tfkeras` in a terminal"):
+    with pytest.raises(ConfigError,
+                       match=r"Run `python3 -m nbdist\.install_tf_keras` in a terminal"):
         multiworker.resolve_keras("legacy")
     with pytest.raises(ConfigError, match="choose one of auto, legacy, keras3"):
         multiworker.resolve_keras("keras2")
@@ -365,3 +366,74 @@ def test_a_main_thread_waiting_for_its_next_batch_is_in_the_input_phase():
     phases = [batch for batch, _ in timed_batches(Source(), 2)]
     assert phases == ["input", "input"]
     assert stacks._phase(traceback.extract_stack()) == "cell"
+
+
+def test_every_engine_set_offers_the_whole_protocol_before_it_starts(tmp_path):
+    """The backends read every member of ``EngineSet`` without probing: both kinds of engine
+    set have each one, with a value saying "none" where they do not offer it."""
+    import shutil
+    from typing import get_type_hints
+
+    from nbdist.cluster.engines.base import EngineSet
+    from nbdist.cluster.engines.local import LocalEngines
+    from nbdist.cluster.engines.profile import ProfileEngines
+
+    members = set(get_type_hints(EngineSet)) | {
+        name for name, value in vars(EngineSet).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))}
+    assert {"pids", "links", "remote", "local", "describe"} <= members, members
+    local = LocalEngines(2)
+    try:
+        profile = ProfileEngines(str(tmp_path), 2)
+        for engines in (local, profile):
+            missing = sorted(m for m in members if not hasattr(engines, m))
+            assert not missing, (type(engines).__name__, missing)
+        assert local.pids == {} and local.links is None and local.remote == []
+        assert profile.pids == {} and profile.links.cut == {} and profile.remote == []
+    finally:
+        shutil.rmtree(local.profile_dir, ignore_errors=True)
+
+
+def test_every_fault_kind_is_read_from_one_table(monkeypatch):
+    """``protocol.FAULT_KINDS`` is the one list of ``%distribute inject`` faults: the kernel's
+    checks, the worker's half, the magic's help and the parameter-server backend read it, so
+    a new kind that is a signal is one entry there."""
+    import os
+    import signal
+
+    from nbdist.cluster import injection, protocol
+    from nbdist.cluster.inengine.faults import FaultPlan
+    from nbdist.cluster.paramserver.faults import PSFaults
+    from nbdist.magics import _help
+
+    text = _help()
+    for name, kind in protocol.FAULT_KINDS.items():
+        assert name in text
+        fault, worker, delay = injection.check(name, "1", 2, None, None)
+        assert (fault, worker, delay) == (name, 1, kind.delay)
+        if not kind.at_step:
+            with pytest.raises(ConfigError, match="drop --at-step"):
+                injection.check(name, "1", 2, 3, None)
+        if kind.delay is None:
+            with pytest.raises(ConfigError, match="per-step delay of `slow`"):
+                injection.check(name, "1", 2, None, 1.0)
+    with pytest.raises(ConfigError, match="not a fault(.|\n)*  partition  take the worker"):
+        injection.check("explode", "1", 2, None, None)
+
+    toy = protocol.FaultKind("term", "SIGTERM: asked to end", signal="SIGTERM")
+    monkeypatch.setitem(protocol.FAULT_KINDS, "term", toy)
+    assert injection.check("term", "0", 2, 5, None) == ("term", 0, None)
+    sent, signalled = [], []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: signalled.append((pid, sig)))
+    plan = FaultPlan(sent.append, lambda: None)
+    plan.on_control({"fault": "term", "at_step": 5}, steps_done=2)
+    plan.on_step(4)
+    assert signalled == [] and sent == []
+    plan.on_step(5)
+    assert signalled == [(os.getpid(), signal.SIGTERM)]
+    assert sent == [{"type": protocol.INJECTED, "fault": "term", "step": 5}]
+    plan.on_control({"fault": "heal"}, steps_done=0)   # the kernel's to apply: ignored here
+    assert len(sent) == 1
+    with pytest.raises(ConfigError, match="`%distribute inject term` is offered under "
+                                          "multiworker only"):
+        PSFaults(lambda sig, w: None, 2).inject("term", "1", None, None)

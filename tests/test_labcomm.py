@@ -431,3 +431,49 @@ def test_through_a_real_kernel() -> None:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+# -- the extension's hooks --------------------------------------------------------------------
+
+
+@pytest.mark.kernel
+def test_loading_the_extension_again_opens_the_channel_and_hooks_once(
+        ip: Any, manager: CommManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`%load_ext`, `%unload_ext`, `%load_ext`, `%reload_ext` in one shell, and a load that
+    finds the channel still there but the cell hooks gone: each time the lab channel is open
+    and every hook is registered once."""
+    import nbdist
+    from nbdist.session import current_session
+
+    session = current_session(ip)
+    callbacks = ip.events.callbacks
+
+    def check() -> None:
+        channel = session.lab_channel
+        assert channel is not None and channel.is_open
+        assert callbacks["pre_run_cell"].count(session.pre_run_cell) == 1
+        assert callbacks["post_run_cell"].count(session.post_run_cell) == 1
+        assert callbacks["post_run_cell"].count(session.flush_listeners) == 1
+        assert session.listeners.count(channel.publish) == 1
+
+    ip.run_line_magic("unload_ext", "nbdist")
+    assert session.lab_channel is None
+    assert session.pre_run_cell not in callbacks["pre_run_cell"]
+    assert session.flush_listeners not in callbacks["post_run_cell"]
+    ip.run_line_magic("load_ext", "nbdist")
+    check()
+    ip.run_line_magic("load_ext", "nbdist")   # already loaded: IPython does not load it again
+    check()
+    ip.run_line_magic("reload_ext", "nbdist")
+    check()
+    nbdist.load_ipython_extension(ip)          # a second call of the hook itself
+    check()
+    ip.events.unregister("pre_run_cell", session.pre_run_cell)
+    ip.events.unregister("post_run_cell", session.post_run_cell)
+    session.lab_channel.close()
+    nbdist.load_ipython_extension(ip)          # the channel is kept and opened again
+    check()
+    assert len(manager.created) == 3, manager.created  # type: ignore[attr-defined]
+    monkeypatch.undo()                         # leave the shell with a channel of its own
+    ip.run_line_magic("reload_ext", "nbdist")
+    check()

@@ -1,17 +1,16 @@
 """``%distribute inject FAULT WORKER``: real faults on purpose, for tests, tutorials and
-drills; the kernel's half (checks, the log ``%distribute status`` shows). The worker's half
-is ``inengine.faults``.
+drills; the kernel's half (checks, the log ``%distribute status`` shows). The kinds of fault,
+and what each takes, are ``protocol.FAULT_KINDS``; the worker's half is ``inengine.faults``.
 
-- ``kill``: SIGKILL (a crash, the OOM killer); ``stop``: SIGSTOP (a frozen process);
-- ``slow``: sleep ``--delay`` seconds after every step (a straggler; ``--delay 0`` ends it);
-- ``partition``: take the worker's network link down (a pulled cable: the process runs on and
-  reaches no one). Only where nbdist can cut one worker off (``engines.links``: a
-  ``--cluster`` engine in a network namespace of its own on this machine, as on the hosts of
-  tests/hostbed.py); refused, saying why, elsewhere. The link comes back up with
-  ``heal WORKER``, and at ``%distribute stop`` / ``restart``.
+The kinds that change a link (``partition`` takes the worker's network link down, a pulled
+cable: the process runs on and reaches no one) are the kernel's to apply, and only where
+nbdist can cut one worker off (``engines.links``: a ``--cluster`` engine in a network
+namespace of its own on this machine, as on the hosts of tests/hostbed.py); refused, saying
+why, elsewhere. The link comes back up with ``heal WORKER``, and at ``%distribute stop`` /
+``restart``.
 
-``--at-step N``: once the worker has done N steps of its run (multiworker only; for
-``partition`` the worker says when, and the kernel cuts); without it, at once.
+``--at-step N``: once the worker has done N steps of its run (for a link the worker says
+when, and the kernel cuts); without it, at once.
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import protocol
+from .engines.base import EngineSet
 from .failures import ClusterError
-
-FAULTS = ("kill", "stop", "slow", "partition", "heal")
-DEFAULT_DELAY_S = 0.5
+from .protocol import FAULT_KINDS, fault_help, fault_usage
 
 NO_PARTITION = (
     "`%distribute inject partition` cuts one worker's network link, which needs each worker "
@@ -38,27 +36,30 @@ NO_PARTITION = (
 def check(fault: str | None, worker: str | None, workers: int, at_step: int | None,
           delay: float | None) -> tuple[str, int, float | None]:
     """Validate an inject line; return (fault, worker index, delay). Raises ConfigError."""
-    usage = ("`%distribute inject kill|stop|slow|partition|heal WORKER [--at-step N] "
-             "[--delay S]`")
-    if fault not in FAULTS:
+    usage = f"`%distribute inject {fault_usage()}`"
+    kind = FAULT_KINDS.get(fault or "")
+    if kind is None:
         raise ConfigError(f"inject: {fault!r} is not a fault; use {usage}, e.g. "
-                          "`%distribute inject kill 1 --at-step 20`.")
+                          f"`%distribute inject kill 1 --at-step 20`. The faults:\n"
+                          f"{fault_help()}")
     if worker is None or not worker.isdigit() or not 0 <= int(worker) < workers:
         raise ConfigError(f"inject {fault}: give the worker, 0..{workers - 1} (got "
                           f"{worker!r}): {usage}.")
     if at_step is not None and at_step < 0:
         raise ConfigError(f"--at-step {at_step}: give the number of steps after which the "
                           "fault happens (0 or more), or drop it for at once.")
-    if delay is not None and fault != "slow":
-        raise ConfigError(f"--delay is the per-step delay of `slow`, not of `{fault}`.")
+    if delay is not None and kind.delay is None:
+        delayed = " or ".join(f"`{k.name}`" for k in FAULT_KINDS.values()
+                              if k.delay is not None)
+        raise ConfigError(f"--delay is the per-step delay of {delayed}, not of `{fault}`.")
     if delay is not None and not delay >= 0:
         raise ConfigError(f"--delay {delay}: give the seconds added to every step (0 ends a "
                           "slow-down).")
-    if fault == "heal" and at_step is not None:
-        raise ConfigError("`inject heal` brings the link back up at once: drop --at-step.")
-    if fault == "slow":
-        return fault, int(worker), DEFAULT_DELAY_S if delay is None else delay
-    return fault, int(worker), None
+    if at_step is not None and not kind.at_step:
+        raise ConfigError(f"`inject {fault}` takes effect at once: drop --at-step.")
+    if kind.delay is not None:
+        return kind.name, int(worker), kind.delay if delay is None else delay
+    return kind.name, int(worker), None
 
 
 def send(send_to: Any, log: list[dict[str, Any]], fault: str, worker: int,
@@ -73,9 +74,9 @@ def send(send_to: Any, log: list[dict[str, Any]], fault: str, worker: int,
     return f"nbdist: {what(e)}."
 
 
-def links_of(engines: Any) -> Any:
+def links_of(engines: EngineSet | None) -> Any:
     """The engine set's ``links.LinkControl``, or a ConfigError saying why there is none."""
-    links = getattr(engines, "links", None)
+    links = engines.links if engines is not None else None
     if links is None:
         raise ConfigError(NO_PARTITION)
     return links
@@ -89,21 +90,22 @@ def cut_now(links: Any, worker: int, e: dict[str, Any]) -> None:
     e["cut_at"] = time.monotonic()
 
 
-def links_fault(engines: Any, send_to: Any, monitor: Any, fault: str, worker: int,
-                at_step: int | None) -> str:
-    """``partition`` / ``heal``: the kernel changes the link (``engines.links``); with
-    ``--at-step`` when the worker says it got there (``monitor.cut_link``)."""
+def links_fault(engines: EngineSet | None, send_to: Any, monitor: Any, fault: str,
+                worker: int, at_step: int | None) -> str:
+    """A kind with a ``link`` (``partition`` / ``heal``): the kernel changes the link
+    (``engines.links``); with ``--at-step`` when the worker says it got there
+    (``monitor.cut_link``)."""
     links, log = links_of(engines), monitor.injections
     monitor.cut_link = lambda w, e: cut_now(links, w, e)
-    if fault == "heal":
+    if FAULT_KINDS[fault].link == "up":
         links.heal(worker)
-        log.append(entry("heal", worker, None, None, applied_step=-1))
+        log.append(entry(fault, worker, None, None, applied_step=-1))
         return f"nbdist: {what(log[-1])}: its link is up again."
     links.peer(worker)   # refuses before anything is sent
     if at_step is not None:
         return send(send_to, log, fault, worker, at_step, None) + (
             " The kernel cuts the link when the worker says it got there.")
-    e = entry("partition", worker, None, None)
+    e = entry(fault, worker, None, None)
     cut_now(links, worker, e)
     log.append(e)
     return (f"nbdist: {what(e)}: its link is down (`%distribute inject heal {worker}`, stop "

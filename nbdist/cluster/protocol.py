@@ -3,13 +3,15 @@
 Every message is a JSON object with a ``"type"`` (one of the names below), HMAC-signed by
 ``telemetry.channel``. Metric rows travel in ``ROWS`` messages with the Run store's columns.
 This module is shared by the kernel (``multiworker.monitor``) and the engines
-(``inengine.worker``, ``inengine.cells``) and imports neither.
+(``inengine.worker``, ``inengine.cells``) and imports neither. So is the table of the faults
+``%distribute inject`` puts into workers (``FAULT_KINDS``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 # worker -> kernel
@@ -29,13 +31,58 @@ HALT = "halt"                # stop here
 RESUME_UNTIL = "resume_until"  # {"step": int}: go on until that step, then pause again
 DUMP_STACKS = "dump_stacks"  # answer with STACKS (from the channel's thread: works while the
                              # worker's main thread is blocked)
-INJECT = "inject"            # {"fault": "kill"|"stop"|"slow", "at_step": int|None,
-                             #  "delay": float}: inengine.faults
+INJECT = "inject"            # {"fault": a FAULT_KINDS name with to_engine, "at_step":
+                             #  int|None, "delay": float|None}: inengine.faults
 FLUSH_ROWS = "flush_rows"    # send the rows not sent yet, then ROWS_FLUSHED (channel thread:
                              # the kernel asks before it kills a worker blocked in a collective)
 
 #: A paused worker waits this long for the kernel's decision, then stops on its own.
 STOP_DECISION_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """A fault ``%distribute inject NAME WORKER [--at-step N] [--delay S]`` puts into a worker
+    on purpose. Everything that handles faults reads ``FAULT_KINDS``: the kernel's checks and
+    log (``injection``), the worker's half (``inengine.faults``), the magic's help, and the
+    parameter-server backend, which signals the workers itself (``paramserver.faults``).
+
+    A new kind that is a signal is one entry here; one that does something else needs that
+    something in ``inengine.faults`` (on the worker) or ``injection`` (in the kernel)."""
+
+    name: str
+    help: str                    # what it does to the worker, one line for the usage error
+    signal: str | None = None    # the name of the signal the worker's process gets
+    delay: float | None = None   # takes --delay S (seconds after every step); its default
+    link: str | None = None      # "down" / "up": the kernel changes the worker's network link
+    at_step: bool = True         # takes --at-step N: once the worker has done N steps of a run
+    to_engine: bool = True       # sent as INJECT, applied by the worker (a link kind: the
+                                 # worker only says when it reached --at-step, then the kernel
+                                 # acts)
+
+
+FAULT_KINDS: dict[str, FaultKind] = {k.name: k for k in (
+    FaultKind("kill", "SIGKILL: the process dies (a crash, the OOM killer)", signal="SIGKILL"),
+    FaultKind("stop", "SIGSTOP: the process freezes (a hung machine, a debugger)",
+              signal="SIGSTOP"),
+    FaultKind("slow", "sleep --delay S after every step (a straggler; --delay 0 ends it)",
+              delay=0.5),
+    FaultKind("partition", "take the worker's network link down: it runs on and reaches no "
+              "one (until heal)", link="down"),
+    FaultKind("heal", "bring a link that partition took down back up (at once)", link="up",
+              at_step=False, to_engine=False),
+)}
+
+
+def fault_usage() -> str:
+    """``kill|stop|slow|partition|heal WORKER [--at-step N] [--delay S]``."""
+    return f"{'|'.join(FAULT_KINDS)} WORKER [--at-step N] [--delay S]"
+
+
+def fault_help() -> str:
+    """One line per fault kind: its name and what it does."""
+    width = max(map(len, FAULT_KINDS))
+    return "\n".join(f"  {k.name:<{width}}  {k.help}" for k in FAULT_KINDS.values())
 
 
 class StopGate:

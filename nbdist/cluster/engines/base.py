@@ -1,10 +1,9 @@
 """What every set of worker engines offers: ``local.LocalEngines`` (started by nbdist on this
 machine, stopped with it) and ``profile.ProfileEngines`` (a cluster the user runs: used,
 restarted at stop, never killed). The families' backends use only this interface;
-``engines.make`` picks the class. Optional: ``links`` (a ``links.LinkControl``, for
-``%distribute inject partition``), offered by ``ProfileEngines`` only; ``pids`` ({engine id:
-pid}, engines started without ipyparallel's nanny, watched and signalled by pid), offered by
-``LocalEngines`` only."""
+``engines.make`` picks the class. Where a capability is not offered (links nbdist can cut,
+pids known from the start) the set says so with None or an empty value, so that callers never
+probe for an attribute."""
 
 from __future__ import annotations
 
@@ -33,8 +32,17 @@ class EngineSet(Protocol):
     client: Any                 # the ipyparallel Client
     ids: list[int]              # engine id of worker i
     local: list[bool]           # worker i's engine runs on this machine
+    remote: list[bool]          # worker i's engine does not share this process's network stack
     channel_host: str           # where the telemetry channel binds so that engines reach it
     exiting: bool               # set at interpreter exit: no engine is started then
+    #: The workers' network links nbdist can cut and heal (``links.LinkControl``, for
+    #: ``%distribute inject partition``), or None where none can be cut one by one.
+    links: Any
+
+    @property
+    def pids(self) -> dict[int, int]:
+        """{engine id: pid} of the engines watched and signalled by pid from their start
+        (before their workers report themselves); empty where nbdist does not know them."""
 
     def start(self) -> None: ...
     def mark_used(self) -> None:

@@ -40,6 +40,8 @@ class LocalEngines:
 
     owned = True
     channel_host = "127.0.0.1"
+    #: They share this process's network stack: no link of one can be cut alone.
+    links = None
 
     def __init__(self, n: int, environment: dict[str, str] | None = None,
                  engine_args: list[str] | None = None, timeout: float | None = None):
@@ -58,6 +60,10 @@ class LocalEngines:
     @property
     def local(self) -> list[bool]:
         return [True] * len(self.ids)
+
+    @property
+    def remote(self) -> list[bool]:
+        return [False] * len(self.ids)
 
     def mark_used(self) -> None:
         """Nothing to mark: stop ends these engines anyway."""

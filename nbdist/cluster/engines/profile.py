@@ -215,6 +215,15 @@ class ProfileEngines:
     def mark_used(self) -> None:
         self.touched = True   # from here on stop must restart the engines
 
+    @property
+    def pids(self) -> dict[int, int]:
+        """Empty: nbdist started none of these engines (they may run on other machines,
+        under ipyparallel's nanny), so it does not watch them by pid while it sets them up;
+        a dead engine is noticed through ipyparallel (its nanny, or the controller's
+        heartbeats, unregister it). Once the workers report themselves at setup, those on
+        this machine are watched by the pid they report."""
+        return {}
+
     def kill_blocked(self, pids: list[int]) -> None:
         pass   # a user's engines are restarted at stop instead
 

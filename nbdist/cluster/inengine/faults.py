@@ -3,9 +3,10 @@
 The kernel sends ``protocol.INJECT``; the worker applies it at once (from the channel's reader
 thread) or, with ``at_step``, at the first step boundary where it has done that many steps of
 its run (from the training loop, so the step is exact). Before applying it tells the kernel
-(``protocol.INJECTED``), which shows it in ``%distribute status``. The faults are real: the
-process sends itself SIGKILL or SIGSTOP; ``slow`` sleeps after every step from then on;
-for ``partition`` the worker only says it got there: the kernel takes its link down.
+(``protocol.INJECTED``), which shows it in ``%distribute status``. The faults are real
+(``protocol.FAULT_KINDS``): the process sends itself the kind's signal (SIGKILL, SIGSTOP); a
+kind with a delay (``slow``) sleeps after every step from then on; for a kind that changes a
+link (``partition``) the worker only says it got there: the kernel takes its link down.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from typing import Any
 
 from .. import protocol
 
-FAULTS = ("kill", "stop", "slow", "partition")
-
 
 class FaultPlan:
     """Injections waiting for their step, and the per-step delay of ``slow``."""
@@ -33,7 +32,8 @@ class FaultPlan:
 
     def on_control(self, message: dict[str, Any], steps_done: int) -> None:
         """A ``protocol.INJECT`` (channel reader thread)."""
-        if message.get("fault") not in FAULTS:
+        kind = protocol.FAULT_KINDS.get(str(message.get("fault")))
+        if kind is None or not kind.to_engine:
             return
         at = message.get("at_step")
         if isinstance(at, int) and steps_done < at:
@@ -58,13 +58,11 @@ class FaultPlan:
             time.sleep(self.delay_s)
 
     def _apply(self, message: dict[str, Any], steps_done: int) -> None:
-        fault = message["fault"]
-        self._send({"type": protocol.INJECTED, "fault": fault, "step": steps_done})
+        kind = protocol.FAULT_KINDS[message["fault"]]
+        self._send({"type": protocol.INJECTED, "fault": kind.name, "step": steps_done})
         self._flush()   # the kernel hears of it before the process dies or stops
-        if fault == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif fault == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)
-        elif fault == "slow":
+        if kind.signal is not None:
+            os.kill(os.getpid(), signal.Signals[kind.signal])
+        elif kind.delay is not None:
             delay = message.get("delay")
             self.delay_s = float(delay) if isinstance(delay, (int, float)) else 0.0

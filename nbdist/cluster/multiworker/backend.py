@@ -30,12 +30,13 @@ from ..engines.base import ClusterStartError, EngineSet
 from ..failures import ClusterError, WorkerDied, WorkerError, build_error, died_starting
 from ..inengine import cells, worker
 from ..lifecycle import ClusterLifecycle, live
+from ..protocol import FAULT_KINDS
 from .dispatch import Dispatcher
 from .keras_choice import resolve_keras
 from .monitor import ClusterMonitor
 from .namespaces import pull_value, push_values
 from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
-from .reach import refuse_restart_while_lost, watch_remote
+from .reach import ReachWatch, refuse_restart_while_lost, watch_remote
 
 #: Default bound on each collective (seconds), None for none. TensorFlow times a bounded
 #: collective on a thread of its own that sleeps for the whole timeout, whether the collective
@@ -75,6 +76,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         self.channel: ChannelServer | None = None
         self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
         self.dispatcher: Dispatcher | None = None
+        self.reach: ReachWatch | None = None   # the workers on other hosts, once started
         self._engine_pids: dict[int, int] = {}   # worker -> engine pid (from the preflight)
 
     @classmethod
@@ -108,8 +110,8 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                 self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
             self.channel = ChannelServer(key, self.monitor.handle, host=engines.channel_host,
                                          workers=self.n)
-            known = getattr(engines, "pids", {})   # LocalEngines' (engines.base): watched, so
-            self.dispatcher = Dispatcher(   # one dying as it imports TensorFlow fails at once
+            known = engines.pids   # watched from now: one dying as it imports TensorFlow
+            self.dispatcher = Dispatcher(   # fails the start at once
                 engines.client, engines.ids, self.monitor, self._signal,
                 {w: known[e] for w, e in enumerate(engines.ids) if e in known})
             engines.mark_used()
@@ -167,7 +169,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
     def restarted(self) -> MultiWorkerCluster:
         """A fresh cluster with the same settings (this one is stopped first)."""
         self.stop()
-        refuse_restart_while_lost(getattr(self, "reach", None))   # set once started
+        refuse_restart_while_lost(self.reach)
         fresh = MultiWorkerCluster(self.spec, self.runs, self.keras_choice,
                                    self.collective_timeout)
         fresh.start()
@@ -190,9 +192,10 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                delay: float | None) -> str:
         """``%distribute inject``: a real fault, applied by the worker (``inengine.faults``)."""
         fault, index, delay = injection.check(fault, worker_index, self.n, at_step, delay)
-        if fault != "heal":   # a link is healed even after its partition broke the cluster
+        link = FAULT_KINDS[fault].link
+        if link != "up":   # a link is healed even after its partition broke the cluster
             self._usable()
-        if fault in ("partition", "heal"):   # the kernel changes the link (engines.links)
+        if link is not None:   # the kernel changes the link (engines.links)
             return injection.links_fault(self.engines, self._send, self.monitor, fault, index,
                                          at_step)
         return injection.send(self._send, self.monitor.injections, fault, index, at_step, delay)

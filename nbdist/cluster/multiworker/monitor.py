@@ -287,7 +287,8 @@ class ClusterMonitor:
                 entry["applied_step"] = step if isinstance(step, int) else -1
                 if isinstance(step, int) and step >= 0:   # -1: between runs
                     self.health[worker].step = step
-                if entry["fault"] == "partition" and self.cut_link is not None:
+                kind = protocol.FAULT_KINDS.get(entry["fault"])
+                if kind is not None and kind.link == "down" and self.cut_link is not None:
                     try:
                         self.cut_link(worker, entry)
                     except Exception as err:   # shown by %distribute status

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..engines.base import EngineSet
 from ..failures import WorkerUnreachable
 
 #: Seconds without a heartbeat before a remote worker's host is probed.
@@ -103,10 +104,10 @@ def refuse_restart_while_lost(watch: ReachWatch | None) -> None:
             "`--workers N`.")
 
 
-def watch_remote(engines: Any, info: list[dict[str, Any]]) -> ReachWatch | None:
+def watch_remote(engines: EngineSet, info: list[dict[str, Any]]) -> ReachWatch | None:
     """A ``ReachWatch`` over the workers on other hosts, or None when all are local."""
-    remote = getattr(engines, "remote", None)
-    if not remote or not any(remote):
+    remote = engines.remote
+    if not any(remote):
         return None
     addresses = info[0]["tf_config"]["cluster"]["worker"]
     return ReachWatch([RemoteWorker(i, str(info[i].get("host")), addresses[i])

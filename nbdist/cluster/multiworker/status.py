@@ -21,8 +21,8 @@ def worker_alive(cluster: Any, index: int) -> bool:
     pid = cluster.info[index].get("pid") if index < len(cluster.info) else None
     if pid is None:
         return False
-    local = getattr(cluster.engines, "local", None)
-    if local is not None and index < len(local) and not local[index]:
+    local = cluster.engines.local if cluster.engines is not None else []   # [] once stopped
+    if index < len(local) and not local[index]:
         # an engine on another machine: judge by its heartbeats
         silent = cluster.monitor.health[index].silent_for()
         return silent is not None and silent < HUNG_AFTER_S
@@ -84,9 +84,8 @@ def backend_status(cluster: Any) -> BackendStatus:
 
 
 def _engines_text(cluster: Any) -> str:
-    describe = getattr(cluster.engines, "describe", None)
-    if describe is not None:
-        return describe()
+    if cluster.engines is not None:
+        return cluster.engines.describe()
     return f"{cluster.n} local ipyparallel engines (controller on 127.0.0.1)"
 
 

@@ -8,16 +8,17 @@ and the rows are read after each, so it lands right after the worker's step N):
 
 - ``kill``: SIGKILL. ClusterCoordinator takes the worker as preempted: the steps it held go
   back in the queue, the other workers run them and the run goes on (tutorial 05).
-- ``stop`` and ``slow`` are refused (``NOT_HERE``): a frozen or paused worker process stalls
-  TensorFlow's ClusterCoordinator, which waits for the steps it holds without a time limit
-  (tried: pausing a worker 0.2 s after each of its recorded steps stalled a 200-step cell
-  for over 100 s; where inside the coordinator was not found), and scheduled steps cannot be
+- every other kind of ``protocol.FAULT_KINDS`` is refused (``OFFERED``). ``stop`` and
+  ``slow`` (``NOT_HERE``): a frozen or paused worker process stalls TensorFlow's
+  ClusterCoordinator, which waits for the steps it holds without a time limit (tried:
+  pausing a worker 0.2 s after each of its recorded steps stalled a 200-step cell for over
+  100 s; where inside the coordinator was not found), and scheduled steps cannot be
   withdrawn, so the cell would not end, not even on an interrupt. A straggler is made in the
   step code instead (tutorial 05, section 6).
 
 Only workers can be targeted. A parameter server lost ends the run at once with an error
 naming it (its variables are gone): kill its process (its pid is in ``%distribute status``)
-to see that. ``partition`` is not offered here.
+to see that. The kinds that change a link (``partition``, ``heal``) are not offered here.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ from ...errors import ConfigError
 from ...telemetry.rows import POSITION
 from ...telemetry.run import Run, RunObserver
 from ..injection import check, entry, what
+from ..protocol import FAULT_KINDS
 
+#: The kinds of fault offered under parameter_server: the kernel sends their signal.
+OFFERED = ("kill",)
+#: Why a kind is refused here, where there is more to say than ``NOT_OFFERED``.
 NOT_HERE = {
     "stop": ("`%distribute inject stop` under parameter_server: a frozen worker hangs the "
              "run. TensorFlow's ClusterCoordinator waits for the steps it holds without a time "
@@ -44,10 +49,9 @@ NOT_HERE = {
              "does. Make the straggler in your step code: `if tf.distribute.coordinator."
              "experimental_get_current_worker_index() == 1:` do extra work (tutorial 05, "
              "section 6)."),
-    "partition": ("`%distribute inject partition` is offered under multiworker only: under "
-                  "parameter_server use `inject kill WORKER` to take a worker away."),
 }
-NOT_HERE["heal"] = NOT_HERE["partition"]
+NOT_OFFERED = ("`%distribute inject {fault}` is offered under multiworker only: under "
+               "parameter_server use `inject kill WORKER` to take a worker away.")
 
 
 class PSFaults:
@@ -67,8 +71,8 @@ class PSFaults:
                               "naming it (its variables are gone); to see that, kill its "
                               "process (the pid `%distribute status` shows).")
         fault, index, delay = check(fault, worker, self.workers, at_step, delay)
-        if fault in NOT_HERE:
-            raise ConfigError(NOT_HERE[fault])
+        if fault not in OFFERED:
+            raise ConfigError(NOT_HERE.get(fault) or NOT_OFFERED.format(fault=fault))
         e = entry(fault, index, at_step, delay)
         self.log.append(e)
         if at_step is None:
@@ -87,7 +91,7 @@ class PSFaults:
 
     def apply(self, e: dict[str, Any], steps_done: int) -> None:
         e["applied_step"], e["applied_at"] = steps_done, time.time()
-        self.signal_worker(signal.SIGKILL, e["worker"])   # kill: the only fault offered
+        self.signal_worker(signal.Signals[FAULT_KINDS[e["fault"]].signal], e["worker"])
 
 
 class _Watch(RunObserver):

@@ -72,7 +72,7 @@ def equivalent_code(cluster: Any) -> str:
 
 def _engines(cluster: Any) -> str:
     engines = cluster.engines
-    if engines is not None and hasattr(engines, "describe"):
+    if engines is not None:
         return str(engines.describe())
     return "local ipyparallel engines (controller on 127.0.0.1)"
 
