@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from .families import NEEDS_IPYPARALLEL, NEEDS_TPU, families
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -29,15 +31,24 @@ class Hardware:
     profiles: tuple[str, ...] = ()        # IPython/ipyparallel profiles
     ipyparallel: bool = False             # can worker processes be started?
 
-    def unavailable(self) -> dict[str, str]:
-        """Strategy name -> why it cannot run here (absent when it can)."""
+    def lacking(self) -> dict[str, str]:
+        """What a family can need (``Family.needs``) that this machine lacks -> why."""
         why: dict[str, str] = {}
         if self.tpu is None:
-            why["tpu"] = ("no TPU found (no TPU_NAME or COLAB_TPU_ADDR, no /dev/accel* device); "
-                          "TPUs are on Cloud TPU VMs and Colab")
+            why[NEEDS_TPU] = ("no TPU found (no TPU_NAME or COLAB_TPU_ADDR, no /dev/accel* "
+                              "device); TPUs are on Cloud TPU VMs and Colab")
         if not self.ipyparallel:
-            for name in ("multiworker", "parameter_server"):
-                why[name] = "needs worker processes: install ipyparallel"
+            why[NEEDS_IPYPARALLEL] = "needs worker processes: install ipyparallel"
+        return why
+
+    def unavailable(self) -> dict[str, str]:
+        """Strategy name -> why it cannot run here (absent when it can)."""
+        lacking = self.lacking()
+        why: dict[str, str] = {}
+        for fam in families():
+            missing = [lacking[n] for n in fam.needs if n in lacking]
+            if missing:
+                why[fam.name] = missing[0]
         return why
 
 

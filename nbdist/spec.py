@@ -8,47 +8,23 @@ the picker exchange them) and render back to the magic line that produces them.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
-
-#: One name per strategy, used by the flag, the picker, the registry and the docs.
-STRATEGY_NAMES: tuple[str, ...] = (
-    "one_device",
-    "mirrored",
-    "central_storage",
-    "multiworker",
-    "parameter_server",
-    "tpu",
+from .families import (
+    STRATEGY_NAMES,
+    Family,
+    either,
+    families,
+    family,
+    suggest_strategy,
+    taking,
 )
 
-#: The tf.distribute class behind each name.
-STRATEGY_CLASSES: dict[str, str] = {
-    "one_device": "tf.distribute.OneDeviceStrategy",
-    "mirrored": "tf.distribute.MirroredStrategy",
-    "central_storage": "tf.distribute.experimental.CentralStorageStrategy",
-    "multiworker": "tf.distribute.MultiWorkerMirroredStrategy",
-    "parameter_server": "tf.distribute.ParameterServerStrategy",
-    "tpu": "tf.distribute.TPUStrategy",
-}
-
-#: The strategy table the picker and the tutorials show: (scope, gradient sync, use case).
-STRATEGY_TABLE: dict[str, tuple[str, str, str]] = {
-    "mirrored": ("Single machine, multiple GPUs", "NCCL AllReduce (GPU-to-GPU)",
-                 "Most common GPU training setup"),
-    "multiworker": ("Multiple machines", "gRPC + CollectiveOps", "Scale beyond single machine"),
-    "tpu": ("Single TPU pod", "Mesh AllReduce via XLA", "Google TPU training"),
-    "parameter_server": ("Multiple machines", "Push/pull to PS",
-                         "Large embedding layers (recommender systems)"),
-    "central_storage": ("Single machine", "Central CPU storage", "When GPU memory is limited"),
-    "one_device": ("One device", "None (a single replica)",
-                   "Debugging; the same code without distribution"),
-}
-
-_MULTI_PROCESS = ("multiworker", "parameter_server")
+__all__ = ["PARTITIONERS", "PLACEMENT_FLAGS", "STRATEGY_NAMES", "RunSpec", "StrategySpec",
+           "partitioner_parts", "suggest_strategy"]
 
 #: The flags that place a strategy (StrategySpec's fields after its name), in line order.
 PLACEMENT_FLAGS = ("devices", "workers", "ps", "cluster", "tpu", "partitioner")
@@ -80,16 +56,6 @@ def partitioner_parts(text: str) -> tuple[str, int]:
     return kind, int(digits) * _UNITS[unit]
 
 
-def suggest_strategy(name: str) -> str:
-    """Return the error text for an unknown strategy name, with the closest known name."""
-    close = difflib.get_close_matches(name.lower().replace("-", "_"), STRATEGY_NAMES, n=1)
-    hint = f" Did you mean `{close[0]}`?" if close else ""
-    return (
-        f"Unknown strategy {name!r}.{hint} Choose one of: {', '.join(STRATEGY_NAMES)} "
-        "(for example `%distribute mirrored --devices 2`)."
-    )
-
-
 @dataclass(frozen=True)
 class StrategySpec:
     """A validated strategy choice. ``devices=None`` means "all local GPUs, else 1 CPU"."""
@@ -103,8 +69,7 @@ class StrategySpec:
     partitioner: str | None = None   # parameter_server: KIND:NUMBER (see PARTITIONERS)
 
     def __post_init__(self) -> None:
-        if self.name not in STRATEGY_NAMES:
-            raise ConfigError(suggest_strategy(self.name))
+        fam = family(self.name)   # an unknown name: the closest known one
         for flag in ("devices", "workers", "ps"):
             value = getattr(self, flag)
             if value is not None and value < 1:
@@ -112,37 +77,53 @@ class StrategySpec:
                     f"--{flag} {value} is not allowed: it counts {flag} and must be at least 1 "
                     f"(for example `%distribute {self.name} --{flag} 2`)."
                 )
-        if self.name == "one_device" and self.devices not in (None, 1):
-            raise ConfigError(
-                f"one_device runs on exactly one device, but --devices {self.devices} was "
-                "given. Drop --devices, or use `mirrored` to train on several devices."
-            )
-        if self.name not in _MULTI_PROCESS and (self.workers or self.ps or self.cluster):
+        if fam.max_devices is not None and self.devices is not None \
+                and self.devices > fam.max_devices:
+            raise ConfigError(self._refusal(fam, "devices") or (
+                f"`{self.name}` runs on at most {fam.max_devices} device(s), but --devices "
+                f"{self.devices} was given."))
+        if fam.in_kernel and (self.workers or self.ps or self.cluster):
+            workers = tuple(f.name for f in families() if not f.in_kernel)
             raise ConfigError(
                 f"--workers/--ps/--cluster start separate worker processes, which `{self.name}` "
-                "does not use (it runs inside this kernel). Use `multiworker` or "
-                "`parameter_server`, or drop those flags."
+                f"does not use (it runs inside this kernel). Use {either(workers)}, or drop "
+                "those flags."
             )
-        if self.ps and self.name != "parameter_server":
-            raise ConfigError("--ps only applies to `parameter_server`.")
-        if self.tpu and self.name != "tpu":
-            raise ConfigError(
+        if self.ps and "ps" not in fam.flags:
+            raise ConfigError(self._refusal(fam, "ps")
+                              or f"--ps only applies to {either(taking('ps'))}.")
+        if self.tpu and "tpu" not in fam.flags:
+            raise ConfigError(self._refusal(fam, "tpu") or (
                 f"--tpu names a TPU, which `{self.name}` does not use. "
-                "Use `%distribute tpu --tpu ADDRESS`."
-            )
-        if self.name == "tpu" and self.devices is not None:
-            raise ConfigError("`tpu` uses every core of the TPU it connects to; drop --devices.")
+                f"Use `%distribute {taking('tpu')[0]} --tpu ADDRESS`."
+            ))
+        if self.devices is not None and "devices" not in fam.flags:
+            raise ConfigError(self._refusal(fam, "devices")
+                              or f"`{self.name}` does not take --devices; drop it.")
         if self.partitioner is not None:
-            if self.name != "parameter_server":
-                raise ConfigError(
+            if "partitioner" not in fam.flags:
+                raise ConfigError(self._refusal(fam, "partitioner") or (
                     f"--partitioner shards variables over parameter servers, which "
-                    f"`{self.name}` does not have. Use `%distribute parameter_server "
-                    f"--partitioner {self.partitioner}`, or drop --partitioner.")
+                    f"`{self.name}` does not have. Use `%distribute {taking('partitioner')[0]} "
+                    f"--partitioner {self.partitioner}`, or drop --partitioner."))
             partitioner_parts(self.partitioner)
+        for flag in PLACEMENT_FLAGS:   # what no rule above names
+            if getattr(self, flag) is not None and flag not in fam.flags:
+                raise ConfigError(self._refusal(fam, flag)
+                                  or f"`{self.name}` does not take --{flag}; drop it.")
+
+    def _refusal(self, fam: Family, flag: str) -> str | None:
+        message = fam.flag_error(flag)
+        return None if message is None else message.format(**self.to_dict())
+
+    @property
+    def family(self) -> Family:
+        """Everything nbdist knows about this strategy (``nbdist.families``)."""
+        return family(self.name)
 
     @property
     def tf_class(self) -> str:
-        return STRATEGY_CLASSES[self.name]
+        return self.family.tf_class
 
     def magic_line(self) -> str:
         """The ``%distribute`` line that produces this spec."""

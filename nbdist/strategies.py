@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError, DeviceError
+from .families import DEFAULT_FAMILY
 from .hooks.tensorflow import set_collective_key_base
 from .spec import StrategySpec
 
@@ -67,7 +68,8 @@ class StrategyHandle:
 
 
 def equivalent_code(spec: StrategySpec, devices: tuple[str, ...], device_kind: str) -> str:
-    """The hand-written TensorFlow that builds the strategy ``spec`` describes."""
+    """The hand-written TensorFlow that builds the strategy ``spec`` describes (its family's
+    ``code`` writes the part after the import and the CPU split)."""
     lines = ["import tensorflow as tf"]
     if device_kind == "CPU" and len(devices) > 1:
         lines += [
@@ -75,48 +77,76 @@ def equivalent_code(spec: StrategySpec, devices: tuple[str, ...], device_kind: s
             "tf.config.set_logical_device_configuration(",
             f"    cpu, [tf.config.LogicalDeviceConfiguration()] * {len(devices)})",
         ]
-    devs = ", ".join(f'"{d}"' for d in devices)
-    name = spec.name
-    if name == "one_device":
-        lines.append(f'strategy = tf.distribute.OneDeviceStrategy("{devices[0]}")')
-    elif name == "mirrored":
-        lines.append(f"strategy = tf.distribute.MirroredStrategy([{devs}])")
-    elif name == "central_storage":
-        lines.append(
-            f"strategy = tf.distribute.experimental.CentralStorageStrategy([{devs}])"
-        )
-    elif name == "tpu":
-        lines += [
-            "resolver = tf.distribute.cluster_resolver.TPUClusterResolver("
-            f"tpu={spec.tpu!r})",
-            "tf.config.experimental_connect_to_cluster(resolver)",
-            "tf.tpu.experimental.initialize_tpu_system(resolver)",
-            "strategy = tf.distribute.TPUStrategy(resolver)",
-        ]
-    elif name in ("multiworker", "parameter_server"):
-        workers = spec.workers or 2
-        cluster: dict[str, list[str]] = {
-            "worker": [f"127.0.0.1:{20000 + i}" for i in range(workers)]}
-        if name == "parameter_server":
-            cluster["ps"] = [f"127.0.0.1:{21000 + i}" for i in range(spec.ps or 1)]
-        lines[:0] = ["import json, os"]
-        lines += [
-            f"cluster = {cluster!r}",
-            "# in worker i's process (nbdist starts one process per worker and sets this):",
-            'os.environ["TF_CONFIG"] = json.dumps('
-            '{"cluster": cluster, "task": {"type": "worker", "index": i}})',
-        ]
-        if name == "multiworker":
-            lines.append("strategy = tf.distribute.MultiWorkerMirroredStrategy()")
-        else:
-            lines += [
-                "# in the coordinator (the notebook's kernel):",
-                "resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()",
-                "strategy = tf.distribute.ParameterServerStrategy(resolver)",
-                "coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)",
-            ]
-    return "\n".join(lines)
+    return "\n".join(spec.family.code_writer()(spec, devices, lines))
 
+
+# -- each family's equivalent TensorFlow (``Family.code``) ---------------------------------
+
+def one_device_code(spec: StrategySpec, devices: tuple[str, ...], preamble: list[str]
+                    ) -> list[str]:
+    return [*preamble, f'strategy = tf.distribute.OneDeviceStrategy("{devices[0]}")']
+
+
+def _device_list(devices: tuple[str, ...]) -> str:
+    return ", ".join(f'"{d}"' for d in devices)
+
+
+def mirrored_code(spec: StrategySpec, devices: tuple[str, ...], preamble: list[str]
+                  ) -> list[str]:
+    return [*preamble, f"strategy = tf.distribute.MirroredStrategy([{_device_list(devices)}])"]
+
+
+def central_storage_code(spec: StrategySpec, devices: tuple[str, ...], preamble: list[str]
+                         ) -> list[str]:
+    return [*preamble, "strategy = tf.distribute.experimental.CentralStorageStrategy("
+                       f"[{_device_list(devices)}])"]
+
+
+def tpu_code(spec: StrategySpec, devices: tuple[str, ...], preamble: list[str]) -> list[str]:
+    return [
+        *preamble,
+        f"resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu={spec.tpu!r})",
+        "tf.config.experimental_connect_to_cluster(resolver)",
+        "tf.tpu.experimental.initialize_tpu_system(resolver)",
+        "strategy = tf.distribute.TPUStrategy(resolver)",
+    ]
+
+
+def _tf_config_code(cluster: dict[str, list[str]], preamble: list[str]) -> list[str]:
+    """A local cluster's TF_CONFIG, as each worker process gets it."""
+    return [
+        "import json, os", *preamble,
+        f"cluster = {cluster!r}",
+        "# in worker i's process (nbdist starts one process per worker and sets this):",
+        'os.environ["TF_CONFIG"] = json.dumps('
+        '{"cluster": cluster, "task": {"type": "worker", "index": i}})',
+    ]
+
+
+def _local_workers(spec: StrategySpec) -> list[str]:
+    return [f"127.0.0.1:{20000 + i}" for i in range(spec.workers or 2)]
+
+
+def multiworker_code(spec: StrategySpec, devices: tuple[str, ...], preamble: list[str]
+                     ) -> list[str]:
+    return [*_tf_config_code({"worker": _local_workers(spec)}, preamble),
+            "strategy = tf.distribute.MultiWorkerMirroredStrategy()"]
+
+
+def parameter_server_code(spec: StrategySpec, devices: tuple[str, ...], preamble: list[str]
+                          ) -> list[str]:
+    cluster = {"worker": _local_workers(spec),
+               "ps": [f"127.0.0.1:{21000 + i}" for i in range(spec.ps or 1)]}
+    return [
+        *_tf_config_code(cluster, preamble),
+        "# in the coordinator (the notebook's kernel):",
+        "resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()",
+        "strategy = tf.distribute.ParameterServerStrategy(resolver)",
+        "coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)",
+    ]
+
+
+# -- each family's strategy (``Family.build``) ---------------------------------------------
 
 def build_strategy(spec: StrategySpec, *, collective_timeout: float | None = None
                    ) -> StrategyHandle:
@@ -125,30 +155,48 @@ def build_strategy(spec: StrategySpec, *, collective_timeout: float | None = Non
     ``multiworker`` is built only inside a worker process (``nbdist.cluster`` sets its
     TF_CONFIG); ``collective_timeout`` bounds each of its collectives (seconds; None: no bound).
     """
+    return spec.family.builder()(spec, collective_timeout=collective_timeout)
+
+
+def build_one_device(spec: StrategySpec, collective_timeout: float | None = None
+                     ) -> StrategyHandle:
     import tensorflow as tf
 
-    if spec.name == "parameter_server":
-        raise ConfigError(
-            "ParameterServerStrategy needs its worker and parameter-server processes: use "
-            "`%distribute parameter_server --workers N --ps P`, which starts them and makes "
-            "this kernel their coordinator (nbdist.cluster.paramserver.backend)."
-        )
-    if spec.name == "multiworker":
-        return _build_multiworker(spec, collective_timeout)
-    if spec.name == "tpu":
-        return _build_tpu(spec)
     devices, kind = ensure_local_devices(spec.devices, spec.name)
-    if spec.name == "one_device":
-        strategy = tf.distribute.OneDeviceStrategy(devices[0])
-    elif spec.name == "mirrored":
-        _fresh_collective_keys(tf.distribute.MirroredStrategy)
-        strategy = tf.distribute.MirroredStrategy(list(devices))
-    else:
-        strategy = tf.distribute.experimental.CentralStorageStrategy(list(devices))
+    return StrategyHandle(spec, tf.distribute.OneDeviceStrategy(devices[0]), devices, kind)
+
+
+def build_mirrored(spec: StrategySpec, collective_timeout: float | None = None
+                   ) -> StrategyHandle:
+    import tensorflow as tf
+
+    devices, kind = ensure_local_devices(spec.devices, spec.name)
+    _fresh_collective_keys(tf.distribute.MirroredStrategy)
+    return StrategyHandle(spec, tf.distribute.MirroredStrategy(list(devices)), devices, kind)
+
+
+def build_central_storage(spec: StrategySpec, collective_timeout: float | None = None
+                          ) -> StrategyHandle:
+    import tensorflow as tf
+
+    devices, kind = ensure_local_devices(spec.devices, spec.name)
+    strategy = tf.distribute.experimental.CentralStorageStrategy(list(devices))
     return StrategyHandle(spec, strategy, devices, kind)
 
 
-def _build_multiworker(spec: StrategySpec, timeout: float | None) -> StrategyHandle:
+def build_parameter_server(spec: StrategySpec, collective_timeout: float | None = None
+                           ) -> StrategyHandle:
+    """Refuse: the strategy is made by the kernel as coordinator of the processes its
+    backend starts (``nbdist.cluster.paramserver``), never on its own."""
+    raise ConfigError(
+        "ParameterServerStrategy needs its worker and parameter-server processes: use "
+        "`%distribute parameter_server --workers N --ps P`, which starts them and makes "
+        "this kernel their coordinator (nbdist.cluster.paramserver.backend)."
+    )
+
+
+def build_multiworker(spec: StrategySpec, collective_timeout: float | None = None
+                      ) -> StrategyHandle:
     """MultiWorkerMirroredStrategy for this worker process, from its TF_CONFIG.
 
     TensorFlow allows it only before any other op of the process ("Collective ops must be
@@ -181,7 +229,8 @@ def _build_multiworker(spec: StrategySpec, timeout: float | None) -> StrategyHan
         tf.config.set_visible_devices(mine, "GPU")
     elif not gpus and spec.devices not in (None, 1):
         raise ConfigError(MULTIWORKER_CPU_DEVICES.format(devices=spec.devices))
-    options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout or None)
+    options = tf.distribute.experimental.CommunicationOptions(
+        timeout_seconds=collective_timeout or None)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     devices = tuple(strategy.extended.worker_devices)
     return StrategyHandle(spec, strategy, devices, "GPU" if gpus else "CPU")
@@ -194,7 +243,8 @@ def physical_gpus() -> list[Any]:
     return list(tf.config.list_physical_devices("GPU"))
 
 
-def ensure_local_devices(count: int | None, name: str = "mirrored") -> tuple[tuple[str, ...], str]:
+def ensure_local_devices(count: int | None, name: str = DEFAULT_FAMILY
+                         ) -> tuple[tuple[str, ...], str]:
     """Return ``count`` local device names: GPUs if any, else logical CPU devices.
 
     ``count=None`` means every GPU, or one CPU. Splitting the CPU must happen before
@@ -269,7 +319,8 @@ def probe_tpu(address: str | None, timeout: float | None = None) -> str | None:
     return errors[-1].strip() if errors else f"the probe exited with code {done.returncode}"
 
 
-def _build_tpu(spec: StrategySpec) -> StrategyHandle:
+def build_tpu(spec: StrategySpec, collective_timeout: float | None = None
+              ) -> StrategyHandle:
     import tensorflow as tf
 
     reason = probe_tpu(spec.tpu)

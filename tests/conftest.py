@@ -58,6 +58,7 @@ FILE_TIERS = {
     "test_dashboard_widget.py": "unit",
     "test_devices.py": "kernel",
     "test_export.py": "notebooks",        # its refusals in an IPython shell: kernel
+    "test_families.py": "kernel",
     "test_fastcall.py": "kernel",
     "test_fitreduce.py": "unit",
     "test_graphview.py": "kernel",
@@ -154,10 +155,9 @@ def tf_keras():
     """tf_keras (extra `legacy-keras`), for tests of what needs it: skipped with the reason when
     it is missing, failed instead under NBDIST_REQUIRE_ALL=1 (the README's test command)."""
     if importlib.util.find_spec("tf_keras") is None:
-        message = "tf_keras is not installed: python3 -m nbdist.install_tf_keras"
-        if os.environ.get("NBDIST_REQUIRE_ALL") == "1":
-            pytest.fail(f"{message}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
-        pytest.skip(message)
+        from helpers import skip_unless_all_required
+
+        skip_unless_all_required("tf_keras is not installed: python3 -m nbdist.install_tf_keras")
     import tf_keras
 
     return tf_keras

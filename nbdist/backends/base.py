@@ -3,8 +3,9 @@
 A backend runs the cells of one strategy family: ``LocalBackend`` (strategies inside the
 kernel), ``MultiWorkerCluster`` (a worker process per replica group, cells run on every
 worker) and ``ParameterServerCluster`` (the kernel coordinates worker and parameter-server
-processes). ``nbdist.factory.make_backend`` picks one; nothing else branches on strategy
-names.
+processes). Each family's descriptor (``nbdist.families.Family.backend``) names its backend
+class and ``nbdist.factory.make_backend`` makes it; a new family whose training no backend
+here runs adds one module implementing ``Backend``. Nothing branches on strategy names.
 
 ``BackendStatus`` is the one structured status: ``status_text`` renders it for
 ``%distribute status``, ``lab_state`` for the JupyterLab extension's status bar.

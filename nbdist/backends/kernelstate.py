@@ -40,7 +40,7 @@ def why_cannot_host(spec: StrategySpec) -> str | None:
     if _TAINTED is not None:
         return RESTART_KERNEL.format(why=_TAINTED)
     want = spec.devices or 1
-    if spec.name not in ("mirrored", "central_storage", "one_device") or want < 2:
+    if not spec.family.kernel_devices or want < 2:
         return None
     import tensorflow as tf
 

@@ -122,9 +122,8 @@ class LocalBackend(Backend):
             from ..checkpoint import FitCheckpoint
 
             fits = FitCheckpoint(cell.spec.checkpoint, say=print)
-        central = self.spec.name == "central_storage"
         with h.strategy.scope(), recording_fit(
-                new_run, observers, central,
+                new_run, observers, self.spec.family.fit_loss_unreliable,
                 extra_callbacks=fits.callbacks if fits else None) as started:
             result = run_cell_code(self.shell, f"# {cell.header}\n{cell.text}")
         if fits is not None and not started:
@@ -158,5 +157,5 @@ class LocalBackend(Backend):
             recorded(run)
             return run
 
-        with recording_fit(new_run, observers, self.spec.name == "central_storage", only=ours):
+        with recording_fit(new_run, observers, self.spec.family.fit_loss_unreliable, only=ours):
             yield

@@ -8,12 +8,42 @@ import os
 from string import Template
 from typing import Any
 
+from ..families import Family, families, find_family
 from ..step.rewrite import divides_by_global_batch, indent_code, rewrite_step
 from . import template
 from .history import SCOPE, NotebookCell
 from .plan import Plan
 
-_EXPORTABLE = ("one_device", "mirrored", "central_storage", "multiworker", "parameter_server")
+
+def exportable() -> list[Family]:
+    """The families a script can make (``Family.script``), in the registry's order."""
+    return [f for f in families() if f.script is not None]
+
+
+def _names(chosen: list[Family]) -> str:
+    """A Python tuple of the families' names, as the script writes it."""
+    quoted = [json.dumps(f.name) for f in chosen]
+    return f"({', '.join(quoted)}{',' if len(quoted) == 1 else ''})"
+
+
+def _make_strategy() -> str:
+    """The body of the script's ``make_strategy``: one branch per exportable family."""
+    branches = []
+    for fam in exportable():
+        assert fam.script is not None
+        branches.append(f"    if name == {json.dumps(fam.name)}:\n"
+                        + indent_code(fam.script.make, 8))
+    return "\n".join(branches)
+
+
+def launch_job(name: str, file: str) -> str:
+    """The ``python -m nbdist.launch`` arguments that run ``file`` as a local job: under the
+    family ``name`` when it has several processes, else under the first one that has."""
+    chosen = find_family(name)
+    if chosen is None or chosen.script is None or chosen.script.launch is None:
+        chosen = next(f for f in exportable() if f.script and f.script.launch)
+    assert chosen.script is not None
+    return f"{chosen.script.launch} {file} --strategy {chosen.name}"
 
 
 def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | None = None,
@@ -33,6 +63,9 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
         file=os.path.basename(filename), left_out=_left_out(plan),
         keras=('\nos.environ.setdefault("TF_USE_LEGACY_KERAS", "1")   # the notebook ran '
                "tf_keras as tf.keras\n") if legacy_keras else "",
+        strategies=_names(exportable()),
+        coordinated=_names([f for f in exportable() if f.script and f.script.coordinated]),
+        make_strategy=_make_strategy(),
         strategy=json.dumps(default), devices=session.devices or 1, epochs=spec.epochs,
         steps=spec.steps, checkpoint=_literal(spec.checkpoint),
         worker_line=("nbdist_worker, nbdist_workers = worker_index_and_count()   # nbdist's "
@@ -53,12 +86,20 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
     return head + "".join(_cell_block(c) for c in plan.cells) + step_text
 
 
-def check_strategy(name: str | None) -> None:
+def check_strategy(name: str | None, given: bool = True) -> None:
+    """Refuse a strategy the script cannot make: ``--strategy NAME`` (``given``), or else the
+    strategy the step cell ran under."""
     from ..errors import ExportError
 
-    if name is not None and name not in _EXPORTABLE:
-        raise ExportError(f"--strategy {name!r}: the script can use {', '.join(_EXPORTABLE)} "
-                          "(a TPU job needs its own TPUClusterResolver address).")
+    fam = find_family(name)
+    if name is None or (fam is not None and fam.script is not None):
+        return
+    why = f" ({fam.no_script})" if fam is not None and fam.no_script else ""
+    can = ", ".join(f.name for f in exportable())
+    if given:
+        raise ExportError(f"--strategy {name!r}: the script can use {can}{why}.")
+    raise ExportError(f"The step cell ran under `{name}`, which the script cannot make{why}. "
+                      f"Choose one it can with --strategy NAME: {can}.")
 
 
 def _check_names(plan: Plan) -> None:

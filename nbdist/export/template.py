@@ -3,6 +3,8 @@
 It is what TensorFlow's distributed-training tutorials write by hand: the strategy from
 TF_CONFIG, the step under ``strategy.run`` in a ``tf.function``, a loop over the distributed
 dataset (or steps scheduled by a ``ClusterCoordinator``), ``tf.train.CheckpointManager``.
+Each strategy family's part (``$make_strategy``, and whether a coordinator schedules its
+steps) comes from its descriptor (``nbdist.families.ScriptPieces``).
 '''
 
 HEAD = '''\
@@ -36,7 +38,8 @@ try:  # optional: --metrics writes nbdist's per-replica rows as JSON lines
 except ImportError:
     StepWriter = None
 
-STRATEGIES = ("one_device", "mirrored", "central_storage", "multiworker", "parameter_server")
+STRATEGIES = $strategies
+COORDINATED = $coordinated   # a ClusterCoordinator schedules their steps on the workers
 
 
 def parse_args():
@@ -79,21 +82,8 @@ def local_devices(n):
 
 def make_strategy(name, devices):
     """The strategy, made before any other TensorFlow op (collectives need that)."""
-    if name == "multiworker":   # the cluster and this process's task come from TF_CONFIG
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if name == "parameter_server":
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        if resolver.task_type in ("worker", "ps"):   # serve the coordinator until it is done
-            tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
-                                 task_index=resolver.task_id,
-                                 protocol=resolver.rpc_layer or "grpc", start=True).join()
-        return tf.distribute.ParameterServerStrategy(resolver)
-    placed = local_devices(devices)
-    if name == "one_device":
-        return tf.distribute.OneDeviceStrategy(placed[0])
-    if name == "central_storage":
-        return tf.distribute.experimental.CentralStorageStrategy(placed)
-    return tf.distribute.MirroredStrategy(placed)
+$make_strategy
+    raise ValueError(f"--strategy {name}: not one of {STRATEGIES}")
 
 
 def worker_index_and_count():
@@ -198,7 +188,7 @@ def train(args, data):
     """The notebook's step-mode loop on `data` (its --data): --epochs epochs of at most
     --steps steps, a checkpoint after each with --checkpoint."""
     worker, workers = worker_index_and_count()
-    if args.strategy == "parameter_server":
+    if args.strategy in COORDINATED:
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
         iterator = iter(coordinator.create_per_worker_dataset($per_worker))
         per_epoch = args.steps or int($per_worker_batches.cardinality())
@@ -218,7 +208,7 @@ def train(args, data):
         print(f"resumed from epoch {first_epoch} of {args.epochs} in {args.checkpoint}")
     metrics = None
     if args.metrics:   # under parameter_server the coordinator writes every worker's rows
-        if args.strategy == "parameter_server":
+        if args.strategy in COORDINATED:
             resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
             worker, workers = 0, resolver.cluster_spec().num_tasks("worker")
         metrics = StepWriter(args.metrics, worker=worker, workers=workers,
@@ -254,7 +244,7 @@ train(args, $data)
 
 #: What the template binds at module level besides modules: a cell must not rebind these.
 TEMPLATE_NAMES = frozenset({
-    "STRATEGIES", "StepWriter", "parse_args", "local_devices", "make_strategy",
+    "STRATEGIES", "COORDINATED", "StepWriter", "parse_args", "local_devices", "make_strategy",
     "worker_index_and_count", "args", "step_fn", "train_step", "train_step_from",
     "EpochCheckpoint", "synchronous_steps", "coordinated_steps", "local_values", "train",
 })

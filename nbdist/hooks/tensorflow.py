@@ -242,7 +242,6 @@ def _probe_distributed_dataset() -> str | None:
         lambda: used_in(input_lib.DistributedDatasetsFromFunction.__init__, "_strategy"))
 
 
-_PS = "parameter_server"
 DECLARED = [
     PrivateAPI("tensorflow", "ConcreteFunction._call_flat", "tensorflow.call_flat",
                "step mode's FastCall (calling the traced step without argument binding)",
@@ -267,7 +266,8 @@ DECLARED = [
                ("context_safe", "_context_handle")),
     PrivateAPI("tensorflow", "tensorflow.python.eager.context.get_server_def / "
                "Context.update_server_def", "tensorflow.server_def, detach_from_cluster",
-               f"{_PS}: the coordinator's address in status, and another strategy after stop",
+               "parameter_server: the coordinator's address in status, and another strategy "
+               "after stop",
                CHECKED, "status shows the coordinator address as unknown and after stop the "
                "kernel must be restarted before another strategy", _probe_server_def,
                ("get_server_def", "update_server_def", "tensorflow_server_pb2")),

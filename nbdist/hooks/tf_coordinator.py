@@ -167,32 +167,33 @@ def _probe_per_worker_variable() -> str | None:
                                          "_per_worker_vars", "_values"))
 
 
-_PS = "parameter_server"
 DECLARED = [
     PrivateAPI("tensorflow", "ClusterCoordinator._cluster (.failure_handler, .workers, "
                ".closure_queue, .resource_cancellation_mgr)", "tf_coordinator.stop_threads",
-               f"{_PS}: stop/restart ends the coordinator's threads", CHECKED,
+               "parameter_server: stop/restart ends the coordinator's threads", CHECKED,
                "the coordinator's daemon threads stay until the kernel exits",
                _probe_cluster, ("_cluster",)),
     PrivateAPI("tensorflow", "PreemptionHandler._cluster_update_lock / "
                "_should_preemption_thread_run",
                "tf_coordinator.recovery_lock, stop_threads",
-               f"{_PS}: stop after a worker died does not block the kernel", CHECKED,
+               "parameter_server: stop after a worker died does not block the kernel", CHECKED,
                "nbdist cannot see the coordinator waiting for a dead worker, and stop may "
                "block the kernel", _probe_handlers,
                ("_cluster_update_lock", "_should_preemption_thread_run")),
     PrivateAPI("tensorflow", "RemoteValueImpl._status", "tf_coordinator.remote_value_ready",
-               f"{_PS}: recording steps without waiting for each", CHECKED,
+               "parameter_server: recording steps without waiting for each", CHECKED,
                "each step's result is fetched in turn (rows are right, scheduling slower)",
                _probe_remote_status, ("_status",)),
     PrivateAPI("tensorflow", "the module path coordinator/cluster_coordinator.py",
                "tf_coordinator.COORDINATOR_LOG_FILE",
-               f"{_PS}: the coordinator's per-closure failure logs are replaced by one note",
+               "parameter_server: the coordinator's per-closure failure logs are replaced by "
+               "one note",
                CHECKED, "those logs (dozens of lines with gRPC dumps) reach the cell output",
                _probe_log_file, ("cluster_coordinator.py",)),
     PrivateAPI("tensorflow", "coordinator.values.PerWorkerDatasetFromDatasetFunction"
                "._coordinator", "tf_coordinator.per_worker_dataset_coordinator",
-               f"{_PS}: a per-worker dataset (coordinator.create_per_worker_dataset) as --data",
+               "parameter_server: a per-worker dataset (coordinator.create_per_worker_dataset) "
+               "as --data",
                CHECKED, "such a --data is refused as not a dataset (a tf.data.Dataset or a "
                "dataset function still work)", _probe_per_worker_dataset, ("_coordinator",)),
 ]

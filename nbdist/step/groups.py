@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ConfigError
+from ..families import STRATEGY_NAMES
 
 
 def stack_replicas(strategy: Any, out: dict[str, Any]) -> Any:
@@ -187,4 +188,4 @@ def refuse_grouped_steps(spec: Any, family: str) -> None:
             f"--steps-per-call {spec.steps_per_call} groups steps into one call of "
             f"strategy.run, but {family} schedules each step on a worker by itself "
             "(ClusterCoordinator.schedule). Drop --steps-per-call here; it applies to "
-            "one_device, mirrored, central_storage, multiworker and tpu.")
+            f"{', '.join(n for n in STRATEGY_NAMES if n != family)}.")

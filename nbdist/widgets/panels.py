@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..families import find_family
 from .series import RunSeries
 
 
@@ -92,13 +93,14 @@ def choose_panels(series: RunSeries, strategy: str, final: bool) -> tuple[list[s
         notes.append("no gradient norm: the step cell has no `grads` (or name them with "
                      "--grads NAME)")
     ranks = series.replicas * series.workers
-    if has_data(series, "allreduce_ms") or (
-            not final and ranks > 1 and strategy != "parameter_server"):
+    fam = find_family(strategy)   # None: a Run loaded from a job's file may name any
+    no_allreduce = fam.no_allreduce if fam is not None else None
+    if has_data(series, "allreduce_ms") or (not final and ranks > 1 and no_allreduce is None):
         shown.append("allreduce_ms")
     elif ranks == 1:
         notes.append("no all-reduce: one replica has nothing to reduce")
-    elif strategy == "parameter_server":
-        notes.append("no all-reduce: parameter servers apply each worker's gradients")
+    elif no_allreduce is not None:
+        notes.append(f"no all-reduce: {no_allreduce}")
     else:
         notes.append("no all-reduce time was measured in this step")
     return [*shown, "time", *(["heatmap"] if series.aggregated else [])], notes

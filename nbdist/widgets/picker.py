@@ -1,9 +1,9 @@
 """The strategy picker: ``%distribute`` with no arguments, or ``nbdist.picker()``.
 
-It shows the strategy table (``spec.STRATEGY_TABLE``), disables what this machine cannot run
-(and says why), offers the placement controls, and shows the exact ``%distribute`` line and the
-equivalent hand-written TensorFlow. Apply goes through ``Session.configure``, the same code
-path as the magic.
+It shows the strategy table (each family's row, ``nbdist.families``), disables what this
+machine cannot run (and says why), offers the placement controls the family's ``picker``
+lists, and shows the exact ``%distribute`` line and the equivalent hand-written TensorFlow.
+Apply goes through ``Session.configure``, the same code path as the magic.
 """
 
 from __future__ import annotations
@@ -12,30 +12,28 @@ import html
 from typing import Any
 
 from ..errors import NbdistError
+from ..families import DEFAULT_FAMILY, families, family
 from ..hardware import Hardware
-from ..spec import STRATEGY_CLASSES, STRATEGY_NAMES, STRATEGY_TABLE, StrategySpec
+from ..spec import StrategySpec
 from ..strategies import equivalent_code
-
-_USES_DEVICES = ("one_device", "mirrored", "central_storage", "multiworker")
-_USES_WORKERS = ("multiworker", "parameter_server")
 
 
 def spec_from_choices(name: str, devices: int, workers: int, ps: int, cluster: str,
                       tpu: str, gpus: int = 0) -> StrategySpec:
-    """The StrategySpec for the picker's current controls (only the flags that apply).
+    """The StrategySpec for the picker's current controls (only the flags the family's
+    ``picker`` lists).
 
     Without GPUs a multiworker worker has one CPU device (TensorFlow's rule), so --devices is
-    left out there.
+    left out there (``Family.gpu_devices_only``).
     """
-    per_worker_devices = name != "multiworker" or gpus > 0
+    offered = family(name).picker_flags(gpus)
     return StrategySpec(
         name,
-        devices=(devices if name in _USES_DEVICES and name != "one_device"
-                 and per_worker_devices else None),
-        workers=workers if name in _USES_WORKERS else None,
-        ps=ps if name == "parameter_server" else None,
-        cluster=cluster or None if name in _USES_WORKERS else None,
-        tpu=tpu or None if name == "tpu" else None,
+        devices=devices if "devices" in offered else None,
+        workers=workers if "workers" in offered else None,
+        ps=ps if "ps" in offered else None,
+        cluster=cluster or None if "cluster" in offered else None,
+        tpu=tpu or None if "tpu" in offered else None,
     )
 
 
@@ -53,12 +51,13 @@ def table_html(hardware: Hardware) -> str:
     """The strategy table, with a column saying whether this machine can run each one."""
     missing = hardware.unavailable()
     rows = []
-    for name in STRATEGY_NAMES:
-        scope, sync, use = STRATEGY_TABLE[name]
+    for fam in families():
+        name = fam.name
         here = (f'<span style="color:#b00">✗ {html.escape(missing[name])}</span>'
                 if name in missing else '<span style="color:#070">✓</span>')
-        rows.append(f"<tr><td><code>{name}</code><br><small>{STRATEGY_CLASSES[name]}</small>"
-                    f"</td><td>{scope}</td><td>{sync}</td><td>{use}</td><td>{here}</td></tr>")
+        rows.append(f"<tr><td><code>{name}</code><br><small>{fam.tf_class}</small></td>"
+                    f"<td>{fam.scope}</td><td>{fam.gradient_sync}</td><td>{fam.use_case}</td>"
+                    f"<td>{here}</td></tr>")
     gpus = ", ".join(f"{g.name} ({g.memory_mib} MiB)" if g.memory_mib else g.name
                      for g in hardware.gpus) or "none (the CPU is split into logical devices)"
     head = ("<tr><th>strategy</th><th>scope</th><th>gradient sync</th><th>use case</th>"
@@ -76,12 +75,13 @@ class Picker:
 
         self.session, self.hardware = session, hardware
         missing = hardware.unavailable()
-        available = [n for n in STRATEGY_NAMES if n not in missing]
+        names = [f.name for f in families()]
+        available = [n for n in names if n not in missing]
         current = session.backend.spec if session.backend is not None else None
-        first = current.name if current else ("mirrored" if "mirrored" in available else
-                                              available[0])
+        first = current.name if current else (DEFAULT_FAMILY if DEFAULT_FAMILY in available
+                                              else available[0])
         self.buttons = {}
-        for name in STRATEGY_NAMES:
+        for name in names:
             button = w.ToggleButton(description=name, value=name == first,
                                     disabled=name in missing, tooltip=missing.get(name, ""))
             button.observe(self._on_pick(name), names="value")
@@ -123,13 +123,9 @@ class Picker:
                                  gpus=len(self.hardware.gpus))
 
     def refresh(self) -> None:
-        name = self.choice
-        self.devices.disabled = (name not in _USES_DEVICES or name == "one_device"
-                                 or (name == "multiworker" and not self.hardware.gpus))
-        self.workers.disabled = name not in _USES_WORKERS
-        self.ps.disabled = name != "parameter_server"
-        self.cluster.disabled = name not in _USES_WORKERS
-        self.tpu.disabled = name != "tpu"
+        offered = family(self.choice).picker_flags(len(self.hardware.gpus))
+        for flag in ("devices", "workers", "ps", "cluster", "tpu"):
+            getattr(self, flag).disabled = flag not in offered
         try:
             spec = self.spec()
         except NbdistError as err:
@@ -168,9 +164,9 @@ def table_text(hardware: Hardware) -> str:
     """The picker as text: where no widget runs (a terminal, a saved notebook on GitHub)."""
     missing = hardware.unavailable()
     lines = ["nbdist strategies (the picker widget needs JupyterLab, Notebook 7 or VS Code):"]
-    for name in STRATEGY_NAMES:
-        here = f"no: {missing[name]}" if name in missing else "yes"
-        lines.append(f"  {name:<17} {STRATEGY_TABLE[name][2][:60]:<60}  here: {here}")
+    for fam in families():
+        here = f"no: {missing[fam.name]}" if fam.name in missing else "yes"
+        lines.append(f"  {fam.name:<17} {fam.use_case[:60]:<60}  here: {here}")
     lines.append("Choose one with a line, e.g. `%distribute mirrored --devices 2`.")
     return "\n".join(lines)
 

@@ -97,7 +97,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
 
 def local_run(st: WorkerState, mode: str) -> Run:
     handle = st.handle
-    return Run(id=0, mode=mode, strategy="multiworker", replicas=len(handle.devices),
+    return Run(id=0, mode=mode, strategy=handle.spec.name, replicas=len(handle.devices),
                workers=st.workers, devices=tuple(handle.devices))
 
 

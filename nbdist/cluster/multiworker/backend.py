@@ -19,6 +19,7 @@ from typing import Any
 from ...backends.base import Backend, BackendStatus
 from ...backends.cells import ScopeCell, StepCell, describe_loss
 from ...errors import ConfigError
+from ...families import check_served
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList, RunObserver, RunWriter
@@ -56,8 +57,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
 
     def __init__(self, spec: StrategySpec, runs: RunList, keras: str = "auto",
                  collective_timeout: float | None = COLLECTIVE_TIMEOUT_S):
-        if spec.name != "multiworker":
-            raise ConfigError(f"MultiWorkerCluster runs `multiworker`, not `{spec.name}`.")
+        check_served(spec.name, MultiWorkerCluster)
         if spec.devices is not None and spec.devices > 1:
             from ...strategies import MULTIWORKER_CPU_DEVICES, physical_gpus
 
@@ -245,7 +245,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         return tuple(d for info in self.info for d in info.get("devices", []))
 
     def _new_run(self, mode: str) -> Run:
-        run = self.runs.new(mode=mode, strategy="multiworker", replicas=self.replicas_local,
+        run = self.runs.new(mode=mode, strategy=self.spec.name, replicas=self.replicas_local,
                             workers=self.n, devices=self.devices)
         run.note(FIT_NOTE if mode == "fit" else STEP_NOTE)
         return run
