@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import tempfile
@@ -14,25 +13,13 @@ from typing import Any
 from ..errors import CheckpointError
 from ..hooks.keras import wrapped_variable
 from ..hooks.tensorflow import trackable_class
+from ..step.names import code_names, loads_and_stores
 from ..telemetry.run import RunObserver
 from .messages import MISMATCH, resume_line
 
 
 def _is_chief(strategy: Any) -> bool:
     return bool(getattr(strategy.extended, "should_checkpoint", True))
-
-
-def _names_used(code: str) -> tuple[list[str], set[str]]:
-    """Names the code reads (in order) and names it assigns (the step's locals)."""
-    read: list[str] = []
-    stored: set[str] = set()
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Load):
-                read.append(node.id)
-            else:
-                stored.add(node.id)
-    return list(dict.fromkeys(read)), stored
 
 
 def _saveable(value: Any) -> bool:
@@ -56,7 +43,7 @@ def _has(value: Any, name: str) -> bool:
 
 def named_trackables(cell: str, user_ns: dict[str, Any], depth: int = 2) -> dict[str, Any]:
     """The saveable objects a step cell reaches by name, directly or through functions."""
-    read, stored = _names_used(cell)
+    read, stored = loads_and_stores(cell)
     found: dict[str, Any] = {}
     seen: set[int] = set()
 
@@ -69,7 +56,8 @@ def named_trackables(cell: str, user_ns: dict[str, Any], depth: int = 2) -> dict
             if _saveable(value):
                 found.setdefault(name, value)
             elif isinstance(value, types.FunctionType) and level > 0:
-                visit(list(value.__code__.co_names), value.__globals__, level - 1)
+                visit(code_names(value.__code__, nested=False), value.__globals__,
+                      level - 1)
 
     visit([n for n in read if n not in stored and n != "batch"], user_ns, depth)
     return found

@@ -33,7 +33,7 @@ Kernel and engines alike:
 * ``steps``        step mode scheduled with ``ClusterCoordinator``, rows into the Run
 * ``fit``          tf_keras ``model.fit`` on the workers, recorded
 * ``health``       the coordinator's view of its processes
-* ``instrument``   the parameter-update timer and quieter coordinator logs
+* ``instrument``   the parameter-update timer inside the traced step
 * ``status``       its ``%distribute status`` and lab-extension state
 
 Under ``multiworker`` nothing here imports TensorFlow in the kernel (the kernel is never a

@@ -1,7 +1,7 @@
 """``%distribute export FILE.py``: the notebook's distributed training as a standalone script.
 
 ``history`` reads the cells (IPython's input history and what the session recorded about each
-``%%distribute`` cell), ``names`` finds what each defines and reads, ``plan`` picks the cells
+``%%distribute`` cell), ``step.names`` finds what each defines and reads, ``plan`` picks the cells
 the step cell needs, ``script`` writes them into ``template``. The script trains without
 nbdist; ``python -m nbdist.launch`` runs it as several workers.
 """
@@ -33,7 +33,7 @@ def export_magic(shell: Any, session: Any, line: str) -> str:
     write the script; returns its path."""
     from .history import notebook_cells
     from .plan import plan_export
-    from .script import check_strategy, render
+    from .script import check_strategy, launch_job, render
 
     args = parse_argstring(_export_args, line)
     path = os.path.abspath(os.path.expanduser(args.file))
@@ -45,15 +45,14 @@ def export_magic(shell: Any, session: Any, line: str) -> str:
                           "overwrite it, or give another file name.")
     check_strategy(args.strategy)
     plan = plan_export(notebook_cells(shell, session), args.cell)
+    check_strategy(args.strategy or plan.step.strategy.name, given=args.strategy is not None)
     legacy = plan.step.keras == "legacy" or \
         os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
     text = render(plan, path, shell.user_ns, args.strategy, legacy)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     cells = ", ".join(c.label for c in [*plan.cells, plan.step])
-    job = ("--workers 2 --ps 1 {} --strategy parameter_server"
-           if (args.strategy or plan.step.strategy.name) == "parameter_server"
-           else "--workers 2 {} --strategy multiworker").format(args.file)
+    job = launch_job(args.strategy or plan.step.strategy.name, args.file)
     print(f"nbdist: wrote {path} from {cells} ({len(plan.left_out)} cell(s) left out: listed "
           f"in its docstring). Run it: python {args.file}; as a local job: python -m "
           f"nbdist.launch {job}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..spec import RunSpec, StrategySpec
-from .names import CellNames, cell_names
+from ..step.names import CellNames, cell_names
 
 PLAIN, SCOPE, STEP, NBDIST, NOT_RUN = "plain", "scope", "step", "nbdist", "not run"
 _NBDIST_LINE = re.compile(r"^\s*(%load_ext\s+nbdist\b|%distribute\b)")

@@ -9,8 +9,8 @@ import builtins
 from dataclasses import dataclass, field
 
 from ..errors import ExportError
+from ..step.names import step_reads
 from .history import NBDIST, NOT_RUN, STEP, NotebookCell
-from .names import step_reads
 
 #: Names the script itself provides: the strategy, and the worker index nbdist gives workers.
 PROVIDED = frozenset({"strategy", "nbdist_worker", "nbdist_workers"})

@@ -2,8 +2,9 @@
 
 Rewriting and tracing a step cell costs 0.3-0.8 s here, more than a whole epoch of a small
 model, and a notebook runs the same cell again and again. ``StepCache`` keeps, per cell, what
-``runner.StepRunner`` traced (its compiled variants) together with everything the trace
-depends on, and hands it back to a later run only when all of it still matches:
+a step loop traced (its compiled variants; ``loop.StepLoop`` keeps and adopts them for every
+family) together with everything the trace depends on, and hands it back to a later run only
+when all of it still matches:
 
 * the cell (its text after the ``%%distribute`` line), ``--loss``/``--grads`` and whether
   steps run one per call or grouped (``--steps-per-call``);
@@ -22,14 +23,13 @@ objects it compares with, which the traced step holds anyway.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import symtable
 import types
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import code_names, traced_step_reads
 from .rewrite import StepSource
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -43,7 +43,7 @@ class TracedStep:
     compiled: dict[bool, Any]           # timed? -> the callable the runner calls
     functions: dict[bool, Any]          # timed? -> its tf.function (for ``on_traced``)
     keys: dict[bool, list[str]]         # the step output's rows
-    timed_probe: Any
+    kept: Any                           # what the family keeps besides (the timed probe)
     factory: Any                        # the generated ``make_step`` (for a variant not traced)
     filename: str                       # the traced code's file (errors map through it)
     notes: list[str] = field(default_factory=list)
@@ -129,7 +129,7 @@ def cell_key(source: StepSource, grouped: bool) -> tuple[Any, ...]:
 def depends_on(source: StepSource, user_ns: dict[str, Any], strategy: Any,
                dataset: Any) -> tuple[Any, ...]:
     """Everything the traced step depends on besides the cell (see the module doc)."""
-    names = _global_names(source)
+    names = traced_step_reads(source.source, source.factory_name, source.step_name)
     reached: dict[str, tuple[Any, ...]] = {}
     _reach(sorted(names), user_ns, reached, level=2)
     return (strategy, getattr(strategy, "num_replicas_in_sync", None), _element_spec(dataset),
@@ -169,24 +169,6 @@ def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return all(va is vb and sa == sb for (va, sa), (vb, sb) in zip(a[2], b[2], strict=True))
 
 
-def _global_names(source: StepSource) -> frozenset[str]:
-    return _globals_of(source.source, source.factory_name, source.step_name)
-
-
-@functools.lru_cache(maxsize=32)
-def _globals_of(text: str, factory_name: str, step_name: str) -> frozenset[str]:
-    """The names the generated step function (and what it nests) looks up as globals."""
-    top = symtable.symtable(text, "<nbdist-step>", "exec")
-    factory = next(t for t in top.get_children() if t.get_name() == factory_name)
-    found: set[str] = set()
-    todo = [t for t in factory.get_children() if t.get_name() == step_name]
-    while todo:
-        table = todo.pop()
-        found.update(s.get_name() for s in table.get_symbols() if s.is_global())
-        todo.extend(table.get_children())
-    return frozenset(found)
-
-
 def _reach(names: list[str], namespace: dict[str, Any], out: dict[str, tuple[Any, ...]],
            level: int) -> None:
     """Record the state of each name found in ``namespace``; follow the notebook's functions
@@ -198,15 +180,7 @@ def _reach(names: list[str], namespace: dict[str, Any], out: dict[str, tuple[Any
         out[name] = _state(value)
         if (level > 0 and isinstance(value, types.FunctionType)
                 and value.__globals__ is namespace):
-            _reach(sorted(_code_names(value.__code__)), namespace, out, level - 1)
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
+            _reach(sorted(code_names(value.__code__)), namespace, out, level - 1)
 
 
 def _state(value: Any) -> tuple[Any, ...]:

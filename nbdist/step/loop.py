@@ -9,6 +9,10 @@ from inside ``strategy.run``). A family supplies only how steps are scheduled:
 * ``runner.StepRunner``: ``strategy.run`` over a distributed dataset, in the kernel or in
   each multiworker worker;
 * ``cluster.paramserver.steps.PSStepLoop``: ``ClusterCoordinator.schedule`` on the workers.
+
+The loop keeps the variants it traced (untimed and timed): given the backend's ``cache``, a
+re-run of the same cell adopts the ones an earlier run traced, if nothing they depend on
+changed (``step.cache``), and keeps its own for the next.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..hooks.tf_gradients import recording_gradient_registrations, release_gradi
 from ..interrupts import HeldInterrupts
 from ..spec import RunSpec
 from ..telemetry.run import Run, RunObserver, RunWriter
+from .cache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
 from .rewrite import StepSource
 
 
@@ -44,6 +49,12 @@ class StepLoop:
     _gradient_keys: list[str] = field(default_factory=list)   # what tracing registered
     _variable_sites: errormap.VariableSites | None = None   # where tracing created variables
     interrupts: HeldInterrupts = field(default_factory=HeldInterrupts)   # hold() over a call
+    cache: StepCache | None = field(default=None, kw_only=True)   # the backend's traced steps
+    _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> what the loop calls
+    _functions: dict[bool, Any] = field(default_factory=dict)  # timed? -> its tf.function
+    _keys: dict[bool, list[str]] = field(default_factory=dict)   # timed? -> its output's rows
+    _trace_notes: list[str] = field(default_factory=list)      # the Run's notes from tracing
+    _announced: set[bool] = field(default_factory=set)         # variants told to observers
 
     # -- what a family provides ------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
@@ -68,6 +79,22 @@ class StepLoop:
     def _done(self) -> None:
         """Just before a run that was not stopped is marked done."""
 
+    def _strategy(self) -> Any:
+        """The strategy the step is traced under (a kept trace is for it only)."""
+        raise NotImplementedError
+
+    @property
+    def grouped(self) -> bool:
+        """Several steps per compiled call (``--steps-per-call``): another trace."""
+        return False
+
+    def _kept(self) -> Any:
+        """What the family keeps with its traced variants (``_restored`` takes it back)."""
+        return None
+
+    def _restored(self, kept: Any) -> None:
+        """Take back what ``_kept`` returned when an earlier run of the cell ended."""
+
     # -- the skeleton ----------------------------------------------------------------------
     def load(self) -> None:
         """Compile the generated step source; the tf.functions are made on first use."""
@@ -79,7 +106,15 @@ class StepLoop:
         self._factory = namespace[self.source.factory_name]
 
     def execute(self) -> Run:
-        """Train for the requested epochs/steps; return the finished Run."""
+        """Train for the requested epochs/steps; return the finished Run. With a ``cache``,
+        start from the variants an earlier run of the same cell traced, if still valid."""
+        if self.cache is None:
+            return self._execute()
+        return execute_cached(self.cache, cell_key(self.source, self.grouped), self._depends,
+                              self._adopt, self._execute, self._traced_step)
+
+    def _execute(self) -> Run:
+        """One run: load the step, resume, loop, and turn how it ended into the status."""
         if self._factory is None:
             self.load()
         run = self.run
@@ -117,6 +152,41 @@ class StepLoop:
                 self.checkpoint.complete()
             RunWriter(run).finish("done")
         return run
+
+    # -- traced variants, kept for the next run of the same cell (``step.cache``) ----------
+    def _keep_variant(self, timed: bool, arg: Any, function: Any, call: Any = None) -> None:
+        """Keep a variant just traced for ``arg``: ``function`` is its tf.function, ``call``
+        what the loop calls (the function itself by default); tell the observers."""
+        self._functions[timed] = function
+        self._compiled[timed] = function if call is None else call
+        self._announced.add(timed)
+        self.traced(function, arg, timed)   # e.g. `%%distribute --graph`
+
+    def _first_call(self, timed: bool, arg: Any) -> None:
+        """Before each call of a kept variant: the first call of one an earlier run of this
+        cell traced tells the observers about it, as tracing it would have."""
+        if timed not in self._announced:
+            self._announced.add(timed)
+            self.traced(self._functions[timed], arg, timed)
+
+    def _traced_step(self) -> TracedStep | None:
+        if not self._compiled:
+            return None
+        return TracedStep(dict(self._compiled), dict(self._functions), self._keys, self._kept(),
+                          self._factory, self.source.filename, list(self._trace_notes))
+
+    def _depends(self) -> Any:
+        return depends_on(self.source, self.user_ns, self._strategy(), self.dataset)
+
+    def _adopt(self, entry: TracedStep) -> None:
+        self._compiled.update(entry.compiled)
+        self._functions.update(entry.functions)
+        self._keys, self._factory = entry.keys, entry.factory
+        self._restored(entry.kept)
+        self.source = adopted_source(self.source, entry)
+        self._trace_notes = list(entry.notes)
+        for text in entry.notes:
+            self.run.note(text)
 
     @contextlib.contextmanager
     def tracing(self) -> Iterator[None]:

@@ -31,6 +31,7 @@ from ..checkpoint.step import named_trackables
 from ..errors import StepCodeError
 from ..hooks.keras import wrapped_variable
 from ..hooks.tensorflow import is_sharded_variable
+from .names import name_lines
 
 
 def check_step_objects(cell: str, user_ns: dict[str, Any], strategy: Any) -> None:
@@ -155,7 +156,7 @@ def _first_use(cell: str, name: str) -> tuple[int | None, str]:
         tree = ast.parse(cell)
     except SyntaxError:
         return None, ""
-    lines = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
+    lines = name_lines(tree, name)
     if not lines:
         return None, ""
     first = min(lines)

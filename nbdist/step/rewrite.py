@@ -12,8 +12,9 @@ that an error on generated line ``L`` is cell line ``L - line_offset``::
         return _nbdist_step
 
 Like IPython's ``ast_mod``, the helper names are renamed (``_nbdist_rt_1``...) when the cell
-uses them. What the cell's scope binds, and what a step body cannot contain, is found by
-``step.scope``. Pure ``ast``/``tokenize``: this module imports neither TensorFlow nor IPython.
+uses them. What the cell's scope binds is found by ``step.names``, what a step body cannot
+contain by ``step.scope``. Pure ``ast``/``tokenize``: this module imports neither TensorFlow
+nor IPython.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import warnings
 from dataclasses import dataclass
 
 from ..errors import ConfigError, StepCodeError
+from .names import identifiers, name_lines
 from .scope import ScopeScan, problem_message
 
 _INDENT = " " * 8
 _LINE_OFFSET = 3  # template lines before the first cell line
 _STRING_STARTS = {getattr(tokenize, n, -1) for n in ("FSTRING_START", "TSTRING_START")} - {-1}
 _STRING_ENDS = {getattr(tokenize, n, -1) for n in ("FSTRING_END", "TSTRING_END")} - {-1}
-_ID_FIELDS = frozenset({"id", "arg", "name", "asname", "names", "attr", "rest", "module"})
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def rewrite_step(
             f"gradients to it (`{grads} = tape.gradient({loss}, model.trainable_variables)`) "
             "or drop `--grads`."
         )
-    taken = _identifiers(tree) | {loss, batch} | ({grads} if grads else set())
+    taken = identifiers(tree) | {loss, batch} | ({grads} if grads else set())
     factory, step, runtime = (
         _free_name(base, taken) for base in ("_nbdist_make_step", "_nbdist_step", "_nbdist_rt")
     )
@@ -152,10 +153,7 @@ def assigned_line(cell: str, name: str) -> int | None:
         tree = ast.parse(cell)
     except (SyntaxError, ValueError):
         return None
-    lines = [node.lineno for node in ast.walk(tree)
-             if isinstance(node, ast.Name) and node.id == name
-             and isinstance(node.ctx, ast.Store)]
-    return max(lines, default=None)
+    return max(name_lines(tree, name, stored=True), default=None)
 
 
 def divides_by_global_batch(tree: ast.AST) -> bool:
@@ -267,18 +265,6 @@ def _string_continuation_rows(text: str) -> set[int]:
         elif tok.type == tokenize.STRING:
             rows.update(range(tok.start[0] + 1, tok.end[0] + 1))
     return rows
-
-
-def _identifiers(tree: ast.AST) -> set[str]:
-    """Every identifier the cell mentions: names, args, attributes, defs, import aliases."""
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        for field, value in ast.iter_fields(node):
-            if field in _ID_FIELDS:
-                for item in value if isinstance(value, list) else [value]:
-                    if isinstance(item, str):
-                        found.update(item.split("."))
-    return found
 
 
 def _free_name(base: str, taken: set[str]) -> str:

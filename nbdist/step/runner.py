@@ -19,7 +19,7 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from ..allocator import keep_large_buffers
 from ..data.iterate import new_iterator, release, timed_batches
@@ -27,16 +27,8 @@ from ..hooks.tensorflow import quiet_retracing_warning
 from ..strategies import StrategyHandle
 from ..telemetry.collectives import T_GRAD_START, split_timing
 from ..telemetry.probe import StepProbe
-from ..telemetry.run import Run, RunWriter
+from ..telemetry.run import RunWriter
 from . import groups
-from .cache import (
-    StepCache,
-    TracedStep,
-    adopted_source,
-    cell_key,
-    depends_on,
-    execute_cached,
-)
 from .fastcall import FastCall
 from .keras_builds import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
 from .loop import StepLoop
@@ -48,15 +40,8 @@ class StepRunner(StepLoop):
     """Runs a rewritten step cell over a dataset under a strategy, recording into ``run``."""
 
     handle: StrategyHandle = field(kw_only=True)
-    cache: StepCache | None = field(default=None, kw_only=True)   # the backend's traced steps
-    _compiled: dict[bool, Any] = field(default_factory=dict)   # timed? -> FastCall of it
-    _functions: dict[bool, Any] = field(default_factory=dict)  # timed? -> its tf.function
     _timed_probe: StepProbe | None = None
-    _keys: dict[bool, list[str]] = field(default_factory=dict)   # rows of the step's output
-    _trace_notes: list[str] = field(default_factory=list)      # the Run's notes from tracing
-    _announced: set[bool] = field(default_factory=set)         # variants told to observers
     _first_step: int = 0
-    fast_calls: ClassVar[bool] = True   # call the traced step through nbdist.step.fastcall
 
     @property
     def grouped(self) -> bool:
@@ -103,31 +88,15 @@ class StepRunner(StepLoop):
         call_timed.trace = trace_timed      # type: ignore[attr-defined]
         return call_timed
 
-    # -- a traced step kept for the next run of the same cell (``step.cache``) ---------------
-    def execute(self) -> Run:
-        if self.cache is None:
-            return super().execute()
-        return execute_cached(self.cache, cell_key(self.source, self.grouped), self._depends,
-                              self._adopt, super().execute, self._traced_step)
+    # -- what a kept trace needs (``step.cache``) --------------------------------------------
+    def _strategy(self) -> Any:
+        return self.handle.strategy
 
-    def _traced_step(self) -> TracedStep | None:
-        if not self._compiled:
-            return None
-        return TracedStep(dict(self._compiled), dict(self._functions), self._keys,
-                          self._timed_probe, self._factory, self.source.filename,
-                          list(self._trace_notes))
+    def _kept(self) -> Any:
+        return self._timed_probe   # the timed variant reports through it
 
-    def _depends(self) -> Any:
-        return depends_on(self.source, self.user_ns, self.handle.strategy, self.dataset)
-
-    def _adopt(self, entry: TracedStep) -> None:
-        self._compiled.update(entry.compiled)
-        self._functions.update(entry.functions)
-        self._keys, self._timed_probe, self._factory = entry.keys, entry.timed_probe, entry.factory
-        self.source = adopted_source(self.source, entry)
-        self._trace_notes = list(entry.notes)
-        for text in entry.notes:
-            self.run.note(text)
+    def _restored(self, kept: Any) -> None:
+        self._timed_probe = kept
 
     # -- the loops -------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
@@ -217,9 +186,8 @@ class StepRunner(StepLoop):
         fn = self._compiled.get(timed)
         if fn is None:
             fn = self._trace(timed, arg)
-        elif timed not in self._announced:   # traced by an earlier run of this cell
-            self._announced.add(timed)
-            self.traced(self._functions[timed], arg, timed)
+        else:
+            self._first_call(timed, arg)
         self.interrupts.hold()   # released once the call's rows are recorded
         return fn(arg)
 
@@ -236,11 +204,7 @@ class StepRunner(StepLoop):
             self._trace_notes.append(unsynced_batchnorm_note(unsynced, replicas))
             self.run.note(self._trace_notes[-1])
         tf_function = getattr(fn, "tf_function", fn)
-        self._functions[timed] = tf_function
-        self._compiled[timed] = (FastCall(tf_function, arg, fallback=fn)
-                                 if self.fast_calls else fn)
-        self._announced.add(timed)
-        self.traced(tf_function, arg, timed)   # e.g. `%%distribute --graph`
+        self._keep_variant(timed, arg, tf_function, FastCall(tf_function, arg, fallback=fn))
         return self._compiled[timed]
 
     def _one_step(self, step: int, epoch: int, batch: Any, data_ms: float, timed: bool) -> float:

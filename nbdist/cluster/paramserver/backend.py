@@ -20,6 +20,7 @@ from typing import Any
 from ...backends.base import Backend, BackendStatus, refuse_keras_choice
 from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from ...errors import ConfigError
+from ...families import check_served
 from ...hooks.keras import atomic_variable_updates
 from ...spec import StrategySpec
 from ...step.cache import StepCache
@@ -40,6 +41,11 @@ from .steps import PSStepLoop, require_known_length, ring_capacity
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
+#: Said when a cluster starts with --partitioner.
+KERAS3_PARTITIONER_NOTE = (
+    "nbdist: note: Keras 3 layers and optimizers cannot train the ShardedVariables "
+    "--partitioner makes (a step cell using one is refused); build the models to shard with "
+    "tf_keras (`import tf_keras`; `python3 -m nbdist.install_tf_keras` installs it).")
 
 
 class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
@@ -51,9 +57,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
     exclusive = True
 
     def __init__(self, spec: StrategySpec, runs: RunList, shell: Any = None):
-        if spec.name != "parameter_server":
-            raise ConfigError(f"ParameterServerCluster runs `parameter_server`, not "
-                              f"`{spec.name}`.")
+        check_served(spec.name, ParameterServerCluster)
         if spec.devices not in (None, 1):
             raise ConfigError(
                 f"--devices {spec.devices}: under parameter_server each worker trains on one "
@@ -91,7 +95,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
     def starting_message(self) -> str:
         return (f"nbdist: starting {self.n} worker(s) and {self.n_ps} parameter server(s) as "
                 "tf.distribute.Server processes; this kernel is their coordinator."
-                + (f"\n{ps_context.KERAS3_PARTITIONER_NOTE}" if self.spec.partitioner else ""))
+                + (f"\n{KERAS3_PARTITIONER_NOTE}" if self.spec.partitioner else ""))
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -222,7 +226,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
 
     def run_step_cell(self, cell: StepCell, observers: list[RunObserver]) -> Run:
         """Schedule the step on the workers (async) until --epochs/--steps are done."""
-        refuse_grouped_steps(cell.spec, "parameter_server")
+        refuse_grouped_steps(cell.spec, self.spec.name)
         self._usable()
         user_ns = self._user_ns()
         # the checkpoint is saved from here, the coordinator: it reads the PS variables
@@ -230,7 +234,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
         if self.rows is None:
             self.rows = WorkerRows(self.strategy, self.n, ring_capacity(self.n))
-        run = self.runs.new(mode="step", strategy="parameter_server", replicas=1,
+        run = self.runs.new(mode="step", strategy=self.spec.name, replicas=1,
                             workers=self.n, devices=self.devices, epochs=cell.spec.epochs)
         loop = PSStepLoop(cell.source, user_ns, cell.spec, run,
                           observers=[*observers, self.faults.observer()],
@@ -264,7 +268,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
             fits = FitCheckpoint(checkpoint, say=print)
 
         def new_run() -> Run:
-            return self.runs.new(mode="fit", strategy="parameter_server", replicas=1,
+            return self.runs.new(mode="fit", strategy=self.spec.name, replicas=1,
                                  workers=self.n, devices=self.devices)
 
         started = len(self.runs)

@@ -32,12 +32,6 @@ from ...spec import PARTITIONERS, partitioner_parts
 
 log = logging.getLogger("nbdist.cluster")
 
-KERAS3_PARTITIONER_NOTE = (
-    "nbdist: note: Keras 3 layers and optimizers cannot train the ShardedVariables "
-    "--partitioner makes (a step cell using one is refused); build the models to shard with "
-    "tf_keras (`import tf_keras`; `python3 -m nbdist.install_tf_keras` installs it).")
-
-
 def partitioner_code(partitioner: str | None, n_ps: int) -> str | None:
     """``--partitioner`` as the TensorFlow expression it stands for (None: no partitioner)."""
     if partitioner is None:

@@ -21,13 +21,6 @@ from ..failures import ClusterError
 DEATH_GRACE_S = 3.0
 
 
-#: Errors a step raised on a worker that still answers (its dataset ran out, an assertion or
-#: a shape check in the cell failed): the rows of the steps before it are read before the run
-#: fails. Not after other errors: a worker cut off would make the read wait for its timeout.
-RAISED_BY_THE_STEP = ("OutOfRangeError", "InvalidArgumentError", "FailedPreconditionError",
-                      "ResourceExhaustedError")
-
-
 class ProcessWatch:
     """What the loop needs from the cluster: which processes died (checked by pid)."""
 

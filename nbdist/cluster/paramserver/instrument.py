@@ -1,34 +1,15 @@
-"""Instrumentation for parameter-server steps: the update timer, quieter TensorFlow logs and
-the notes a step Run carries (what its columns and epochs mean).
-
-``UpdateTimer`` times the parameter update inside a traced step (see its docstring);
-``quiet_recovery_logs`` hides the coordinator's per-closure failure logs during a run and
-leaves a note in the Run instead.
-"""
+"""The parameter update's time inside a parameter-server step: ``UpdateTimer`` brackets the
+optimizer's ``apply_gradients`` with timestamps while the step (``stepfn``) is traced; they
+become the Run's ``update_ms`` (see its docstring)."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...hooks.tf_coordinator import COORDINATOR_LOG_FILE
 from ...patching import patched
-from ...telemetry.run import Run
-
-UPDATE_NOTE = (
-    "parameter_server: update_ms is the parameter update measured on the worker (push the "
-    "gradients to the parameter servers, apply them there, acknowledgement), on timed steps "
-    "only; reading the parameters is part of compute_ms; there is no allreduce, so "
-    "allreduce_ms is empty. Steps are numbered in the order the coordinator scheduled them; "
-    "`worker` is the worker that ran the step (asynchronous: no two rows share a step)"
-)
-EPOCH_NOTE = (
-    "parameter_server: each worker reads its own copy of the dataset, repeated; an epoch is "
-    "as many steps as the dataset has batches, spread over the workers"
-)
 
 
 class UpdateTimer:
@@ -72,36 +53,6 @@ class UpdateTimer:
             return result
 
         return apply_gradients
-
-
-class _RecoveryLogFilter(logging.Filter):
-    """Drops (and counts) the coordinator's own log records: when a worker fails it logs
-    every retried closure with a gRPC dump, dozens of lines nbdist replaces by one note."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dropped = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.pathname.endswith(COORDINATOR_LOG_FILE):
-            self.dropped += 1
-            return False
-        return True
-
-
-@contextlib.contextmanager
-def quiet_recovery_logs(run: Run) -> Iterator[None]:
-    logger = logging.getLogger("tensorflow")
-    quiet = _RecoveryLogFilter()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
-        if quiet.dropped:
-            run.note(f"TensorFlow's ClusterCoordinator logged {quiet.dropped} message(s) "
-                     "while it handled failures (hidden by nbdist: the failure is described "
-                     "above)")
 
 
 def _optimizer_classes() -> list[type]:

@@ -25,30 +25,22 @@ gradients, applying them there and the acknowledgement. There is no allreduce:
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...data.iterate import new_iterator, release
 from ...errors import DataError, StepCodeError
-from ...step.cache import (
-    StepCache,
-    TracedStep,
-    adopted_source,
-    cell_key,
-    depends_on,
-    execute_cached,
-)
+from ...hooks.tf_coordinator import COORDINATOR_LOG_FILE
 from ...step.keras_builds import call_building_optimizers
 from ...step.loop import StepLoop
 from ...step.runner import TimingPacer
 from ...telemetry.run import Run, RunWriter
-from . import health
 from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
-from .instrument import EPOCH_NOTE, UPDATE_NOTE, quiet_recovery_logs
 from .rowbuffer import WorkerRows
 from .stepfn import SPANS, Scheduler, compile_step
 
@@ -61,6 +53,23 @@ HEALTH_EVERY_S = 0.25
 TAKE_EVERY_ROWS, TAKE_EVERY_S = 64, 0.2
 LOST_ROWS = (" step(s) finished on a worker just before it died: their parameter updates "
              "were applied, but their rows were lost with it")
+#: Errors a step raised on a worker that still answers (its dataset ran out, an assertion or
+#: a shape check in the cell failed): the rows of the steps before it are read before the run
+#: fails. Not after other errors: a worker cut off would make the read wait for its timeout.
+RAISED_BY_THE_STEP = ("OutOfRangeError", "InvalidArgumentError", "FailedPreconditionError",
+                      "ResourceExhaustedError")
+#: Every step Run's notes: what its columns mean, and (``epoch_note``) how --data is read.
+UPDATE_NOTE = (
+    "parameter_server: update_ms is the parameter update measured on the worker (push the "
+    "gradients to the parameter servers, apply them there, acknowledgement), on timed steps "
+    "only; reading the parameters is part of compute_ms; there is no allreduce, so "
+    "allreduce_ms is empty. Steps are numbered in the order the coordinator scheduled them; "
+    "`worker` is the worker that ran the step (asynchronous: no two rows share a step)"
+)
+EPOCH_NOTE = (
+    "parameter_server: each worker reads its own copy of the dataset, repeated; an epoch is "
+    "as many steps as the dataset has batches, spread over the workers"
+)
 
 
 def ring_capacity(workers: int) -> int:
@@ -90,14 +99,10 @@ class PSStepLoop(StepLoop):
     per_epoch: int | None = field(default=None, kw_only=True)
     epoch_note: str | None = field(default=EPOCH_NOTE, kw_only=True)   # how --data is read
     on_worker_death: Callable[[int], None] = field(default=lambda index: None, kw_only=True)
-    cache: StepCache | None = field(default=None, kw_only=True)   # the backend's traced steps
     #: while True (``%distribute inject ... --at-step N`` waits for its step), one step is
     #: in flight and the rows are read after each, so the observers see each worker's count
     #: before it runs another step
     precise: Callable[[], bool] = field(default=lambda: False, kw_only=True)
-    _compiled: dict[bool, Any] = field(default_factory=dict)
-    _columns: dict[bool, list[str]] = field(default_factory=dict)   # of each packed result
-    _announced: set[bool] = field(default_factory=set)   # variants told to observers
     _dead_seen: set[int] = field(default_factory=set)
     _next_check: float = 0.0
     rows: WorkerRows = field(default=None, kw_only=True)   # the backend's rings of rows
@@ -116,22 +121,10 @@ class PSStepLoop(StepLoop):
         self.run.note(UPDATE_NOTE)
         if self.epoch_note:
             self.run.note(self.epoch_note)
-        if self.cache is None:
-            return super().execute()
-        return execute_cached(self.cache, cell_key(self.source, grouped=False), self._depends,
-                              self._adopt, super().execute, self._traced_step)
+        return super().execute()   # with the variants a run of this cell kept (step.cache)
 
-    def _traced_step(self) -> TracedStep | None:
-        return TracedStep(dict(self._compiled), dict(self._compiled), self._columns, None,
-                          self._factory, self.source.filename) if self._compiled else None
-
-    def _depends(self) -> Any:
-        return depends_on(self.source, self.user_ns, self.strategy, self.dataset)
-
-    def _adopt(self, entry: TracedStep) -> None:
-        self._compiled.update(entry.compiled)
-        self._columns, self._factory = entry.keys, entry.factory
-        self.source = adopted_source(self.source, entry)
+    def _strategy(self) -> Any:
+        return self.strategy
 
     # -- StepLoop's hooks ------------------------------------------------------------------
     def _running(self) -> contextlib.AbstractContextManager[Any]:
@@ -149,7 +142,7 @@ class PSStepLoop(StepLoop):
         died = self._dead_message_after(err)
         if died:
             return TaskDied(died)
-        if type(err).__name__ in health.RAISED_BY_THE_STEP:
+        if type(err).__name__ in RAISED_BY_THE_STEP:
             self._drain(quiet=True)   # the workers answer: keep the rows of the steps that ran
         if type(err).__name__ == "OutOfRangeError":
             return DataError(
@@ -219,18 +212,14 @@ class PSStepLoop(StepLoop):
     def _schedule(self, iterator: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
         if fn is not None:
-            if timed not in self._announced:   # traced by an earlier run of this cell
-                self._announced.add(timed)
-                self.traced(fn, iterator, timed)
+            self._first_call(timed, iterator)
             return self.coordinator.schedule(fn, args=(iterator,))
         # First use: trace (in schedule), building any Keras optimizer the step would build.
         scheduler, remote = call_building_optimizers(
             lambda: Scheduler(self.coordinator, compile_step(
-                self._factory, self.spec, self.strategy, timed, self._columns, self.rows)),
+                self._factory, self.spec, self.strategy, timed, self._keys, self.rows)),
             iterator, self.strategy)
-        self._compiled[timed] = scheduler.fn
-        self._announced.add(timed)
-        self.traced(scheduler.fn, iterator, timed)   # e.g. `%%distribute --graph`
+        self._keep_variant(timed, iterator, scheduler.fn)
         return remote
 
     def _collect(self, wait: bool, take: bool = True) -> None:
@@ -254,7 +243,7 @@ class PSStepLoop(StepLoop):
         """Read the rows the workers appended since the last read and record them, in the
         order they finished."""
         self._next_take = time.monotonic() + TAKE_EVERY_S
-        rows = [(bool(row[0]), dict(zip(self._columns[bool(row[0])], row[1:].tolist(),
+        rows = [(bool(row[0]), dict(zip(self._keys[bool(row[0])], row[1:].tolist(),
                                         strict=False)))
                 for row in self.rows.take(self._dead)]
         for timed, values in sorted(rows, key=lambda row: row[1]["t_end"]):
@@ -312,3 +301,33 @@ class PSStepLoop(StepLoop):
 
     def _dead_message(self) -> str:
         return dead_message(self.watch, self.run.steps_done)
+
+
+class _RecoveryLogFilter(logging.Filter):
+    """Drops (and counts) the coordinator's own log records: when a worker fails it logs
+    every retried closure with a gRPC dump, dozens of lines nbdist replaces by one note."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.pathname.endswith(COORDINATOR_LOG_FILE):
+            self.dropped += 1
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def quiet_recovery_logs(run: Run) -> Iterator[None]:
+    logger = logging.getLogger("tensorflow")
+    quiet = _RecoveryLogFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+        if quiet.dropped:
+            run.note(f"TensorFlow's ClusterCoordinator logged {quiet.dropped} message(s) "
+                     "while it handled failures (hidden by nbdist: the failure is described "
+                     "above)")
