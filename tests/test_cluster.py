@@ -14,10 +14,11 @@ import numpy as np
 import psutil
 import pytest
 from cluster_cells import SCOPE_LOOP, SETUP, STEP, raising_input, stuck_input
-from helpers import StopAfter, interrupt_me, once_running, run_err, run_ok, when
+from helpers import PROMPT_S, StopAfter, interrupt_me, once_running, run_err, run_ok, when
 
 import nbdist
 from nbdist.cluster.failures import ClusterError, WorkerDied, WorkerError, WorkerStuck
+from nbdist.cluster.multiworker import dispatch, stall
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError, RunInterrupted, StepCodeError
 from nbdist.session import current_session
@@ -278,15 +279,18 @@ def test_kernel_interrupt_stops_every_worker_at_the_same_step(mw, attempt):
     returned = time.monotonic()
     timer.join()
     assert isinstance(err, RunInterrupted), repr(err)
-    assert returned - sent[0] < 5
+    # the step-boundary stop, not the SIGINT the kernel sends to workers still running then
+    assert returned - sent[0] < dispatch.ESCALATE_S, \
+        f"{returned - sent[0]:.1f} s: the workers did not stop at a step boundary"
     run = nbdist.runs[-1]
     last = run.metrics.groupby("worker")["step"].max().to_dict()
     assert run.status == "interrupted" and last[0] == last[1]
     assert len(run.metrics) == 2 * (last[0] + 1)          # whole steps on both workers
-    time.sleep(0.5)                                        # the workers' own ends arrive late
-    assert run.status == "interrupted"
     run_ok(mw, STEP.format(data="ds", flags="--steps 2"))  # still usable
     assert nbdist.runs[-1].status == "done"
+    # the workers' own ends of the interrupted run arrive late, but before anything of the
+    # next run on the same connections: they did not change what the kernel decided
+    assert run.status == "interrupted"
 
 
 def test_a_stop_request_ends_the_run_stopped(mw):
@@ -298,8 +302,10 @@ def test_a_stop_request_ends_the_run_stopped(mw):
     run = current_session().run_step_cell(body, spec, [StopAfter()], header=header)
     last = run.metrics.groupby("worker")["step"].max().to_dict()
     assert run.status == "stopped" and last[0] == last[1]
-    time.sleep(0.5)
-    assert run.status == "stopped"
+    # the workers' own ends arrive late, but before anything of a next run on the same
+    # connections: once that run is done, they have been seen
+    run_ok(mw, STEP.format(data="ds", flags="--steps 2"))
+    assert nbdist.runs[-1].status == "done" and run.status == "stopped"
 
 
 def test_kernel_interrupt_of_plain_code_interrupts_the_workers(mw, monkeypatch):
@@ -311,7 +317,7 @@ def test_kernel_interrupt_of_plain_code_interrupts_the_workers(mw, monkeypatch):
     watcher.join()
     monkeypatch.undo()
     assert isinstance(err, RunInterrupted) and "KeyboardInterrupt" in str(err), repr(err)
-    assert returned - sent[0] < 8
+    assert returned - sent[0] < PROMPT_S, "the workers went on sleeping after the interrupt"
     assert repr(run_ok(mw, "%%distribute\nnbdist_worker")) == "[worker 0] 0\n[worker 1] 1"
 
 
@@ -340,12 +346,13 @@ def test_inject_kill_at_a_step_fails_the_cell_fast_ends_the_survivor_and_restart
     assert re.search(r"worker 0 (stopped with|was still blocked .* was ended)", str(err)), err
     ended = "was ended" in str(err)
     if ended:
-        survivor_watch.join(10)
+        survivor_watch.join(PROMPT_S)
     with capsys.disabled():
         print(f"\nkill -> cell error {failed - killed[0]:.1f} s"
               + (f", -> survivor ended {survivor_ended[0] - killed[0]:.1f} s" if ended else ""))
-    assert failed - killed[0] <= 10
-    assert not ended or survivor_ended[0] - killed[0] <= 10
+    # a survivor left in its collective (which has no timeout) would wait forever
+    assert failed - killed[0] < PROMPT_S, "the cell did not end after the kill"
+    assert not ended or survivor_ended[0] - killed[0] < PROMPT_S, "the survivor was not ended"
     assert nbdist.runs[-1].status == "failed" and nbdist.runs[-1].steps_done >= 30
     capsys.readouterr()
     mw.run_line_magic("distribute", "status")
@@ -375,11 +382,12 @@ def test_a_worker_killed_between_cells_fails_the_next_cell_at_once(mw, wait_s):
     assert isinstance(err, WorkerDied), repr(err)
     assert f"worker 1 (pid {victim}) died since the last cell, so this cell was not run " \
            "(its last run ended at step 8)" in str(err), str(err)
-    assert "%distribute restart" in str(err) and took < 2
+    assert "%distribute restart" in str(err)
+    assert took < PROMPT_S, "the cell waited on the dead worker instead of refusing to run"
     assert cluster().broken
 
 
-def test_a_stopped_worker_is_named_and_every_worker_ended_within_10_s(mw):
+def test_a_stopped_worker_is_named_and_every_worker_ended(mw):
     victim = cluster().info[1]["pid"]
     mw.run_line_magic("distribute", "inject stop 1 --at-step 30")
     watcher, stopped = when(lambda: psutil.Process(victim).status() == psutil.STATUS_STOPPED,
@@ -392,10 +400,10 @@ def test_a_stopped_worker_is_named_and_every_worker_ended_within_10_s(mw):
     assert "stopped (SIGSTOP?)" in str(err) and "%distribute restart" in str(err)
     assert str(err).startswith("A worker's process has been stopped for"), str(err)
     print(f"\nSIGSTOP -> cell error {returned - stopped[0]:.1f} s")
-    assert returned - stopped[0] <= 10
+    assert returned - stopped[0] < PROMPT_S, "the cell went on waiting for the stopped worker"
     assert "[worker 1] (no answer)" in "\n".join(err._render_traceback_())
     # killed when the cell ends; a process of TensorFlow's size may take a moment to exit
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + PROMPT_S
     while not _ended(victim):
         assert time.monotonic() < deadline, f"worker 1 (pid {victim}) is still running"
         time.sleep(0.1)
@@ -409,7 +417,7 @@ def test_a_worker_stopped_between_cells_is_named_before_the_cell_runs(mw):
     try:
         started = time.monotonic()
         err = run_err(mw, STEP.format(data="ds", flags="--steps 4"))
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < PROMPT_S, "the cell waited on the stopped worker"
         assert isinstance(err, ConfigError), repr(err)
         assert f"worker 1 (pid {victim.pid}) is stopped" in str(err), str(err)
         assert f"kill -CONT {victim.pid}" in str(err) and not cluster().broken
@@ -419,7 +427,7 @@ def test_a_worker_stopped_between_cells_is_named_before_the_cell_runs(mw):
     assert nbdist.runs[-1].status == "done"
 
 
-def test_a_worker_stopped_before_its_first_step_is_named_within_10_s(mw):
+def test_a_worker_stopped_before_its_first_step_is_named_before_the_first_step_rule(mw):
     """The first steps have a minute before the stall rule fires (they trace and compile);
     a stopped process is named without waiting for it."""
     victim = cluster().info[1]["pid"]
@@ -431,8 +439,9 @@ def test_a_worker_stopped_before_its_first_step_is_named_within_10_s(mw):
     print(f"\nSIGSTOP at the run's start -> cell error {returned - stopped[0]:.1f} s")
     assert isinstance(err, WorkerStuck), repr(err)
     assert "worker 1 is stuck" in str(err) and "it did not answer" in str(err), str(err)
-    assert returned - stopped[0] <= 10
-    deadline = time.monotonic() + 5
+    # named by the stopped-process check, not after the minute the first steps are given
+    assert returned - stopped[0] < stall.FIRST_STEP_S / 2, f"{returned - stopped[0]:.1f} s"
+    deadline = time.monotonic() + PROMPT_S
     while not _ended(victim):
         assert time.monotonic() < deadline, f"worker 1 (pid {victim}) is still running"
         time.sleep(0.1)
@@ -461,7 +470,7 @@ def test_a_worker_stuck_in_its_input_pipeline_is_named_with_its_cell_line(mw, tm
     stalled_at = float(open(stall_file).read())
     bound = float(re.search(r"= ([\d.]+) s\)", text).group(1))
     print(f"\nstuck input -> cell error {returned - stalled_at:.1f} s (limit {bound:.1f} s)")
-    assert returned - stalled_at <= bound + 10
+    assert returned - stalled_at < bound + PROMPT_S, "the stall went unnoticed (it lasts an hour)"
     assert cluster().broken
     with pytest.raises(ClusterError, match="restart"):   # the kernel says what to do next
         mw.run_cell("%%distribute\n1", store_history=False).raise_error()
@@ -490,8 +499,8 @@ def test_an_exception_in_one_workers_input_ends_the_cell_in_seconds_with_its_lin
     assert "cell line 5 (in <nbdist-cell-" in shown and "raise ValueError" in shown, shown
     assert "script_ops.py" not in shown and "from_generator_op" not in shown, shown
     assert run.status == "failed" and run.steps_done == 40
-    assert took <= 10
-    deadline = time.monotonic() + 5
+    assert took < PROMPT_S, "worker 0 was left waiting in its collective (no timeout)"
+    deadline = time.monotonic() + PROMPT_S
     while not _ended(waiter):
         assert time.monotonic() < deadline, f"worker 0 (pid {waiter}) is still running"
         time.sleep(0.1)

@@ -6,7 +6,7 @@ from math import nan
 
 import numpy as np
 import pytest
-from helpers import session_cluster
+from helpers import session_cluster, skip_unless_all_required
 
 from nbdist.cluster import failures, tfconfig
 from nbdist.cluster.multiworker import backend as multiworker
@@ -333,7 +333,7 @@ def test_inject_partition_refuses_engines_it_cannot_cut_off_one_by_one():
 
     here = {"host": "hostA", "ip": "10.0.0.5", **namespaces()}
     if here["boot_id"] is None or shutil.which("ip") is None:
-        pytest.skip("needs Linux namespaces and the `ip` command")
+        skip_unless_all_required("needs Linux namespaces and the `ip` command")
     cases = [({**here, "boot_id": "another-machine"}, "runs on another machine"),
              (here, "shares this kernel's network stack"),
              ({**here, "netns": "net:[1]", "link": {"name": "eth0", "ifindex": 2,

@@ -40,8 +40,9 @@ def _kernel_env() -> dict[str, str]:
 @pytest.mark.timeout(120)
 def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    import nbclient
+    import nbformat
+
     for key, value in _kernel_env().items():
         monkeypatch.setenv(key, value)
     logdir = tmp_path / "tb"

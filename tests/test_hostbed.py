@@ -7,7 +7,7 @@ whose controller listens on the bridge address serve the module; ipcluster's own
 places one engine on each host, so nbdist's stop restarts the remote engines for real. The
 kernel (this process) stays on this machine, as a notebook would. A host is partitioned by
 taking its link down. Skipped with the reason where network namespaces cannot be made (not
-root, no iproute2).
+root, no iproute2); under NBDIST_REQUIRE_ALL=1 they fail.
 """
 
 import json
@@ -17,17 +17,18 @@ import subprocess
 import sys
 import time
 
+import hostbed
 import pytest
-from helpers import host_bed, interrupt_me, once_running, run_err, run_ok
+from helpers import PROMPT_S, host_bed, interrupt_me, once_running, run_err, run_ok
 from test_cluster import SETUP, STEP  # one model per worker's own data, 8 batches
 
 import nbdist
+from nbdist.cluster.engines.profile import REGISTER_TIMEOUT_S
 from nbdist.cluster.failures import WorkerUnreachable
 from nbdist.cluster.multiworker.reach import unreachable
 from nbdist.errors import RunInterrupted
 from nbdist.session import current_session
 
-hostbed = pytest.importorskip("hostbed")
 
 @pytest.fixture(scope="module")
 def bed(ip):
@@ -51,6 +52,7 @@ def test_stop_soon_after_ipcluster_start_keeps_the_users_cluster(ip, bed, capsys
     ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
     run_ok(ip, "%%distribute\nx = nbdist_worker")
     elapsed = time.time() - bed.cluster_started
+    # what this test is about, not a speed claim: the stop must come inside the window
     assert elapsed < window - 3, f"too slow to stop inside the window: {elapsed:.0f} s"
     capsys.readouterr()
     ip.run_line_magic("distribute", "stop")
@@ -174,12 +176,13 @@ def test_a_partitioned_host_ends_the_cell_and_a_restart_once_it_heals_trains_on_
         seen = int(re.search(r"last step seen: (\d+)", str(err)).group(1))
         # the heartbeats' step count leads the rows (sent in batches; the last ones are lost)
         assert last <= seen < last + 10, (last, err)
-        assert ended - cut[0] <= 10
+        assert ended - cut[0] < PROMPT_S, "the cell went on waiting for the cut-off host"
         started = time.monotonic()
         with pytest.raises(WorkerUnreachable, match="host2 .* still does not answer"):
             ip.run_line_magic("distribute", "restart")
         refused_s = time.monotonic() - started
-        assert refused_s <= 5
+        # refused while the engine still tries to register (REGISTER_TIMEOUT_S, a minute)
+        assert refused_s < REGISTER_TIMEOUT_S / 2, f"restart refused only after {refused_s:.0f} s"
         for i in (0, 2):   # the reachable hosts: what nbdist used there is gone
             assert not {p for p in used[i] if hostbed._alive(p)}, (i, used[i])
         deadline = time.monotonic() + 30   # IPEngine.timeout: 5 s
@@ -207,6 +210,6 @@ def test_a_partitioned_host_ends_the_cell_and_a_restart_once_it_heals_trains_on_
     stop_s = time.monotonic() - started
     print(f"restart refused {refused_s:.1f} s; after healing: restart {restart_s:.1f} s, "
           f"stop {stop_s:.1f} s")
-    assert stop_s <= 5
+    assert stop_s < PROMPT_S, "stop hung on the hosts it had used"
     for i in range(bed.n):
         assert not {p for p in used[i] if hostbed._alive(p)}, (i, used[i])

@@ -3,7 +3,7 @@ host's link down itself, at once or when the worker reaches a step, and brings i
 
 A bed of its own (2 hosts): the first use of its ipcluster, so this test does not depend on
 the bed's engines coming back after a restart. Skipped with the reason where network
-namespaces cannot be made (not root, no iproute2).
+namespaces cannot be made (not root, no iproute2); under NBDIST_REQUIRE_ALL=1 they fail.
 """
 
 import contextlib
@@ -13,18 +13,18 @@ import subprocess
 import sys
 import time
 
+import hostbed
 import ipyparallel as ipp
 import psutil
 import pytest
 from cluster_cells import stuck_input
-from helpers import run_err, run_ok
+from helpers import PROMPT_S, run_err, run_ok, skip_unless_all_required
 from test_cluster import SETUP, STEP  # one model per worker's own data, 8 batches
 
 from nbdist.cluster.failures import WorkerStuck, WorkerUnreachable
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
 
-hostbed = pytest.importorskip("hostbed")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -36,7 +36,7 @@ def link_state(name):
 def test_inject_partition_at_once_heal_at_a_step_status_and_stop_heals(ip, capsys):
     reason = hostbed.skip_reason()
     if reason:
-        pytest.skip(reason)
+        skip_unless_all_required(reason)
     ip.run_line_magic("distribute", "stop")
     with hostbed.HostBed(2) as bed:
         bed.start_cluster()
@@ -65,7 +65,7 @@ def test_inject_partition_at_once_heal_at_a_step_status_and_stop_heals(ip, capsy
             assert f"worker {victim} on host2 ({bed.ips[1]}) is unreachable" in str(err), err
             seen = int(re.search(r"last step seen: (\d+)", str(err)).group(1))
             assert 29 <= seen < 40, err   # step 29 is its 30th: cut when it said so
-            assert ended - entry["cut_at"] <= 10
+            assert ended - entry["cut_at"] < PROMPT_S, "the cell went on waiting for host2"
             assert link_state(link) == "DOWN"
             capsys.readouterr()
             ip.run_line_magic("distribute", "status")
@@ -87,20 +87,21 @@ def test_inject_partition_at_once_heal_at_a_step_status_and_stop_heals(ip, capsy
                 print(f"stop after the partition: {stop_s:.1f} s ({waited:g} s of it waiting "
                       "for ipcluster's early-shutdown window)")
             assert link_state(link) == "UP"   # stop brings back what nbdist cut
-            assert stop_s - waited <= 5, said
+            assert stop_s - waited < PROMPT_S, f"stop hung on the partitioned host: {said}"
         finally:
             ip.run_line_magic("distribute", "stop")
             bed.heal(1)
             ip.run_line_magic("distribute", "mirrored --devices 4")
 
 
-def test_hand_started_engines_stop_within_5_s_after_a_partition_and_after_a_stall(ip, capsys):
+def test_hand_started_engines_stop_promptly_after_a_partition_and_after_a_stall(ip, capsys):
     """`ipcontroller` and `ipengine` started by hand on two simulated hosts (no cluster file:
     nbdist cannot restart them). A partition, then a worker stuck in its input: each ends
-    the cell, and `%distribute stop` returns within 5 s, naming the engines it left."""
+    the cell, and `%distribute stop` returns rather than waiting on them, naming the engines it
+    left (the test prints how long each stop took)."""
     reason = hostbed.skip_reason()
     if reason:
-        pytest.skip(reason)
+        skip_unless_all_required(reason)
     ip.run_line_magic("distribute", "stop")
     with hostbed.HostBed(2) as bed:
         profile = os.path.join(bed.workdir, "profile")
@@ -133,7 +134,7 @@ def test_hand_started_engines_stop_within_5_s_after_a_partition_and_after_a_stal
             ip.run_line_magic("distribute", f"inject partition {victim} --at-step 30")
             err = run_err(ip, STEP.format(data="long_ds", flags="--steps 100000"))
             assert isinstance(err, WorkerUnreachable), repr(err)
-            assert _timed_stop(ip, capsys, "partition") <= 5
+            assert _timed_stop(ip, capsys, "partition") < PROMPT_S, "stop hung on the cut host"
             bed.heal(1)
 
             for engine in engines:   # spent: the user restarts them by hand
@@ -150,7 +151,7 @@ def test_hand_started_engines_stop_within_5_s_after_a_partition_and_after_a_stal
             run_ok(ip, "%%distribute\n" + stuck_input("GLOBAL_BATCH * 30"))
             err = run_err(ip, STEP.format(data="stuck_ds", flags="--steps 100000"))
             assert isinstance(err, WorkerStuck), repr(err)
-            assert _timed_stop(ip, capsys, "stall") <= 5
+            assert _timed_stop(ip, capsys, "stall") < PROMPT_S, "stop hung on the stuck worker"
         finally:
             ip.run_line_magic("distribute", "stop")
             procs = []   # the controller's schedulers are its children: kill the whole trees

@@ -10,7 +10,7 @@ machine in each host's network and PID namespace, not by what the engines say), 
 (inside its event loop), where the kernel's ``Cluster`` would go on watching the engines it
 restarted and race the user's `ipcluster stop` for their log files. Skipped with the reason
 where the bed cannot be made (not root, no iproute2) or sshd is missing; under
-NBDIST_REQUIRE_ALL=1 (CI) a missing sshd fails instead, as CI installs it.
+NBDIST_REQUIRE_ALL=1 (CI) each of those fails instead.
 """
 
 import asyncio
@@ -20,25 +20,22 @@ import threading
 import time
 from functools import partial
 
+import hostbed_ssh
 import psutil
 import pytest
-from helpers import host_bed, run_ok
+from helpers import host_bed, run_ok, skip_unless_all_required
 from test_cluster import SETUP, STEP  # one model per worker's own data, 8 batches
 
 import nbdist
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.session import current_session
 
-hostbed_ssh = pytest.importorskip("hostbed_ssh")
-
 
 @pytest.fixture(scope="module")
 def bed(ip):
     reason = hostbed_ssh.skip_reason()
-    if reason and os.environ.get("NBDIST_REQUIRE_ALL") == "1":
-        pytest.fail(f"{reason}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
     if reason:
-        pytest.skip(reason)
+        skip_unless_all_required(reason)
     with host_bed(ip, 2, ssh=True) as the_bed:
         yield the_bed
 

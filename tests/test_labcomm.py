@@ -277,6 +277,36 @@ def test_comm_failures_do_not_propagate(manager: CommManager) -> None:
     assert not channel.is_open
 
 
+def test_a_lost_connection_is_one_line_and_a_bug_its_traceback_once(
+    manager: CommManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """iopub closed under the comm (zmq's error) is expected as a kernel shuts down; a
+    TypeError is a bug in nbdist and must be seen with its traceback. Neither reaches the
+    caller (the training loop's listener), and each is logged once, not on every publish."""
+    import zmq
+
+    session, clock = Session(), Clock()
+    channel = session.channel(clock)
+    channel.open()
+    [c] = manager.created  # type: ignore[attr-defined]
+    failure: list[Exception] = [zmq.ZMQError(zmq.ENOTSOCK)]
+
+    def send(data: Any, **kwargs: Any) -> None:
+        raise failure[0]
+
+    c.send = send
+    with caplog.at_level(logging.WARNING, logger="nbdist.lab.comm"):
+        for n, exc in enumerate([failure[0], failure[0], TypeError("bad"), TypeError("bad")]):
+            failure[0] = exc
+            step(session, n)
+            clock.now += 1
+            channel.publish()
+    lost, bug = caplog.records
+    assert "lost its connection" in lost.getMessage() and lost.exc_info is None
+    assert "a bug in nbdist" in bug.getMessage() and bug.exc_info[0] is TypeError
+    assert channel.is_open
+
+
 def test_frontend_opened_comm_gets_the_state(manager: CommManager) -> None:
     """A reloaded page opens its own comm with a "state" request as the open data."""
     session = Session()
@@ -325,15 +355,38 @@ def test_close_closes_the_comm_and_stops_publishing(manager: CommManager) -> Non
     assert len(manager.created) == 1 and c.sent() == []  # type: ignore[attr-defined]
 
 
-def test_without_a_kernel_the_dummy_comm_makes_it_a_no_op() -> None:
-    """Terminal IPython: the comm package's own DummyComm, nothing sent, nothing raised."""
+def test_without_a_kernel_the_dummy_comm_makes_it_a_no_op(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Terminal IPython: the comm package hands out a comm that publishes nothing (its own
+    DummyComm, or ipykernel's comm with no kernel running). The channel uses it as it would a
+    frontend's, without a warning, and can be closed and opened again."""
     session = Session()
+    manager = comm.get_comm_manager()
+
+    def ours() -> list[Any]:
+        return [c for c in manager.comms.values() if c.target_name == TARGET_NAME]
+
+    assert ours() == []
     channel = LabChannel(lambda: session.state, lambda: session.status)
-    channel.open()
-    step(session, 2)
-    channel.publish()
-    channel.flush()
-    channel.close()
+    with caplog.at_level(logging.DEBUG, logger="nbdist.lab.comm"):
+        channel.open()
+        [c] = ours()
+        assert channel.is_open and TARGET_NAME in manager.targets
+        sent: list[Any] = []
+        monkeypatch.setattr(c, "send", lambda data, **kw: sent.append(copy.deepcopy(data)))
+        step(session, 2)
+        channel.publish()  # just after the open: held back (or sent by the timer) ...
+        channel.flush()  # ... and sent by now, once
+        assert [m["state"]["run"]["step"] for m in sent] == [2]
+        channel.close()
+        assert not channel.is_open and ours() == [] and TARGET_NAME not in manager.targets
+        channel.open()  # usable again: a fresh comm with the current state
+        [again] = ours()
+        assert again is not c and channel.is_open
+        channel.close()
+    assert ours() == []
+    assert caplog.records == []
 
 
 # -- end to end through a real ipykernel -----------------------------------------------------
@@ -381,7 +434,8 @@ def _frontend_sends(kc: Any, msg_type: str, content: dict[str, Any]) -> list[dic
 @pytest.mark.kernel
 @pytest.mark.timeout(120)
 def test_through_a_real_kernel() -> None:
-    jupyter_client = pytest.importorskip("jupyter_client")
+    import jupyter_client
+
     km = jupyter_client.KernelManager(kernel_name="python3")
     env = {
         **os.environ,

@@ -15,11 +15,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers import PROMPT_S
 
 from nbdist.backends import kernelstate
 from nbdist.cluster.paramserver import context as ps_context
 from nbdist.cluster.paramserver.backend import live_ps_clusters
-from nbdist.cluster.paramserver.steps import TAKE_EVERY_ROWS, WINDOW_PER_WORKER
+from nbdist.cluster.paramserver.steps import LOST_ROWS, TAKE_EVERY_ROWS, WINDOW_PER_WORKER
 from nbdist.errors import ConfigError
 from nbdist.install_tf_keras import INSTALL_HINT
 from nbdist.session import current_session
@@ -185,7 +186,8 @@ def test_stop_request_ends_the_run_after_the_steps_in_flight(main):
 
 def test_kernel_interrupt_stops_scheduling_keeps_the_partial_run(main):
     assert main["interrupt_error"].startswith("RunInterrupted: Interrupted after step")
-    assert main["interrupt_s"] < 5
+    # the run had 100000 steps to go: minutes if the interrupt were ignored
+    assert main["interrupt_s"] < PROMPT_S, "the run went on after the interrupt"
     run = main["interrupted_run"]
     assert run["status"] == "interrupted" and run["rows"] == run["steps"] >= 20
     assert main["after_interrupt_error"] is None and main["after_interrupt_status"] == "done"
@@ -212,7 +214,7 @@ def test_tf_keras_fit_trains_on_the_workers_and_records_each_step(main):
 
 def test_kernel_interrupt_stops_a_tf_keras_fit_keeps_its_steps_and_the_cluster(main):
     assert main["fit_interrupt_error"].startswith("RunInterrupted: model.fit interrupted after")
-    assert main["fit_interrupt_s"] < 5
+    assert main["fit_interrupt_s"] < PROMPT_S, "the fit (100000 steps) went on after the interrupt"
     run = main["fit_interrupted_run"]
     assert run["status"] == "interrupted" and run["rows"] == run["steps"] >= 20
     assert main["fit_after_interrupt_error"] is None
@@ -290,26 +292,28 @@ def test_a_killed_worker_s_steps_are_retried_on_the_other(faults):
     # Steps are numbered as their rows arrive. Rows still in the killed worker's ring are lost:
     # at most those it finished since the kernel last read it (rowbuffer)
     assert run["rows"] == run["steps"] >= 400 - TAKE_EVERY_ROWS - WINDOW_PER_WORKER * 2
-    lost = [n for n in run["notes"] if "finished on a worker just before it died" in n]
-    assert lost == ([f"{400 - run['rows']} step(s) finished on a worker just before it died: "
-                     "their parameter updates were applied, but their rows were lost with it"]
-                    if run["rows"] < 400 else []), run["notes"]
+    lost = [n for n in run["notes"] if LOST_ROWS in n]
+    assert lost == ([f"{400 - run['rows']}{LOST_ROWS}"] if run["rows"] < 400 else []), \
+        run["notes"]
     assert any("worker 1 (pid" in n and "re-ran" in n for n in run["notes"])
     assert "worker           1  DEAD" in faults["status_after_kill"]
-    assert faults["worker_kill_s"] < 60
+    # the whole 400-step run (seconds): a run left waiting on the dead worker would not end
+    assert faults["worker_kill_s"] < 4 * PROMPT_S, "the run did not finish on the survivor"
 
 
-def test_a_killed_parameter_server_is_named_within_seconds(faults):
+def test_a_killed_parameter_server_is_named(faults):
     name, _, message = faults["ps_kill_error"].partition(": ")
     assert name == "TaskDied" and message.startswith("parameter server 0 (pid")
-    assert "%distribute restart" in message and faults["ps_kill_s"] < 10
+    assert "%distribute restart" in message
+    assert faults["ps_kill_s"] < PROMPT_S, "the run went on (100000 steps) after the kill"
     assert faults["ps_kill_run"]["status"] == "failed"
     assert faults["after_ps_kill_error"].startswith("ClusterError: The parameter-server "
                                                     "cluster is unusable")
 
 
-def test_stop_after_faults_is_quick_leaves_nothing_and_says_restart_the_kernel(faults):
-    assert faults["stop_s"] < 15 and faults["left_after_stop"] == []
+def test_stop_after_faults_returns_leaves_nothing_and_says_restart_the_kernel(faults):
+    assert faults["stop_s"] < PROMPT_S, "stop hung on the processes the faults left"
+    assert faults["left_after_stop"] == []
     for key in ("mirrored_after_error", "ps_again_error"):
         assert faults[key].startswith("ConfigError:") and "Restart the kernel" in faults[key]
 

@@ -16,28 +16,68 @@ a change that comes sooner is kept and sent by the next :meth:`LabChannel.publis
 :meth:`LabChannel.flush` call, or by a one-shot timer, so the latest state always arrives.
 
 Without a frontend (terminal IPython) the ``comm`` package hands out a dummy comm and all of
-this is a no-op. Nothing here raises into the caller: failures are logged once as a warning.
+this is a no-op. Nothing here raises into its caller. A lost connection (what the comm
+machinery raises without one: ``COMM_ERRORS``) is logged once as a warning and the channel
+carries on; anything else is a bug in nbdist (in the state or status it reads, or in the
+channel), logged once as a warning with its traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+import zmq
 
 from .requests import answer_request
 from .state import RUN_STATUSES, empty_state, sendable_state, validate_state
 
-__all__ = ["RUN_STATUSES", "TARGET_NAME", "LabChannel", "empty_state", "validate_state"]
+__all__ = [
+    "COMM_ERRORS",
+    "RUN_STATUSES",
+    "TARGET_NAME",
+    "LabChannel",
+    "empty_state",
+    "validate_state",
+]
 
 #: The comm target the JupyterLab extension registers on every kernel.
 TARGET_NAME = "nbdist"
 #: Delays (seconds) before re-opening a comm that a frontend closed; then give up until open().
 REOPEN_DELAYS = (0.0, 5.0, 30.0)
+#: What the comm machinery raises when there is no connection to send on: ``comm.create_comm``
+#: with no comm manager (RuntimeError), iopub's socket closed or its context terminated while
+#: the kernel shuts down (zmq.ZMQError), a failed write (OSError).
+COMM_ERRORS: tuple[type[Exception], ...] = (OSError, RuntimeError, zmq.ZMQError)
 
 _log = logging.getLogger(__name__)
+_Method = TypeVar("_Method", bound=Callable[..., None])
+
+
+def _never_raises(method: _Method) -> _Method:
+    """Run a public method of LabChannel so that no exception reaches its caller.
+
+    Its callers are the training loop (through the session's listeners, which drop what a
+    listener raises without a word), `%load_ext nbdist` and IPython's post_run_cell event: a
+    status bar that raised there would stop training or the extension from loading, or fail
+    unseen. A lost connection is handled where the comm is used, so what arrives here is a bug;
+    it is logged once with its traceback (a kernel shows it in the cell's output) rather than
+    on every step, and the channel carries on. KeyboardInterrupt (a kernel interrupt) passes.
+    """
+
+    @functools.wraps(method)
+    def guarded(self: LabChannel, *args: Any, **kwargs: Any) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:
+            self._bug(method.__name__, exc)
+
+    return guarded  # type: ignore[return-value]
 
 
 def _default_comm_factory(**kwargs: Any) -> Any:
@@ -89,7 +129,8 @@ class LabChannel:
         self._timer: threading.Timer | None = None
         self._reopens = 0
         self._last_close_time = -float("inf")
-        self._warned = False
+        self._warned_lost = False
+        self._warned_bug = False
 
     # -- public API --------------------------------------------------------------------------
 
@@ -98,101 +139,92 @@ class LabChannel:
         """Whether at least one comm to a frontend is open."""
         return bool(self._comms)
 
+    @_never_raises
     def open(self) -> None:
         """Open the comm (sending the current state) and accept frontend-opened comms."""
-        try:
-            with self._lock:
-                self._opened = True
-                self._reopens = 0
-                self._register_target()
-                if not self._comms:
-                    self._open_comm(self._read_state() or empty_state())
-                    return
-            self.publish()
-        except Exception as exc:
-            self._warn("open", exc)
+        with self._lock:
+            self._opened = True
+            self._reopens = 0
+            self._comm_manager().register_target(TARGET_NAME, self._on_frontend_open)
+            if not self._comms:
+                self._open_comm(self._read_state() or empty_state())
+                return
+        self.publish()
 
+    @_never_raises
     def publish(self) -> None:
         """Read the state; send it if it changed (throttled, the latest always delivered)."""
-        try:
-            state = self._read_state()
-            if state is None:
+        state = self._read_state()
+        if state is None:
+            return
+        with self._lock:
+            if not self._opened:
                 return
-            with self._lock:
-                if not self._opened:
-                    return
-                if not self._comms:
-                    self._maybe_reopen(state)
-                    return
-                if state == self._last_sent:
-                    self._pending = None
-                    return
-                wait = self._last_send_time + self._min_interval - self._clock()
-                if wait <= 0:
-                    self._send_state(state)
-                else:
-                    self._pending = state
-                    self._schedule(wait)
-        except Exception as exc:
-            self._warn("publish", exc)
+            if not self._comms:
+                self._maybe_reopen(state)
+                return
+            if state == self._last_sent:
+                self._pending = None
+                return
+            wait = self._last_send_time + self._min_interval - self._clock()
+            if wait <= 0:
+                self._send_state(state)
+            else:
+                self._pending = state
+                self._schedule(wait)
 
+    @_never_raises
     def flush(self) -> None:
         """Send the current state now if the frontend does not have it, ignoring throttling."""
-        try:
-            state = self._read_state()
-            with self._lock:
-                self._cancel_timer()
-                if state is None:
-                    state, self._pending = self._pending, None
-                if state is None or not self._opened:
-                    return
-                if not self._comms:
-                    self._maybe_reopen(state)
-                elif state != self._last_sent:
-                    self._send_state(state)
-                else:
-                    self._pending = None
-        except Exception as exc:
-            self._warn("flush", exc)
+        state = self._read_state()
+        with self._lock:
+            self._cancel_timer()
+            if state is None:
+                state, self._pending = self._pending, None
+            if state is None or not self._opened:
+                return
+            if not self._comms:
+                self._maybe_reopen(state)
+            elif state != self._last_sent:
+                self._send_state(state)
+            else:
+                self._pending = None
 
+    @_never_raises
     def close(self) -> None:
         """Close every comm and stop accepting new ones. ``open()`` starts again."""
-        try:
-            with self._lock:
-                self._opened = False
-                self._cancel_timer()
-                self._pending = None
-                comms, self._comms = self._comms, []
-                for c in comms:
-                    try:
-                        c.close()
-                    except Exception as exc:
-                        self._warn("close", exc)
+        with self._lock:
+            self._opened = False
+            self._cancel_timer()
+            self._pending = None
+            comms, self._comms = self._comms, []
+            for c in comms:
                 try:
-                    self._comm_manager().unregister_target(TARGET_NAME, self._on_frontend_open)
-                except KeyError:
-                    pass
-        except Exception as exc:
-            self._warn("close", exc)
+                    c.close()
+                except (*COMM_ERRORS, KeyError) as exc:   # KeyError: no longer registered
+                    self._lost("close", exc)
+            with contextlib.suppress(KeyError):   # never registered: open() failed first
+                self._comm_manager().unregister_target(TARGET_NAME, self._on_frontend_open)
 
     # -- sending -----------------------------------------------------------------------------
 
     def _read_state(self) -> dict[str, Any] | None:
-        """The provider's state, validated and deep-copied; None (and a warning) on error."""
+        """The provider's state, validated and deep-copied; None (and a warning) on error.
+
+        The provider is the session's code: whatever it raises is a bug there, reported, and
+        the frontend keeps the last state it had (or gets the empty state on open)."""
         try:
             return sendable_state(self._state_provider())
         except Exception as exc:
-            self._warn("state provider", exc)
+            self._bug("state provider", exc)
             return None
 
-    def _register_target(self) -> None:
-        try:
-            self._comm_manager().register_target(TARGET_NAME, self._on_frontend_open)
-        except Exception as exc:
-            self._warn("register comm target", exc)
-
     def _open_comm(self, state: dict[str, Any]) -> None:
-        c = self._comm_factory(target_name=TARGET_NAME, data={"type": "state", "state": state})
+        try:
+            c = self._comm_factory(target_name=TARGET_NAME, data={"type": "state", "state": state})
+        except COMM_ERRORS as exc:
+            self._lost("open a comm", exc)
+            return
         self._attach(c)
         self._mark_sent(state)
 
@@ -211,8 +243,8 @@ class LabChannel:
         for c in list(self._comms if comms is None else comms):
             try:
                 c.send(data)
-            except Exception as exc:
-                self._warn("send", exc)
+            except COMM_ERRORS as exc:
+                self._lost("send", exc)
 
     def _send_state(self, state: dict[str, Any], comms: list[Any] | None = None) -> None:
         self._send({"type": "state", "state": state}, comms)
@@ -243,13 +275,12 @@ class LabChannel:
             self._timer = None
 
     def _on_timer(self) -> None:
-        try:
-            with self._lock:
-                self._timer = None
-                if self._pending is not None and self._comms:
-                    self._send_state(self._pending)
-        except Exception as exc:
-            self._warn("timer", exc)
+        # On the timer's thread: what escapes is a bug, which threading reports with its
+        # traceback; it stops nothing but this one delivery.
+        with self._lock:
+            self._timer = None
+            if self._pending is not None and self._comms:
+                self._send_state(self._pending)
 
     # -- messages from the frontend ----------------------------------------------------------
 
@@ -260,24 +291,23 @@ class LabChannel:
         self._on_msg(c, msg)
 
     def _on_msg(self, c: Any, msg: dict[str, Any]) -> None:
-        try:
-            data = msg.get("content", {}).get("data") or {}
-            if data.get("type") != "request":
-                return
+        # Called by the comm manager, which logs what escapes with its traceback (a bug).
+        data = msg.get("content", {}).get("data") or {}
+        if data.get("type") != "request":
+            return
+        with self._lock:
+            self._reopens = 0  # a frontend is listening
+        reply = answer_request(data.get("what"), self._safe_status_text, self._read_state)
+        if reply is not None:
             with self._lock:
-                self._reopens = 0  # a frontend is listening
-            reply = answer_request(data.get("what"), self._safe_status_text, self._read_state)
-            if reply is not None:
-                with self._lock:
-                    self._send(reply, [c])
-        except Exception as exc:
-            self._warn("frontend message", exc)
+                self._send(reply, [c])
 
     def _safe_status_text(self) -> str:
+        """The status text; on a bug in the session's code, a line naming it, reported."""
         try:
             return str(self._status_text())
         except Exception as exc:
-            self._warn("status text", exc)
+            self._bug("status text", exc)
             return f"nbdist could not produce its status: {type(exc).__name__}: {exc}"
 
     def _on_close(self, c: Any) -> None:
@@ -286,15 +316,35 @@ class LabChannel:
                 self._comms.remove(c)
             self._last_close_time = self._clock()
 
-    def _warn(self, what: str, exc: BaseException) -> None:
-        if not self._warned:
-            self._warned = True
-            _log.warning(
-                "nbdist: the JupyterLab status channel failed (%s: %s: %s); the extension may "
-                "show stale state. Further failures are logged at debug level.",
-                what,
-                type(exc).__name__,
-                exc,
-            )
-        else:
+    # -- reporting: once each, as a status bar that fails on every step must not flood -----
+
+    def _lost(self, what: str, exc: BaseException) -> None:
+        """The connection to the frontend failed (no kernel, iopub closed): expected as a
+        kernel shuts down, so one line without a traceback."""
+        if self._warned_lost:
             _log.debug("nbdist: lab channel %s failed", what, exc_info=exc)
+            return
+        self._warned_lost = True
+        _log.warning(
+            "nbdist: the JupyterLab status channel lost its connection (%s: %s: %s); the "
+            "extension may show stale state. Further failures are logged at debug level.",
+            what,
+            type(exc).__name__,
+            exc,
+        )
+
+    def _bug(self, what: str, exc: BaseException) -> None:
+        """A bug in nbdist's code behind the status bar: the traceback, to be reported."""
+        if self._warned_bug:
+            _log.debug("nbdist: lab channel %s failed", what, exc_info=exc)
+            return
+        self._warned_bug = True
+        _log.warning(
+            "nbdist: the JupyterLab status bar failed in %s (%s: %s), a bug in nbdist; the "
+            "extension may show stale state, training is not affected. Further failures are "
+            "logged at debug level.",
+            what,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import skip_unless_all_required
 from labhelpers import ARTIFACTS
 
 
@@ -110,10 +111,8 @@ def notebook7_server(tmp_path_factory):
     except ImportError:
         notebook = None
     if notebook is None or int(notebook.__version__.split(".")[0]) < 7:
-        message = "Notebook 7 is not installed: pip install -e '.[test]' installs it"
-        if os.environ.get("NBDIST_REQUIRE_ALL") == "1":
-            pytest.fail(f"{message}; NBDIST_REQUIRE_ALL=1 requires it", pytrace=False)
-        pytest.skip(message)
+        skip_unless_all_required(
+            "Notebook 7 is not installed: pip install -e '.[test]' installs it")
     yield from _serve(tmp_path_factory, "notebook", "JupyterNotebookApp")
 
 
