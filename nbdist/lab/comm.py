@@ -129,8 +129,7 @@ class LabChannel:
         self._timer: threading.Timer | None = None
         self._reopens = 0
         self._last_close_time = -float("inf")
-        self._warned_lost = False
-        self._warned_bug = False
+        self._reported: set[str] = set()   # kinds of failure logged once already
 
     # -- public API --------------------------------------------------------------------------
 
@@ -321,30 +320,21 @@ class LabChannel:
     def _lost(self, what: str, exc: BaseException) -> None:
         """The connection to the frontend failed (no kernel, iopub closed): expected as a
         kernel shuts down, so one line without a traceback."""
-        if self._warned_lost:
-            _log.debug("nbdist: lab channel %s failed", what, exc_info=exc)
-            return
-        self._warned_lost = True
-        _log.warning(
+        self._report_once("lost", what, exc, traceback=False, text=(
             "nbdist: the JupyterLab status channel lost its connection (%s: %s: %s); the "
-            "extension may show stale state. Further failures are logged at debug level.",
-            what,
-            type(exc).__name__,
-            exc,
-        )
+            "extension may show stale state. Further failures are logged at debug level."))
 
     def _bug(self, what: str, exc: BaseException) -> None:
         """A bug in nbdist's code behind the status bar: the traceback, to be reported."""
-        if self._warned_bug:
-            _log.debug("nbdist: lab channel %s failed", what, exc_info=exc)
-            return
-        self._warned_bug = True
-        _log.warning(
+        self._report_once("bug", what, exc, traceback=True, text=(
             "nbdist: the JupyterLab status bar failed in %s (%s: %s), a bug in nbdist; the "
             "extension may show stale state, training is not affected. Further failures are "
-            "logged at debug level.",
-            what,
-            type(exc).__name__,
-            exc,
-            exc_info=exc,
-        )
+            "logged at debug level."))
+
+    def _report_once(self, kind: str, what: str, exc: BaseException, *, traceback: bool,
+                     text: str) -> None:
+        if kind in self._reported:
+            _log.debug("nbdist: lab channel %s failed", what, exc_info=exc)
+            return
+        self._reported.add(kind)
+        _log.warning(text, what, type(exc).__name__, exc, exc_info=exc if traceback else None)
