@@ -282,3 +282,32 @@ def host_bed(ip, n: int, cluster: dict | None = None, **kwargs):
             ip.run_line_magic("distribute", "stop")
             ip.run_line_magic("distribute", "mirrored --devices 4")
     assert live_clusters() == []
+
+
+# A tiny regression the export and family tests train: a model, its optimizer and a dataset
+# made in the kernel, then a step cell over them (``factor`` scales the loss).
+def run_cell(ip, code: str):
+    """``code`` (dedented) run in ``ip`` as a user cell, stored in the history as export needs."""
+    return ip.run_cell(textwrap.dedent(code), store_history=True)
+
+
+def tiny_model_and_data(ip) -> None:
+    """``model_ex``, ``opt_ex`` (built under the session's strategy) and ``ds_ex``."""
+    assert run_cell(ip, "import numpy as np\nimport tensorflow as tf").success
+    assert run_cell(ip, """\
+        %%distribute
+        model_ex = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        opt_ex = tf.keras.optimizers.SGD(0.1)""").success
+    assert run_cell(ip, "ds_ex = tf.data.Dataset.from_tensor_slices((np.ones((32, 4), 'float32'), "
+                        "np.ones((32, 1), 'float32'))).batch(8)").success
+
+
+def tiny_step(factor: str = "1.0") -> str:
+    """A step cell training ``model_ex`` on ``ds_ex``, its loss scaled by ``factor``."""
+    return f"""\
+        %%distribute --step --data ds_ex
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model_ex(x) - y)) * {factor}
+        opt_ex.apply_gradients(zip(tape.gradient(loss, model_ex.trainable_variables),
+                                   model_ex.trainable_variables))"""

@@ -14,13 +14,13 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import run_cell, tiny_model_and_data, tiny_step
 
 import nbdist
 from nbdist.errors import ExportError
@@ -118,80 +118,56 @@ def test_tutorial_04_exported_trains_like_the_workers(tmp_path, tf_keras):
 
 
 # -- refusals, through a real IPython shell -------------------------------------------------
-def _cell(ip, code: str):
-    return ip.run_cell(textwrap.dedent(code), store_history=True)
-
-
-def _model_and_data(ip) -> None:
-    assert _cell(ip, "import numpy as np\nimport tensorflow as tf").success
-    assert _cell(ip, """\
-        %%distribute
-        model_ex = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-        opt_ex = tf.keras.optimizers.SGD(0.1)""").success
-    assert _cell(ip, "ds_ex = tf.data.Dataset.from_tensor_slices((np.ones((32, 4), 'float32'), "
-                     "np.ones((32, 1), 'float32'))).batch(8)").success
-
-
-def _step(factor: str) -> str:
-    return f"""\
-        %%distribute --step --data ds_ex
-        x, y = batch
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model_ex(x) - y)) * {factor}
-        opt_ex.apply_gradients(zip(tape.gradient(loss, model_ex.trainable_variables),
-                                   model_ex.trainable_variables))"""
-
-
 @pytest.mark.kernel
 def test_a_needed_cell_with_a_shell_escape_is_named(ip, tmp_path):
     bad = ip.execution_count
-    assert _cell(ip, "scale_ex = 0.5\n!true").success
-    _model_and_data(ip)
-    assert _cell(ip, "SCALE = scale_ex").success
-    assert _cell(ip, _step("SCALE")).success
+    assert run_cell(ip, "scale_ex = 0.5\n!true").success
+    tiny_model_and_data(ip)
+    assert run_cell(ip, "SCALE = scale_ex").success
+    assert run_cell(ip, tiny_step("SCALE")).success
     target = tmp_path / "train.py"
-    err = _cell(ip, f"%distribute export {target}").error_in_exec
+    err = run_cell(ip, f"%distribute export {target}").error_in_exec
     assert isinstance(err, ExportError) and not target.exists()
     assert f"In[{bad}] defines `scale_ex`" in str(err) and "`!true`" in str(err), err
 
-    assert _cell(ip, "SCALE = 2.0").success         # now nothing needs the `!` cell
-    assert _cell(ip, _step("SCALE")).success
-    assert _cell(ip, f"%distribute export {target}").success
+    assert run_cell(ip, "SCALE = 2.0").success         # now nothing needs the `!` cell
+    assert run_cell(ip, tiny_step("SCALE")).success
+    assert run_cell(ip, f"%distribute export {target}").success
     text = target.read_text()
     assert f"In[{bad}]: defines nothing the training reads; it has IPython syntax" in text
     assert "def step_fn(batch):" in text and "strategy.run(step_fn" in text
-    again = _cell(ip, f"%distribute export {target}").error_in_exec
+    again = run_cell(ip, f"%distribute export {target}").error_in_exec
     assert isinstance(again, ExportError) and "--force" in str(again)
-    assert _cell(ip, f"%distribute export {target} --force").success
+    assert run_cell(ip, f"%distribute export {target} --force").success
 
 
 @pytest.mark.kernel
 def test_a_name_from_nowhere_is_named(ip, tmp_path):
-    _model_and_data(ip)
+    tiny_model_and_data(ip)
     ip.user_ns["pushed_ex"] = 1.0      # as %distribute push or a cell run without history do
-    assert _cell(ip, _step("pushed_ex")).success
-    err = _cell(ip, f"%distribute export {tmp_path / 't.py'}").error_in_exec
+    assert run_cell(ip, tiny_step("pushed_ex")).success
+    err = run_cell(ip, f"%distribute export {tmp_path / 't.py'}").error_in_exec
     assert isinstance(err, ExportError) and "`pushed_ex` read by In[" in str(err), err
 
 
 # -- a dataset function, parameter_server, --checkpoint: one export run three ways ---------
 @pytest.mark.kernel
 def test_dataset_function_exported_under_parameter_server_and_resumed(ip, tmp_path):
-    assert _cell(ip, "import numpy as np\nimport tensorflow as tf\n" + SEED).success
-    assert _cell(ip, """\
+    assert run_cell(ip, "import numpy as np\nimport tensorflow as tf\n" + SEED).success
+    assert run_cell(ip, """\
         %%distribute
         model_ex = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
         opt_ex = tf.keras.optimizers.SGD(0.1)""").success
-    assert _cell(ip, """\
+    assert run_cell(ip, """\
         def dataset_fn_ex(input_context):
             batch = input_context.get_per_replica_batch_size(8)
             x = np.arange(64 * 4, dtype='float32').reshape(64, 4) / 256
             ds = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True)))
             return ds.shard(input_context.num_input_pipelines,
                             input_context.input_pipeline_id).batch(batch)""").success
-    assert _cell(ip, _step("1.0").replace("--data ds_ex", "--data dataset_fn_ex")).success
+    assert run_cell(ip, tiny_step("1.0").replace("--data ds_ex", "--data dataset_fn_ex")).success
     script = tmp_path / "train.py"
-    assert _cell(ip, f"%distribute export {script} --strategy parameter_server").success
+    assert run_cell(ip, f"%distribute export {script} --strategy parameter_server").success
     assert "strategy.distribute_datasets_from_function(data)" in script.read_text()
 
     # the job a user submits: a chief, 2 workers and a parameter server

@@ -8,10 +8,10 @@ import dataclasses
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import run_cell, tiny_model_and_data, tiny_step
 
 import nbdist
 from nbdist.backends.local import LocalBackend
@@ -67,10 +67,6 @@ def toy(ip):
     assert "toy" not in nbdist.STRATEGY_NAMES
 
 
-def _cell(ip, code: str):
-    return ip.run_cell(textwrap.dedent(code), store_history=True)
-
-
 def test_a_registered_family_runs_through_the_magic_status_picker_and_export(
         toy, tmp_path, capsys):
     ip = toy
@@ -87,7 +83,7 @@ def test_a_registered_family_runs_through_the_magic_status_picker_and_export(
 
     # %distribute toy: the factory makes the descriptor's backend; status reads it
     made = ToyBackend.made
-    assert _cell(ip, "%distribute toy").success
+    assert run_cell(ip, "%distribute toy").success
     assert isinstance(session.backend, ToyBackend) and ToyBackend.made == made + 1
     capsys.readouterr()
     ip.run_line_magic("distribute", "status")
@@ -107,26 +103,14 @@ def test_a_registered_family_runs_through_the_magic_status_picker_and_export(
     assert "✓ toy with 1 replica(s)" in view.message.value
 
     # a step cell trains under it, and is exported as a script that trains under it
-    assert _cell(ip, "import numpy as np\nimport tensorflow as tf").success
-    assert _cell(ip, """\
-        %%distribute
-        model_toy = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-        opt_toy = tf.keras.optimizers.SGD(0.1)""").success
-    assert _cell(ip, "ds_toy = tf.data.Dataset.from_tensor_slices((np.ones((32, 4), 'float32'), "
-                     "np.ones((32, 1), 'float32'))).batch(8)").success
-    assert _cell(ip, """\
-        %%distribute --step --data ds_toy
-        x, y = batch
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model_toy(x) - y))
-        opt_toy.apply_gradients(zip(tape.gradient(loss, model_toy.trainable_variables),
-                                    model_toy.trainable_variables))""").success
+    tiny_model_and_data(ip)
+    assert run_cell(ip, tiny_step()).success
     run = nbdist.runs[-1]
     assert (run.strategy, run.status, run.steps_done) == ("toy", "done", 4)
 
     script = tmp_path / "train.py"
     capsys.readouterr()
-    assert _cell(ip, f"%distribute export {script}").success
+    assert run_cell(ip, f"%distribute export {script}").success
     assert "--strategy multiworker" in capsys.readouterr().out   # toy runs as one process
     text = script.read_text()
     assert '"toy")' in text and 'if name == "toy":' in text and 'default="toy"' in text
@@ -139,7 +123,7 @@ def test_a_registered_family_runs_through_the_magic_status_picker_and_export(
     # a family that declares it cannot be exported is named in the refusal
     register_family(dataclasses.replace(TOY, script=None, no_script="a toy stays in the kernel"),
                     replace=True)
-    err = _cell(ip, f"%distribute export {tmp_path / 'again.py'}").error_in_exec
+    err = run_cell(ip, f"%distribute export {tmp_path / 'again.py'}").error_in_exec
     assert isinstance(err, ExportError), err
     assert "The step cell ran under `toy`, which the script cannot make (a toy stays in the " \
            "kernel)" in str(err)
