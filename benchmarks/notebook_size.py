@@ -2,7 +2,7 @@
 
 Executes each with nbclient in a fresh kernel (widget state stored, as JupyterLab's "save
 widget state" would), writes it and prints its size and how much of it is widget state.
-Budget (issue 13): the tutorial <= 1 MB, ten dashboards <= 2 MB.
+Budget: the tutorial <= 1 MB, ten dashboards <= 2 MB.
 
     python benchmarks/notebook_size.py [--out DIR]
 """

@@ -7,7 +7,7 @@ needs tf_keras; tutorials 04 and 05 use both. tf-keras declares a dependency on 
 (the same ``tensorflow`` package, twice). A pip extra cannot say "without its dependencies",
 so this command installs the tf-keras release of the installed TensorFlow's minor version,
 with ``--no-deps`` unless the installed distribution is ``tensorflow`` itself. The README's
-install, Binder's ``postBuild`` and CI run it; ``--check`` only reports.
+install, Binder's ``postBuild`` and the test command run it; ``--check`` only reports.
 """
 
 from __future__ import annotations

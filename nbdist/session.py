@@ -261,7 +261,8 @@ class Session:
 
 class _Notify(RunObserver):
     """Observer that tells the session's listeners (the lab status bar) about progress, at most
-    5 times a second (on every step it cost ~20% of a tiny model's throughput: overhead.py)."""
+    5 times a second (on every step it would cost a tiny model a large share of its throughput:
+    benchmarks/overhead.py measures it)."""
 
     interval = 0.2
 

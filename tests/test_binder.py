@@ -5,8 +5,8 @@ shows the Python version, the pip install of binder/requirements.txt, postBuild 
 script. The full check builds a fresh virtualenv from binder/ alone (as repo2docker does:
 JupyterLab, requirements.txt, postBuild) and executes tutorials 04 and 05 (which need
 tf_keras) and the quickstart in it. It installs TensorFlow (pip's cache makes a second build
-on one machine cheaper): 4.5 minutes on the 2-core CI machine, downloads included.
-NBDIST_BINDER_VENV=0 skips it (fails under NBDIST_REQUIRE_ALL=1); CI runs it.
+on one machine cheaper), downloads included: minutes.
+NBDIST_BINDER_VENV=0 skips it (fails under NBDIST_REQUIRE_ALL=1); .ci/run runs it.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
 
 def test_a_cell_asking_for_more_devices_than_the_kernel_has_says_restart_and_that_works():
-    """Issue 13: the advice used to be `%distribute stop` and the new line, which fails once
+    """The advice is to restart the kernel: `%distribute stop` and the new line would fail once
     TensorFlow initialised its devices. Follow the new advice in a real kernel: restart it,
     run the line the error names first, then the same cell."""
     import os

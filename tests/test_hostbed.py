@@ -2,7 +2,7 @@
 
 One bed of 3 network namespaces (each its own address; host1 and host2 their own hostname and
 PID space, the third this machine's hostname and PID space: a container-like host that a
-hostname check took for this machine, issue 14 item 6) and one ipcluster
+hostname check could take for this machine) and one ipcluster
 whose controller listens on the bridge address serve the module; ipcluster's own launcher
 places one engine on each host, so nbdist's stop restarts the remote engines for real. The
 kernel (this process) stays on this machine, as a notebook would. A host is partitioned by

@@ -383,6 +383,6 @@ def test_module_imports_neither_tensorflow_nor_ipython():
     ("loss = tf.reduce_mean(per_example)", False),
 ])
 def test_the_step_knows_whether_replica_losses_add_up(body, adds_up):
-    # the headline loss is their sum when each is divided by the global batch (issue 12)
+    # the headline loss is their sum when each is divided by the global batch
     step = rewrite_step(f"x, y = batch\n{body}", filename="<nbdist-step-t>")
     assert step.global_batch_loss is adds_up

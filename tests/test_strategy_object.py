@@ -1,5 +1,5 @@
 """`strategy` in the notebook, hand-written loops beside step cells, the global loss, and
-`model.fit` in a cell without `%%distribute` (issue 12, items 4 and 6)."""
+`model.fit` in a cell without `%%distribute`."""
 
 import math
 import textwrap

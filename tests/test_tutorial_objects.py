@@ -1,5 +1,5 @@
 """The objects TensorFlow's custom_training tutorial trains, typed into cells as it writes
-them: a Sequential CNN without `Input`, objects made outside `%%distribute` (issue 12)."""
+them: a Sequential CNN without `Input`, objects made outside `%%distribute`."""
 
 import pytest
 from helpers import TUTORIAL_STEP, run_err, run_ok

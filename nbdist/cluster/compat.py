@@ -62,7 +62,7 @@ def preflight(environment: dict[str, str], expected_tf: str | None) -> dict[str,
     spec = importlib.util.find_spec("tensorflow")
     report["tf_origin"] = getattr(spec, "origin", None) if spec else None
     try:
-        import tensorflow  # noqa: F401  (what setup needs next anyway: 2-3 s, once)
+        import tensorflow  # noqa: F401  (what setup needs next anyway; slow, once)
     except BaseException as err:  # a broken install raises anything; the kernel reports it
         report["import_error"] = f"{type(err).__name__}: {str(err).strip()[:500]}"
     return report

@@ -1,13 +1,12 @@
 """Build TensorFlow graphs for a run's input on a thread of their own, away from the cell's code.
 
 TensorFlow records the Python stack of every op it adds to a graph, and what it keeps for the
-code objects on that stack is never freed (measured; where TensorFlow keeps it was not
-traced). Every run of a cell is a new code object (IPython compiles each execution anew), so
-every distributed dataset and iterator a step cell built (13 small graph functions at 2
-replicas: the rebatch and each device's pipeline) kept ~43 kB for the rest of the session.
-Measured with plain TensorFlow 2.21, 150 iterators built from code compiled anew each time:
-45.8 kB per iterator, 2.4 kB when built on a new thread's stack (its frames are this module's
-and nbdist's functions, not the cell's).
+code objects on that stack is never freed. Every run of a cell is a new code object (IPython
+compiles each execution anew), so every distributed dataset and iterator a step cell built (a
+dozen small graph functions: the rebatch and each device's pipeline) kept tens of kB for the
+rest of the session. Built on a new thread's stack, whose frames are this module's and
+nbdist's functions, not the cell's, an iterator keeps a small fraction of that
+(tests/test_memory.py bounds the growth per run).
 """
 
 from __future__ import annotations

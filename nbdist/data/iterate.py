@@ -8,8 +8,9 @@ marks itself cancelled, so the woken thread may see "not cancelled" and sleep ou
 its tuning period, which doubles from 10 ms up to 60 s while the iterator is read. A
 distributed dataset's iterator over N local devices holds N + 1 pipelines (the host's and one
 per device), joined one after another, each doubling its period while it waits its turn:
-``del iterator`` blocked a cell for 15-80 s at random (``benchmarks/iterator_delete.py``
-reproduces it with plain TensorFlow; with autotuning off everywhere it waited 0.05 s at most).
+``del iterator`` could block a cell for tens of seconds at random
+(``benchmarks/iterator_delete.py`` reproduces it with plain TensorFlow, and shows that with
+autotuning off the wait disappears).
 
 So nbdist builds the per-device pipelines without autotuning (``new_iterator``: they have
 nothing to tune; the user's pipeline keeps its options), and deletes each iterator on a

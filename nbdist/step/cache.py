@@ -1,8 +1,8 @@
 """Re-running an unchanged step cell reuses its traced step.
 
-Rewriting and tracing a step cell costs 0.3-0.8 s here, more than a whole epoch of a small
-model, and a notebook runs the same cell again and again. ``StepCache`` keeps, per cell, what
-a step loop traced (its compiled variants; ``loop.StepLoop`` keeps and adopts them for every
+Rewriting and tracing a step cell can cost more than a whole epoch of a small model, and a
+notebook runs the same cell again and again. ``StepCache`` keeps, per cell, what a step loop
+traced (its compiled variants; ``loop.StepLoop`` keeps and adopts them for every
 family) together with everything the trace depends on, and hands it back to a later run only
 when all of it still matches:
 

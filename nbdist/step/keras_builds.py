@@ -37,7 +37,7 @@ def building_prebuild(pending: list[tuple[Any, Callable[[], Any]]]) -> Iterator[
     """While active, an unbuilt Keras 3 optimizer or model first used inside a tf.function
     aborts the trace; ``pending`` gets ``(object, build)`` to run eagerly under the scope."""
     if "keras" not in sys.modules:   # a step can only use Keras if it is imported already:
-        yield                        # importing it costs a worker ~0.3 s of its cold start
+        yield                        # importing it would lengthen a worker's cold start
         return
     import keras
     import tensorflow as tf

@@ -223,7 +223,8 @@ class StepRunner(StepLoop):
         arg = (iterator, groups.steps_tensor(wanted))
         if step == self._first_step:
             # Every variant is traced before any of them runs on the iterator: a trace after
-            # a call that read from it made deleting the iterator take 15-80 s here.
+            # a call that read from it can make deleting the iterator block for tens of seconds
+            # (data/iterate.py explains why).
             for variant in (False, True) if self.spec.timing_every != 0 else (False,):
                 if variant not in self._compiled:
                     self._trace(variant, arg)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-#: Rows of the largest chunk (6.8 MB for the Run's 13 columns) and of the first.
+#: Rows of the largest chunk (a few MB for the Run's columns) and of the first.
 CHUNK = 1 << 16
 FIRST = 1 << 10
 

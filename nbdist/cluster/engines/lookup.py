@@ -22,9 +22,9 @@ checks each process.
 Handing back. The engines a session's stop restarts belong to the user's cluster again, whose
 `ipcluster stop` fetches and removes their log files too. A Jupyter kernel's ``Cluster`` would
 still watch them (ipyparallel runs it on a loop that lives on in a thread) and race that
-command for each file, failing it with ssh's exit status 1 (a CI run's test process, which
-counted as inside a running loop, did so): ``hand_back`` stops watching the engines on other
-hosts and forgets the ``Cluster``; the next session loads the file afresh."""
+command for each file, failing it with ssh's exit status 1 (a test process counted as inside
+a running loop does so): ``hand_back`` stops watching the engines on other hosts and forgets
+the ``Cluster``; the next session loads the file afresh."""
 
 from __future__ import annotations
 

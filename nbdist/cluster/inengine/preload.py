@@ -1,7 +1,7 @@
 """The local engines' entry point: import TensorFlow in the background, then be an engine.
 
 ``python -m nbdist.cluster.inengine.preload [ipengine arguments]`` starts a thread that imports
-TensorFlow (3-5 s, the longest part of a cold start) and runs ipyparallel's engine in the main
+TensorFlow (the longest part of a cold start) and runs ipyparallel's engine in the main
 thread meanwhile: the import overlaps the engine's own start, its registration with the
 controller and the kernel's checks, instead of following them. The launcher's environment
 (``TF_USE_LEGACY_KERAS``, log levels) is already set, as TensorFlow needs before its import.

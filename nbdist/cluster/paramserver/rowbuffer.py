@@ -2,12 +2,12 @@
 
 A scheduled function that returns a value costs its result's copy to the coordinator as
 soon as the step ends (``ClusterCoordinator``'s worker thread fetches every output "in case
-the worker becomes unavailable later"): one RPC per step, measured at ~0.9 ms of the kernel's
-CPU and ~0.5 ms of each worker's per step, which made a step cell slower than TensorFlow's
-own tutorial loop. So the step returns nothing; it appends its packed row to a ring on its
-own worker (a ``tf.Variable(..., per_worker_variable=True)``: one copy per worker, updated
-where the step runs), and the kernel reads each worker's ring in one copy every few dozen
-steps (``WorkerRows.take``).
+the worker becomes unavailable later"): one RPC per step, costing the kernel's and each
+worker's CPU on every step, which made a step cell slower than TensorFlow's own tutorial loop
+(``benchmarks/paramserver.py`` compares them). So the step returns nothing; it appends its
+packed row to a ring on its own worker (a ``tf.Variable(..., per_worker_variable=True)``: one
+copy per worker, updated where the step runs), and the kernel reads each worker's ring in one
+copy every few dozen steps (``WorkerRows.take``).
 
 The ring is ``capacity`` rows of ``WIDTH`` float64, plus one row whose first entry counts the
 rows ever appended. A row is ``[timed, *values]`` (``timed``: which compiled variant wrote

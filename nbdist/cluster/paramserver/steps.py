@@ -10,7 +10,7 @@ loop waits only when the window is full. Each step appends its row to a ring on 
 dozen steps or 0.2 s and records the rows in the order the steps finished, so the dashboard
 follows every worker live. A re-run of an unchanged cell schedules the functions its last run
 traced (``step.cache``): no tracing, and no removal of the old functions from the cluster (which
-took TensorFlow 1-7 s at a cell's end here). A kernel interrupt is raised between steps only.
+takes TensorFlow seconds at a cell's end). A kernel interrupt is raised between steps only.
 
 Timing: ``step_ms`` is the worker's time for the whole step, ``data_ms`` getting the batch,
 ``compute_ms`` from the batch to the gradients (reading the parameters from the parameter
