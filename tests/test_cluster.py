@@ -194,6 +194,37 @@ def test_step_mode_streams_rows_of_every_worker_live(mw):
     timed = frame[frame.allreduce_ms.notna()]
     assert set(timed.worker) == {0, 1} and (timed.allreduce_ms > 0).all()
     assert (timed.compute_ms >= 0).all() and not any("no all_reduce" in n for n in run.notes)
+    assert not any("same data" in n for n in run.notes), run.notes   # auto-sharded
+
+
+SAME_DATA_FN = """%%distribute
+same_xs = np.random.default_rng(0).normal(size=(GLOBAL_BATCH * 4, 4)).astype("float32")
+def {name}(input_context):
+    per_replica = input_context.get_per_replica_batch_size(GLOBAL_BATCH)
+    data = tf.data.Dataset.from_tensor_slices((same_xs, same_xs.sum(axis=1, keepdims=True)))
+    {shard}return data.batch(per_replica, drop_remainder=True)
+"""
+
+
+def test_workers_reading_the_same_data_are_named_with_the_fix(mw, capsys):
+    """A dataset function that never shards gives both workers the same batches (TensorFlow's
+    most reported multi-worker input mistake): the Run and the cell say so, with the fix; the
+    same function sharded by its input context says nothing."""
+    run_ok(mw, SAME_DATA_FN.format(name="unsharded_fn", shard=""))
+    capsys.readouterr()
+    run_ok(mw, STEP.format(data="unsharded_fn", flags=""))
+    run, out = nbdist.runs[-1], capsys.readouterr().out
+    assert run.status == "done"
+    said = [n for n in run.notes if "same data" in n]
+    assert len(said) == 1 and said[0].startswith("workers 0 and 1 trained on the same data")
+    assert "input_context.input_pipeline_id" in said[0] and f"nbdist: {said[0]}" in out
+    run_ok(mw, SAME_DATA_FN.format(name="sharded_fn", shard=(
+        "data = data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)"
+        "\n    ")))
+    run_ok(mw, STEP.format(data="sharded_fn", flags=""))
+    run = nbdist.runs[-1]
+    assert run.status == "done" and not any("same data" in n for n in run.notes), run.notes
+    assert "same data" not in capsys.readouterr().out
 
 
 def _trained(mw, flags, data="ds", observers=None):

@@ -20,11 +20,13 @@ RUN_START = "run_start"      # {"run": key, "mode": "step" | "fit", "total_steps
 ROWS = "rows"                # {"run": key, "columns": [names], "n": rows, "data": base64,
 #                              "total_steps": int | None, "epochs": int | None} (a fit's
 #                              length is known only once it starts)
-RUN_END = "run_end"          # {"run": key, "status": str, "notes": [str]}
+RUN_END = "run_end"          # {"run": key, "status": str, "notes": [str], "epochs": [{...}]}
 PAUSED = "paused"            # {"step": int}: stopped at a step boundary, waiting for orders
 STACKS = "stacks"            # {"step": int, "phase": str, "threads": [...]}: inengine.stacks
 INJECTED = "injected"        # {"fault": str, "step": int}: about to apply an injected fault
 ROWS_FLUSHED = "rows_flushed"  # {}: every row recorded so far was sent (after FLUSH_ROWS)
+INPUT_DIGEST = "input_digest"  # {"run": key, "digest": str}: its first batch's fingerprint
+#                                (data.fingerprint; the kernel compares the workers')
 # kernel -> worker
 STOP = "stop"                # stop at a step boundary that every worker reaches
 HALT = "halt"                # stop here

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..allocator import keep_large_buffers, release_free_memory
@@ -109,9 +109,11 @@ def _drop(box: list[Any]) -> None:
         _idle.notify_all()
 
 
-def timed_batches(dataset: Any, max_steps: int | None) -> Iterator[tuple[Any, float]]:
+def timed_batches(dataset: Any, max_steps: int | None,
+                  first: Callable[[Any], None] | None = None) -> Iterator[tuple[Any, float]]:
     """Yield (batch, milliseconds spent fetching it), at most ``max_steps`` per epoch; after
-    the first, large buffers are reused again (``nbdist.allocator``)."""
+    the first, large buffers are reused again (``nbdist.allocator``). ``first`` is called with
+    the first batch before it is yielded (outside the fetch time)."""
     iterator = new_iterator(dataset)
     count = 0
     try:
@@ -122,9 +124,12 @@ def timed_batches(dataset: Any, max_steps: int | None) -> Iterator[tuple[Any, fl
             except StopIteration:
                 return
             count += 1
+            fetch_ms = (time.perf_counter() - start) * 1e3
             if count == 1:   # the first batch built the distributed iterator's pipelines
                 keep_large_buffers()
-            yield batch, (time.perf_counter() - start) * 1e3
+                if first is not None:
+                    first(batch)
+            yield batch, fetch_ms
     finally:   # also when the loop stops early and closes this generator
         iterator = release(iterator)
 

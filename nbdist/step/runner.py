@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ class StepRunner(StepLoop):
     """Runs a rewritten step cell over a dataset under a strategy, recording into ``run``."""
 
     handle: StrategyHandle = field(kw_only=True)
+    #: Called with the run's first batch (one step per call only): a worker's input check.
+    on_first_batch: Callable[[Any], None] | None = field(default=None, kw_only=True)
     _timed_probe: StepProbe | None = None
     _first_step: int = 0
 
@@ -108,7 +111,8 @@ class StepRunner(StepLoop):
         pacer = TimingPacer(self.spec.timing_every)
         for epoch in range(first_epoch, self.spec.epochs):
             self._epoch = epoch
-            for batch, data_ms in timed_batches(dist_ds, self.spec.steps):
+            first = self.on_first_batch if epoch == first_epoch else None
+            for batch, data_ms in timed_batches(dist_ds, self.spec.steps, first):
                 timed = pacer.due(step)
                 traced = timed not in self._compiled
                 step_ms = self._one_step(step, epoch, batch, data_ms, timed)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...backends.cells import run_cell_code
 from ...tflogs import quiet_tensorflow
+from .. import protocol
 from ..failures import describe_exception
 from .fits import recording_fits
 from .runs import Forwarder, GateObserver, chief_says, in_run, local_run
@@ -72,7 +73,8 @@ def _run_step(key: str, filename: str) -> dict[str, Any]:
         with in_run(st, key, "step", run, forward,
                      per_epoch * step.spec.epochs if per_epoch else None):
             runner = StepRunner(step.source, ns, step.spec, run, observers=observers,
-                                checkpoint=checkpoint, dataset=data.dataset, handle=st.handle)
+                                checkpoint=checkpoint, dataset=data.dataset, handle=st.handle,
+                                on_first_batch=_input_digest_sender(st, key))
             try:
                 runner.execute()
             finally:
@@ -81,6 +83,23 @@ def _run_step(key: str, filename: str) -> dict[str, Any]:
                                       "notes": run.notes, "bytes": run.allreduce_bytes}}
     except BaseException as err:
         return {"ok": False, "error": describe_exception(err, filename=filename)}
+
+
+def _input_digest_sender(st: Any, key: str) -> Any:
+    """What sends this worker's first-batch fingerprint to the kernel (``data.fingerprint``),
+    which compares the workers' to tell whether they read the same data."""
+    from ...data.fingerprint import batch_digest
+
+    def send(batch: Any) -> None:
+        if st.channel is None or st.workers < 2:
+            return
+        try:
+            digest = batch_digest(batch)
+        except Exception:   # a batch that cannot be fingerprinted is not compared
+            return
+        st.channel.send({"type": protocol.INPUT_DIGEST, "run": key, "digest": digest})
+
+    return send
 
 
 # -- scope mode -------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from ...backends.base import Backend, BackendStatus
 from ...backends.cells import ScopeCell, StepCell, describe_loss
 from ...errors import ConfigError
 from ...families import check_served
+from ...fitrecord import BATCH_LOSS_LABEL
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.run import Run, RunList, RunObserver, RunWriter
@@ -248,6 +249,8 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         run = self.runs.new(mode=mode, strategy=self.spec.name, replicas=self.replicas_local,
                             workers=self.n, devices=self.devices)
         run.note(FIT_NOTE if mode == "fit" else STEP_NOTE)
+        if mode == "fit":
+            run.loss_label = BATCH_LOSS_LABEL
         return run
 
     def _new_fit_run(self) -> Run:
@@ -277,6 +280,9 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             run.note(note)
         if first.get("bytes"):
             run.allreduce_bytes = first["bytes"]
+        same = self.monitor.same_input(key)
+        if same is not None:   # on the Run already; said here too, where the cell ends
+            print(f"nbdist: {same}")
         return run
 
     def run_scope_cell(self, cell: ScopeCell, observers: list[RunObserver]) -> Any:

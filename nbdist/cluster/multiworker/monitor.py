@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...data.fingerprint import same_input_groups, same_input_note
 from ...telemetry.rows import POSITION, unpack
 from ...telemetry.run import Run, RunWriter
 from .. import protocol
@@ -62,6 +63,8 @@ class _RunEntry:
     aligner: StepAligner | None = None     # step runs of several workers (``arrivals``)
     straggler: tuple[int, float] | None = None
     noted: str | None = None               # the straggler note this entry added
+    digests: dict[int, str] = field(default_factory=dict)   # worker -> first batch's
+    same_input: str | None = None          # the note when workers read the same data
     lock: threading.Lock = field(default_factory=threading.Lock)   # one reader per worker
 
     def append(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
@@ -266,6 +269,13 @@ class ClusterMonitor:
                 for note in notes if isinstance(notes, list) else []:
                     if isinstance(note, str):   # e.g. "resumed from epoch 2 of 3 in DIR"
                         entry.run.note(note[:1000])
+                epochs = message.get("epochs") if worker == 0 else None   # the same on all
+                for row in epochs if isinstance(epochs, list) else []:
+                    if isinstance(row, dict) and all(isinstance(v, (int, float))
+                                                     for v in row.values()):
+                        numbers = {str(k): float(v) for k, v in row.items()}
+                        RunWriter(entry.run).record_epoch(
+                            int(numbers.pop("epoch", 0)), int(numbers.pop("step", 0)), numbers)
                 status = str(message.get("status"))
                 if status == "stopped" and self.stopper.reason:   # the kernel knows why
                     status = self.stopper.reason
@@ -278,6 +288,28 @@ class ClusterMonitor:
             self._injected(worker, message)
         elif kind == protocol.ROWS_FLUSHED:   # after its ROWS, on the same connection
             health.flushed = True
+        elif kind == protocol.INPUT_DIGEST and isinstance(message.get("digest"), str):
+            self._input_digest(worker, message)
+
+    def _input_digest(self, worker: int, message: dict[str, Any]) -> None:
+        """A worker's first-batch fingerprint; once every worker's is in, workers that read
+        the same data are noted on the Run (``data.fingerprint``)."""
+        entry = self._entry(str(message.get("run")), create=False)
+        if entry is None:
+            return
+        with entry.lock:
+            entry.digests[worker] = message["digest"][:64]
+            if len(entry.digests) < len(self.health) or entry.same_input is not None:
+                return
+            groups = same_input_groups(entry.digests)
+            if groups:
+                entry.same_input = same_input_note(groups)
+                entry.run.note(entry.same_input)
+
+    def same_input(self, key: str) -> str | None:
+        """The note saying which workers of run ``key`` read the same data, if they did."""
+        entry = self._entry(key, create=False)
+        return entry.same_input if entry is not None else None
 
     def _injected(self, worker: int, message: dict[str, Any]) -> None:
         for entry in self.injections:
