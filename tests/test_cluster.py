@@ -293,6 +293,22 @@ history = model.fit(ds, epochs=2, verbose=0)
     assert frame["loss"].iloc[-1] == pytest.approx(loss, rel=1e-6)
 
 
+def test_the_workers_tf_keras_weights_come_to_the_kernels_keras3_as_the_start_says(mw, tf_keras):
+    """The starting message says the workers run tf_keras and this kernel Keras 3, and how
+    to bring a trained model over; doing what it says gives the kernel the workers' weights."""
+    from nbdist.cluster.multiworker.keras_choice import MIXED_KERAS
+
+    assert MIXED_KERAS in cluster().starting_message()
+    run_ok(mw, "%%distribute\nweights = model.get_weights()")
+    mw.run_line_magic("distribute", "pull weights")
+    mw.run_cell("import keras\nhere = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])"
+                "\nhere.set_weights(weights)", store_history=False).raise_error()
+    kernel_model, trained = mw.user_ns["here"], current_session().pull("weights", worker=0)
+    assert type(kernel_model).__module__.startswith("keras")
+    for mine, theirs in zip(kernel_model.get_weights(), trained, strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+
+
 def test_keras3_fit_on_workers_fails_at_once_with_the_way_out(mw, monkeypatch):
     """The path taken without tf_keras (or with --keras keras3): Keras 3 is tf.keras on the
     workers, and its fit is refused before it can fail deep inside TensorFlow."""

@@ -34,7 +34,7 @@ from ..inengine import cells, worker
 from ..lifecycle import ClusterLifecycle, live
 from ..protocol import FAULT_KINDS
 from .dispatch import Dispatcher
-from .keras_choice import resolve_keras
+from .keras_choice import MIXED_KERAS, kernel_runs_keras3, resolve_keras
 from .monitor import ClusterMonitor
 from .namespaces import pull_value, push_values
 from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
@@ -92,8 +92,10 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         keras = "tf_keras" if self.keras == "legacy" else "Keras 3"
         what = (f"workers on the engines of ipyparallel profile {self.spec.cluster!r}"
                 if self.spec.cluster else f"{self.n} worker processes")
+        mixed = self.keras == "legacy" and kernel_runs_keras3()
         return (f"nbdist: starting {what}; they run {keras} as tf.keras ({self.keras_note}), "
-                "this kernel keeps its own Keras.")
+                + ("this kernel Keras 3. " + MIXED_KERAS if mixed
+                   else "this kernel keeps its own Keras."))
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import os
 
 from ...errors import ConfigError
 from ...install_tf_keras import INSTALL_HINT
@@ -31,3 +33,23 @@ def resolve_keras(choice: str) -> tuple[str, str]:
         return "legacy", f"TF_USE_LEGACY_KERAS=1, because {why}"
     return "keras3", (f"tf_keras is not installed and {KERAS_ISSUE}: `{INSTALL_HINT}` "
                       "for fit, or train in step mode")
+
+
+#: Said when the workers run tf_keras and this kernel Keras 3: what they save is tf_keras's.
+MIXED_KERAS = (
+    "What the workers save (model.save, tf.train.Checkpoint of a model) is tf_keras's and "
+    "does not load into this kernel's Keras 3 models: load it with `import tf_keras` "
+    "(tf_keras.models.load_model, or a model built with tf_keras), or bring the weights "
+    "over: `weights = model.get_weights()` in a %%distribute cell, then "
+    "`%distribute pull weights` and `model.set_weights(weights)` here."
+)
+
+
+def kernel_runs_keras3() -> bool:
+    """Whether ``tf.keras`` in this kernel is Keras 3 (read without importing TensorFlow)."""
+    if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true"):
+        return False
+    try:
+        return int(importlib.metadata.version("keras").split(".")[0]) >= 3
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
