@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -13,17 +14,19 @@ from IPython.core.magic_arguments import (
     argument,
     kwds,
     magic_arguments,
-    parse_argstring,
 )
+from IPython.utils.process import arg_split
 
 from .cluster.protocol import FAULT_KINDS
 from .errormap import without_nbdist_frames
 from .errors import ConfigError, NbdistError
+from .families import family
 from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
 from .telemetry.run import RunObserver
 from .tflogs import quiet_tensorflow
+from .words import count
 
-_ACTIONS = ("status", "stop", "restart", "push", "pull", "inject")
+_ACTIONS = ("status", "stop", "restart", "push", "pull", "inject", "explain")
 _WIDTH = 96   # the help is rendered once, at this width, whatever the terminal
 _FAULTS = "|".join(FAULT_KINDS)
 _DELAYED = [k for k in FAULT_KINDS.values() if k.delay is not None]
@@ -58,9 +61,9 @@ def placement_args(f: Callable) -> Callable:
 @kwds(formatter_class=_formatter, description=None)
 @argument("what", nargs="?", metavar="STRATEGY|ACTION",
           help=f"{', '.join(STRATEGY_NAMES)}; or status, stop, restart, push, "
-               "pull, inject (default: the picker)")
+               "pull, inject, export, explain (default: the picker)")
 @argument("names", nargs="*", metavar="NAME",
-          help=f"push/pull: variable names; inject: {_FAULTS} WORKER")
+          help=f"push/pull: variable names; inject: {_FAULTS} WORKER; explain: [RUN]")
 @placement_args
 @argument("--worker", type=int, metavar="I", help="pull: the worker (default: 0)")
 @argument("--at-step", type=int, metavar="N",
@@ -111,35 +114,35 @@ for _f in (_line_args, _cell_args):
 _EXAMPLES = """\
 Examples::
 
-  %distribute mirrored --devices 4       # 4 GPUs, or the CPU split into 4 logical devices
-  %distribute multiworker --workers 2    # 2 local worker processes (ipyparallel engines)
-  %distribute parameter_server --ps 1    # the kernel coordinates; variables on the ps
-  %distribute status                     # strategy, devices, workers, equivalent TensorFlow
-  %distribute pull history.history --worker 1  # a worker's value into the kernel
-  %distribute export train.py            # the step cell's training as a script
-  %distribute inject kill 1 --at-step 20 # drills: {faults}
+  %distribute mirrored --devices 4       # docs/guide/strategies.md: 4 GPUs, or 4 CPU devices
+  %distribute multiworker --workers 2    # docs/guide/multiworker.md (also push, pull, restart)
+  %distribute parameter_server --ps 1    # docs/guide/parameter-servers.md
+  %distribute multiworker --cluster ssh  # docs/guide/clusters.md, docs/guide/security.md
+  %distribute status                     # docs/guide/strategies.md (stop: clear the strategy)
+  %distribute export train.py            # docs/guide/export-and-launch.md (its flags: --help)
+  %distribute inject kill 1 --at-step 20 # docs/guide/faults.md: {faults}
 
-  %%distribute                           # scope mode: every model.fit is recorded
+  %%distribute                           # docs/guide/scope-mode.md: every model.fit recorded
   model.fit(train_ds, epochs=3)
 
   %%distribute --step --data train_ds --epochs 3 --checkpoint ckpt/run1
-  x, y = batch                           # step mode: the cell is the per-replica step
+  x, y = batch                           # docs/guide/step-mode.md, docs/guide/checkpoints.md
   with tf.GradientTape() as tape:
       loss = tf.nn.compute_average_loss(loss_fn(y, model(x)), global_batch_size=64)
   grads = tape.gradient(loss, model.trainable_variables)
   optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
-Runs: nbdist.runs[-1].metrics (one row per step and replica). The README explains each
-strategy, the dashboard, workers, checkpoints and what to do when something fails.
+Runs: nbdist.runs[-1].metrics, drawn live by the dashboard: docs/guide/dashboard.md.
 """
 
 
 def _help() -> str:
-    """``%distribute?``: both usages with one line per flag, then examples."""
+    """``%distribute?`` and ``%distribute --help``: both usages with one line per flag, then
+    examples that name the docs page of each action and mode."""
     line, cell = (f.parser.format_help().rstrip() for f in (_line_args, _cell_args))
-    return ("Run TensorFlow under a tf.distribute strategy: choose it (line magic), then run\n"
-            "cells under it (cell magic). Line flags and cell flags are distinct.\n\n"
-            f"{line}\n\n{cell}\n\n{_EXAMPLES.replace('{faults}', ', '.join(FAULT_KINDS))}")
+    return ("Run cells under a tf.distribute strategy. Every flag, explained: "
+            "docs/reference/magics.md.\n\n"
+            f"{line}\n\n{cell}\n\n{_EXAMPLES.replace('{faults}', _FAULTS)}")
 
 
 def _flags(magic: Callable) -> set[str]:
@@ -151,7 +154,7 @@ def _parse(parsed_by: Callable, other: Callable, line: str, here: str, there: st
     """Parse ``line`` with ``parsed_by``; a flag that belongs to ``other`` gets a ConfigError
     saying where it goes (argparse alone would only call it unrecognized)."""
     try:
-        return parse_argstring(parsed_by, line)
+        return parsed_by.parser.parse_args(split_args(line))
     except UsageError as err:
         theirs, mine = _flags(other), _flags(parsed_by)
         for word in line.split():
@@ -159,6 +162,20 @@ def _parse(parsed_by: Callable, other: Callable, line: str, here: str, there: st
             if flag in theirs - mine:
                 raise ConfigError(f"{flag} belongs on {there}, not on {here}.") from None
         raise err
+
+
+def split_args(line: str) -> list[str]:
+    """The words of a magic line as a shell reads them: ``--checkpoint '/tmp/a b ü'`` is the
+    path ``/tmp/a b ü`` (IPython's ``parse_argstring`` keeps the quotes). Backslashes are
+    kept as typed (Windows paths); a line with an unclosed quote is split as IPython does."""
+    lexer = shlex.shlex(line, posix=True)
+    lexer.whitespace_split = True
+    lexer.escape = ""
+    lexer.commenters = ""
+    try:
+        return list(lexer)
+    except ValueError:
+        return arg_split(line, strict=False)
 
 
 def without_comment(line: str) -> str:
@@ -196,6 +213,14 @@ class DistributeMagics(Magics):
 
         session = current_session(self.shell)
         line = without_comment(line)
+        if {"--help", "-h"} & set(line.split()):   # argparse's own -h is off in magics
+            if cell is None and line.split()[:1] == ["export"]:
+                from .export import export_help
+
+                print(export_help())
+            else:
+                print(_help())
+            return None
         if cell is None and line.split()[:1] == ["export"]:   # its own flags: nbdist.export
             from .export import export_magic
 
@@ -215,10 +240,13 @@ class DistributeMagics(Magics):
             steps_per_call=args.steps_per_call,
         )
         header = f"%%distribute {line}".strip()
-        from .widgets.dashboard import observer_for
+        from .widgets.dashboard import Dashboard, observer_for
 
         progress = observer_for(self.shell)   # live dashboard, or a static figure + summary
         graph = _graph_observer(args)
+        channel = session.lab_channel          # a reloaded page asks it for the dashboard
+        if channel is not None and isinstance(progress, Dashboard):
+            channel.serve_views(progress.request_view)
         try:
             if run_spec.step:
                 session.run_step_cell(cell, run_spec, [progress, *graph], header=header)
@@ -228,6 +256,8 @@ class DistributeMagics(Magics):
             return session.run_scope_cell(cell, run_spec, [progress], header=header)
         finally:
             progress.close()
+            if channel is not None:
+                channel.serve_views(None)
             if args.tensorboard:
                 from .telemetry.tensorboard import write_runs
 
@@ -236,18 +266,30 @@ class DistributeMagics(Magics):
     def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
         if args.worker is not None and args.what != "pull":
             raise ConfigError("--worker applies to `%distribute pull NAME --worker i`.")
-        if args.names and args.what not in ("push", "pull", "inject"):
-            raise ConfigError(f"Unexpected {' '.join(args.names)!r}: only `push`, `pull` and "
-                              "`inject` take names.")
+        if args.names and args.what not in ("push", "pull", "inject", "explain"):
+            raise ConfigError(f"Unexpected {' '.join(args.names)!r}: only `push`, `pull`, "
+                              "`inject` and `explain` take names.")
         if (args.at_step is not None or args.delay is not None) and args.what != "inject":
             raise ConfigError("--at-step and --delay apply to `%distribute inject FAULT WORKER`.")
         if args.what == "status":
             print(session.status_text())
         elif args.what == "stop":
+            backend = session.backend
+            workers = 0
+            if backend is not None and not family(backend.spec.name).in_kernel:
+                try:   # said after the stop, which must happen whatever the status does
+                    workers = backend.status().workers_total
+                except Exception:
+                    workers = 0
             killed = session.stop()
-            print("nbdist: strategy cleared (logical CPU devices stay until the kernel restarts)"
-                  + (f"; killed {len(killed)} worker process(es) that did not exit." if killed
-                     else "."))
+            said = "nbdist: strategy cleared"
+            if workers:
+                said += f"; its {count(workers, 'worker process')} stopped"
+            elif backend is not None:
+                said += " (logical CPU devices stay until the kernel restarts)"
+            if killed:
+                said += f"; {count(len(killed), 'process')} that did not exit had to be killed"
+            print(said + ".")
         elif args.what == "restart":
             backend = session.restart()
             print(f"nbdist: {backend.status().workers_total} fresh worker processes.")
@@ -259,6 +301,10 @@ class DistributeMagics(Magics):
                 raise ConfigError(f"inject takes one fault and one worker, not "
                                   f"{' '.join(args.names)!r}: e.g. `%distribute inject kill 1`.")
             print(session.inject(fault, worker, args.at_step, args.delay))
+        elif args.what == "explain":
+            from IPython.display import display
+
+            display(_explained_run(args.names).explain())
         elif strategy is None:
             from .widgets.picker import picker
 
@@ -268,7 +314,7 @@ class DistributeMagics(Magics):
 
             backend = session.configure(strategy, keras=args.keras)
             warm_in_background(self.shell)   # while the first cells wait for the workers
-            print(f"nbdist: {backend.spec.name} with {backend.replicas} replica(s) on "
+            print(f"nbdist: {backend.spec.name} with {count(backend.replicas, 'replica')} on "
                   f"{', '.join(backend.devices)}")
 
     def _move(self, args: Any, session: Any) -> None:
@@ -288,6 +334,29 @@ class DistributeMagics(Magics):
         self.shell.user_ns[target] = value
         print(f"nbdist: pulled {name} from worker {args.worker or 0}"
               + (f" into `{target}`." if target != name else "."))
+
+
+def _explained_run(names: list[str]) -> Any:
+    """The Run ``%distribute explain [N]`` means: the last one, or Run N as the dashboard
+    numbers it (a negative N counts from the last, as an index of ``nbdist.runs``)."""
+    from .telemetry.run import runs
+
+    if len(names) > 1 or (names and not re.fullmatch(r"-?\d+", names[0])):
+        raise ConfigError(f"`%distribute explain` takes at most one run number, not "
+                          f"{' '.join(names)!r}: `%distribute explain` (the last run) or "
+                          "`%distribute explain 3` (Run 3, as its dashboard names it).")
+    if not runs:
+        raise ConfigError("No run to explain yet: run a step cell (`%%distribute --step "
+                          "--data ds`) first, then `%distribute explain`.")
+    number = int(names[0]) if names else -1
+    if number < 0 and -number <= len(runs):
+        return runs[number]
+    found = [run for run in runs if run.id == number]
+    if not found:
+        raise ConfigError(f"There is no Run {number}: this kernel has Runs 1-{len(runs)} "
+                          "(`%distribute explain` explains the last; a negative number counts "
+                          "back from it).")
+    return found[0]
 
 
 def _graph_observer(args: Any) -> list[RunObserver]:

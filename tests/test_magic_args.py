@@ -89,3 +89,37 @@ def test_a_trailing_comment_is_not_taken_for_arguments(ip, capsys):
 
     assert without_comment('export "a #1.py"  # a script') == 'export "a #1.py"'
     assert without_comment("pull x#y") == "pull x#y"
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_flag_prints_the_help_with_the_docs_page_of_each_action(ip, capsys, flag):
+    """`%distribute --help` / `-h` (also after a strategy, or on a cell, which then does not
+    run) print what `%distribute?` shows: every action, export included, and the docs page
+    that explains each; `%distribute export --help` prints the export's own flags."""
+    ip.run_line_magic("distribute", f"{flag}   # what can I type?")
+    out = capsys.readouterr().out
+    assert out.strip() == ip.find_line_magic("distribute").__doc__.strip()
+    assert "status, stop, restart, push, pull, inject, export" in out
+    for page in ("docs/reference/magics.md", "docs/guide/strategies.md",
+                 "docs/guide/scope-mode.md", "docs/guide/step-mode.md",
+                 "docs/guide/multiworker.md", "docs/guide/parameter-servers.md",
+                 "docs/guide/clusters.md", "docs/guide/export-and-launch.md",
+                 "docs/guide/faults.md", "docs/guide/checkpoints.md", "docs/guide/dashboard.md"):
+        assert page in out, page
+    assert "%distribute export train.py" in out and "(its flags: --help)" in out
+    assert "README" not in out
+
+    ip.run_line_magic("distribute", f"mirrored --devices 2 {flag}")
+    assert "  %%distribute [--devices N]" in capsys.readouterr().out
+    assert current_session().backend.spec.magic_line() == "%distribute mirrored --devices 4"
+    ip.run_cell_magic("distribute", flag, "helped = 1\n")
+    assert "  %%distribute [--devices N]" in capsys.readouterr().out
+    assert "helped" not in ip.user_ns
+
+    ip.run_line_magic("distribute", f"export {flag}")
+    out = capsys.readouterr().out
+    assert "%distribute export [--strategy NAME] [--cell N] [--force] FILE.py" in out
+    for flag_help in ("--strategy NAME  the script's default --strategy",
+                      "--cell N         the step cell In[N] to export",
+                      "--force          overwrite FILE.py", "docs/guide/export-and-launch.md"):
+        assert flag_help in out, flag_help

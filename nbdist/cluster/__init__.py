@@ -45,5 +45,5 @@ Sockets: the telemetry channel, the ipyparallel controller, engines and nannies 
 toward them, and the cluster's sockets are the user's). TensorFlow's gRPC server (one per
 worker, on its TF_CONFIG port) listens on all interfaces whatever address TF_CONFIG gives, has
 no authentication and no encryption, and runs any graph it is sent: on a shared network,
-firewall those ports (see README).
+firewall those ports (see docs/guide/security.md).
 """

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...backends.base import BackendStatus
 from ...hooks import tensorflow as hooks_tf
+from ...words import count
 from ..injection import status_lines
 from .context import partitioner_code
 from .health import job_name
@@ -20,13 +21,14 @@ def backend_status(cluster: Any) -> BackendStatus:
     """What ``%distribute status`` and the lab extension show of a parameter-server cluster."""
     spec = cluster.spec
     lines = [
-        f"roles      coordinator: this kernel (pid {os.getpid()}); {cluster.n} worker(s) and "
-        f"{cluster.n_ps} parameter server(s): tf.distribute.Server processes on "
+        f"roles      coordinator: this kernel (pid {os.getpid()}); "
+        f"{count(cluster.n, 'worker')} and "
+        f"{count(cluster.n_ps, 'parameter server')}: tf.distribute.Server processes on "
         f"{_engines(cluster)}"
         + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
         f"cluster    {json.dumps(cluster.cluster_spec)}",
         f"kernel     TensorFlow gRPC server of the coordinator: {_coordinator_address()} "
-        "(all interfaces, no authentication: see the README's security notes)",
+        "(all interfaces, no authentication: see docs/guide/security.md)",
     ]
     code = partitioner_code(spec.partitioner, cluster.n_ps)
     lines.append(f"variables  sharded by {code} (--partitioner)" if code else
