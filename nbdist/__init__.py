@@ -24,6 +24,7 @@ __all__ = [
     "RunSpec",
     "STRATEGY_NAMES",
     "StrategySpec",
+    "compare",
     "load_ipython_extension",
     "picker",
     "pull",
@@ -44,11 +45,28 @@ def show_graph(fn: Any, *args: Any, **options: Any) -> Any:
     return show(fn, *args, **options)
 
 
+def compare(runs: Any = None, x: str = "step", metric: str = "loss", **options: Any) -> Any:
+    """Overlay runs' curves, one line per run, as TensorBoard's run selector does: ``metric``
+    (``loss``, ``accuracy``, ``val_loss``, ``step_ms``...) against ``x`` ("step", or "time":
+    seconds since each run started). ``runs``: Runs (``nbdist.runs[-3:]``,
+    ``nbdist.Run.load(PATH)``), default every run of this kernel. A run resumed from a
+    ``--checkpoint`` goes on from the run it resumed. Returns a plotly Figure, shown when it
+    is the cell's value (see ``nbdist.widgets.compare``)."""
+    from .widgets.compare import compare as draw
+
+    return draw(runs, x=x, metric=metric, **options)
+
+
 def strategy() -> Any:
     """The session's ``tf.distribute`` strategy (the one ``%distribute ...`` built), for
     hand-written code: ``strategy.run``, ``strategy.experimental_distribute_dataset``,
     ``strategy.scope()``. ``%distribute`` also names it ``strategy`` in the notebook unless
-    that name is already yours."""
+    that name is already yours. In a worker process: that worker's strategy."""
+    import sys
+
+    worker = sys.modules.get("nbdist.cluster.inengine.worker")
+    if worker is not None and worker.is_worker() and worker.state().handle is not None:
+        return worker.state().handle.strategy
     from .session import current_session
 
     return current_session().strategy()

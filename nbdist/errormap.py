@@ -8,6 +8,7 @@ the cell through ``StepSource.cell_line``.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import linecache
 import os
@@ -15,7 +16,7 @@ import re
 import types
 from typing import Any
 
-from .errors import LossNotScalar, NbdistError, StepCodeError
+from .errors import LossError, NbdistError, NoGradients, StepCodeError
 from .step.rewrite import StepSource, assigned_line
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
@@ -122,19 +123,26 @@ class VariableSites:
 
 
 def to_cell_error(err: BaseException, source: StepSource,
-                  sites: VariableSites | None = None) -> NbdistError | None:
+                  sites: VariableSites | None = None,
+                  batch_spec: Any = None) -> NbdistError | None:
     """A StepCodeError pointing at the cell line behind ``err``, or None if none is found
-    (``sites``: where tracing the step created variables).
+    (``sites``: where tracing the step created variables; ``batch_spec``: the ``--data``
+    dataset's ``element_spec``, for errors that come from using ``batch`` as another
+    structure than it has).
 
     An NbdistError raised by nbdist's own code while tracing comes back wrapped by AutoGraph
     (a StagingError whose context is ours); it is returned unwrapped.
     """
     seen: BaseException | None = err
     while seen is not None:
-        if isinstance(seen, LossNotScalar) and seen.cell_line is None:
+        if isinstance(seen, LossError) and seen.cell_line is None:
             line = assigned_line(source.cell, source.loss)
-            return LossNotScalar(seen.bare_message, cell_line=line,
-                                 line_text=_cell_text(source, line) if line else "")
+            return type(seen)(seen.bare_message, cell_line=line,
+                              line_text=_cell_text(source, line) if line else "")
+        if isinstance(seen, NoGradients) and seen.cell_line is None:
+            line = _gradient_line(source.cell)
+            return NoGradients(seen.bare_message, cell_line=line,
+                               line_text=_cell_text(source, line) if line else "")
         if isinstance(seen, NbdistError):
             return seen
         seen = seen.__cause__ or seen.__context__
@@ -146,6 +154,9 @@ def to_cell_error(err: BaseException, source: StepSource,
     if line is None:
         return None
     text = _cell_text(source, line)
+    batch = batch_advice(message, source, line, batch_spec)
+    if batch is not None:
+        return batch
     if _VARIABLE_ON_EVERY_CALL in message:
         return StepCodeError(
             "the step creates a tf.Variable, and a compiled step may not create variables "
@@ -162,3 +173,74 @@ def to_cell_error(err: BaseException, source: StepSource,
 def _cell_text(source: StepSource, line: int) -> str:
     lines = source.cell.splitlines()
     return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def _gradient_line(cell: str) -> int | None:
+    """The cell line of the first ``.gradient(...)`` call (where gradients are taken)."""
+    try:
+        tree = ast.parse(cell)
+    except (SyntaxError, ValueError):
+        return None
+    lines = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr == "gradient"]
+    return min(lines, default=None)
+
+
+_ITERATING_TENSOR = "Iterating over a symbolic `tf.Tensor` is not allowed"
+
+
+def describe_structure(spec: Any) -> str:
+    """A dataset's ``element_spec`` as a sentence names it: a single tensor, a tuple of N, or
+    a dict with its keys."""
+    if isinstance(spec, dict):
+        return f"a dict with keys {', '.join(repr(k) for k in spec)}"
+    if isinstance(spec, tuple):
+        return f"a tuple of {len(spec)}"
+    return "a single tensor"
+
+
+def batch_advice(message: str, source: StepSource, line: int,
+                 batch_spec: Any) -> StepCodeError | None:
+    """A clearer error when ``message`` comes from using ``batch`` as a structure it does not
+    have (the dataset's ``batch_spec``): unpacking a single tensor or a dict, a missing key.
+    None: nothing to add."""
+    if batch_spec is None:
+        return None
+    where = f"(the --data dataset's element_spec: {batch_spec})"
+    unpacked = _unpacks_batch(source.cell)
+    if _ITERATING_TENSOR in message and not isinstance(batch_spec, (dict, tuple)):
+        at = unpacked or line
+        return StepCodeError(
+            f"`batch` is a single tensor here, not a tuple to unpack {where}. Use it as one "
+            "(`x = batch`), or make the dataset yield pairs: "
+            "`tf.data.Dataset.from_tensor_slices((features, labels))`.",
+            cell_line=at, line_text=_cell_text(source, at))
+    if isinstance(batch_spec, dict):
+        keys = ", ".join(repr(k) for k in batch_spec)
+        picks = ", ".join(f"batch[{k!r}]" for k in list(batch_spec)[:2])
+        if unpacked is not None:
+            return StepCodeError(
+                f"`batch` is a dict with keys {keys} {where}: unpacking it gives its keys, "
+                f"not its tensors. Take them by key: `{picks}`.",
+                cell_line=unpacked, line_text=_cell_text(source, unpacked))
+        missing = re.search(r"""^['"]([^'"]+)['"]$""", _root_message(message).strip())
+        if missing and missing.group(1) not in batch_spec and "batch[" in \
+                _cell_text(source, line).replace(" ", ""):
+            return StepCodeError(
+                f"`batch` has no key {missing.group(1)!r}: its keys are {keys} {where}.",
+                cell_line=line, line_text=_cell_text(source, line))
+    return None
+
+
+def _unpacks_batch(cell: str) -> int | None:
+    """The cell line that unpacks ``batch`` into several names (``x, y = batch``), if any."""
+    try:
+        tree = ast.parse(cell)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                and node.value.id == "batch"
+                and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets)):
+            return node.lineno
+    return None

@@ -38,8 +38,23 @@ class StepCodeError(NbdistError):
         super().__init__(message)
 
 
-class LossNotScalar(StepCodeError):
-    """The step's loss has several values; ``errormap`` places it at the line assigning it."""
+class LossError(StepCodeError):
+    """The step's loss cannot be recorded (not a number, or several values where they are
+    differentiated); ``errormap`` places it at the line assigning it."""
+
+
+class LossNotScalar(LossError):
+    """The step's loss has several values and is differentiated."""
+
+
+class NonFiniteLoss(StepCodeError):
+    """A step's loss was NaN or infinite: the run ends at that step, as Keras' TerminateOnNaN
+    ends a fit (the weights may hold NaN already; training on would only spread it)."""
+
+
+class NoGradients(StepCodeError):
+    """The step differentiates variables its loss does not depend on; ``errormap`` places it
+    at the cell's ``.gradient(...)`` line."""
 
 
 class DataError(NbdistError):
@@ -51,6 +66,11 @@ class CheckpointError(NbdistError):
     there that belongs to another training."""
 
 
+class CompareError(NbdistError):
+    """``nbdist.compare`` was given something it cannot draw: no runs, a run without steps, an
+    unknown metric or x axis."""
+
+
 class RunInterrupted(NbdistError):
     """A run stopped early (kernel interrupt or Stop button); its partial Run is kept."""
 
@@ -58,3 +78,8 @@ class RunInterrupted(NbdistError):
 class ExportError(NbdistError):
     """``%distribute export`` cannot write the script: a cell it needs cannot be placed in it,
     or the file exists."""
+
+
+class NbdistWarning(UserWarning):
+    """Code that runs but not as its author likely meant (a Python side effect in a compiled
+    step runs once, while TensorFlow traces it). Shown once, as Python shows warnings."""

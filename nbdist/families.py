@@ -184,6 +184,20 @@ def suggest_strategy(name: str) -> str:
     )
 
 
+def tf_class_names() -> frozenset[str]:
+    """The class names of the registered families' TensorFlow strategies
+    (``MirroredStrategy``...), as code that builds one spells its last part."""
+    return frozenset(f.tf_class.rsplit(".", 1)[-1] for f in FAMILIES.values())
+
+
+def family_of_tf_class(class_name: str) -> Family | None:
+    """The family whose TensorFlow strategy class is called ``class_name`` (however it was
+    imported: ``tf.distribute.X``, ``tf.distribute.experimental.X``, ``from ... import X``),
+    or None."""
+    return next((f for f in FAMILIES.values()
+                 if f.tf_class.rsplit(".", 1)[-1] == class_name), None)
+
+
 def taking(flag: str) -> tuple[str, ...]:
     """The names of the families that take ``--flag``."""
     return tuple(f.name for f in FAMILIES.values() if flag in f.flags)

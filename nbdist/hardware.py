@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from .errors import ConfigError
 from .families import NEEDS_IPYPARALLEL, NEEDS_TPU, families
 
 
@@ -50,6 +51,39 @@ class Hardware:
             if missing:
                 why[fam.name] = missing[0]
         return why
+
+
+#: What one worker process holds: TensorFlow alone is ~0.5 GB of resident memory.
+WORKER_BYTES = 512 * 2**20
+#: Local worker processes a core can sensibly share (they mostly wait on each other).
+WORKERS_PER_CORE = 4
+
+
+def local_process_limit() -> tuple[int, int, int]:
+    """(the most local worker processes this machine can hold, its cores, its memory in
+    bytes): ``WORKERS_PER_CORE`` per core, and no more than its memory holds."""
+    import psutil
+
+    cores = os.cpu_count() or 1
+    memory = psutil.virtual_memory().total
+    return max(2, min(WORKERS_PER_CORE * cores, memory // WORKER_BYTES)), cores, memory
+
+
+def check_local_processes(workers: int, ps: int = 0) -> None:
+    """Refuse, before anything starts, more local worker (and parameter-server) processes
+    than this machine can hold, with the numbers."""
+    asked = workers + ps
+    limit, cores, memory = local_process_limit()
+    if asked <= limit:
+        return
+    flags = f"--workers {workers}" + (f" --ps {ps}" if ps else "")
+    raise ConfigError(
+        f"`{flags}` would start {asked} worker processes on this machine, which has {cores} "
+        f"CPU core{'s' if cores != 1 else ''} and {memory / 2**30:.1f} GB of memory: each "
+        f"runs its own TensorFlow (about {WORKER_BYTES / 2**30:.1f} GB), so it holds at most "
+        f"{limit} ({WORKERS_PER_CORE} per core, as its memory allows). Ask for {limit} or "
+        "fewer, or add `--cluster PROFILE` to run the workers on the engines of an "
+        "ipyparallel cluster (SSH, MPI, Slurm...).")
 
 
 def detect() -> Hardware:

@@ -26,6 +26,7 @@ from .data.iterate import release_free_memory_when_idle
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .spec import RunSpec, StrategySpec
+from .step.pasted import use_session_strategy
 from .telemetry.run import Run, RunObserver, runs
 
 
@@ -193,7 +194,12 @@ class Session:
              prepare: Callable[..., Any], cell: str, spec: RunSpec, observers: list[RunObserver],
              header: str) -> Any:
         self._cells += 1
-        prepared = prepare(cell, spec, header, self._cells)   # refuses before any Run exists
+        # strategy code pasted from a tutorial: the session's strategy, or refused here
+        text, said = use_session_strategy(cell, backend.spec,
+                                          lambda: (backend.replicas, backend.devices))
+        prepared = prepare(text, spec, header, self._cells)   # refuses before any Run exists
+        if said:
+            print(said)
         self._in_cell = True
         try:
             result = method(prepared, [*observers, _Notify(self._changed)])

@@ -293,6 +293,20 @@ def main_scenario(ip):
     _, out["push_error"] = cell(ip, "%distribute push ds")
     _, out["graph_fn_error"] = cell(ip, "%%distribute --step --data ds\nx, y = batch\n"
                                         "loss = tf.reduce_mean(x) + undefined_name\n")
+    # a NaN loss at the 6th step ends the run there; the cluster trains the next cell
+    ip.user_ns["optimizer"].iterations.assign(0)
+    _, out["nan_error"] = cell(ip, STEP.format(data="ds", flags="--steps 16").replace(
+        "    loss = tf.reduce_mean(tf.square(model(x) - y))\n",
+        "    loss = tf.reduce_mean(tf.square(model(x) - y))\n"
+        "    loss = tf.where(optimizer.iterations >= 5, tf.constant(float('nan')), loss)\n"))
+    import nbdist
+
+    out["nan_run"] = {"status": nbdist.runs[-1].status, "steps": nbdist.runs[-1].steps_done}
+    ip.user_ns["model"].set_weights([w * 0 for w in ip.user_ns["model"].get_weights()])
+    ip.user_ns["optimizer"].iterations.assign(0)
+    _, out["after_nan_error"] = cell(ip, STEP.format(data="ds", flags="--steps 4"))
+    out["after_nan_run"] = {"status": nbdist.runs[-1].status,
+                            "steps": nbdist.runs[-1].steps_done}
 
     procs = c.processes()
     out["processes_before_stop"] = len(procs)

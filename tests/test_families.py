@@ -100,7 +100,7 @@ def test_a_registered_family_runs_through_the_magic_status_picker_and_export(
     assert "%distribute toy<" in view.line.value and "OneDeviceStrategy" in view.code.value
     assert all(getattr(view, f).disabled for f in ("devices", "workers", "ps", "cluster", "tpu"))
     view.apply.click()
-    assert "✓ toy with 1 replica(s)" in view.message.value
+    assert "✓ toy with 1 replica on" in view.message.value
 
     # a step cell trains under it, and is exported as a script that trains under it
     tiny_model_and_data(ip)
@@ -113,7 +113,7 @@ def test_a_registered_family_runs_through_the_magic_status_picker_and_export(
     assert run_cell(ip, f"%distribute export {script}").success
     assert "--strategy multiworker" in capsys.readouterr().out   # toy runs as one process
     text = script.read_text()
-    assert '"toy")' in text and 'if name == "toy":' in text and 'default="toy"' in text
+    assert '"toy")' in text and 'if name == "toy":' in text and 'DEFAULT_STRATEGY = "toy"' in text
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run([sys.executable, str(script), "--steps", "2"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)

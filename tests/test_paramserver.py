@@ -259,6 +259,14 @@ def test_push_is_explained_and_step_errors_name_the_cell_line(main):
     assert main["graph_fn_error"].startswith("StepCodeError: cell line 3")
 
 
+def test_a_nan_loss_ends_the_run_at_its_step_and_the_cluster_trains_on(main):
+    assert main["nan_error"].startswith("NonFiniteLoss: the loss is nan at step 5 (epoch 1) "
+                                        "on worker "), main["nan_error"]
+    assert main["nan_run"]["status"] == "failed" and main["nan_run"]["steps"] >= 6
+    assert main["after_nan_error"] is None
+    assert main["after_nan_run"] == {"status": "done", "steps": 4}
+
+
 def test_stop_leaves_no_process_and_the_kernel_can_use_another_strategy(main):
     assert main["processes_before_stop"] >= 4          # controller + 3 engines (+ nannies)
     assert main["left_after_stop"] == [] and main["live_after_stop"] == 0

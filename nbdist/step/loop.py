@@ -18,17 +18,26 @@ changed (``step.cache``), and keeps its own for the next.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import math
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errormap
-from ..errors import CheckpointError, RunInterrupted, StepCodeError
+from ..errors import (
+    CheckpointError,
+    NbdistWarning,
+    NonFiniteLoss,
+    RunInterrupted,
+    StepCodeError,
+)
 from ..hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
 from ..interrupts import HeldInterrupts
 from ..spec import RunSpec
 from ..telemetry.run import Run, RunObserver, RunWriter
 from .cache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
+from .gradcheck import checking_gradients
 from .rewrite import StepSource
 
 
@@ -78,6 +87,9 @@ class StepLoop:
 
     def _done(self) -> None:
         """Just before a run that was not stopped is marked done."""
+
+    def _wind_down(self) -> None:
+        """After the loop raised between steps (a non-finite loss): let what it started end."""
 
     def _strategy(self) -> Any:
         """The strategy the step is traced under (a kept trace is for it only)."""
@@ -132,6 +144,8 @@ class StepLoop:
             RunWriter(run).finish("interrupted")
             raise RunInterrupted(message) from None
         except (StepCodeError, CheckpointError) as err:
+            if isinstance(err, NonFiniteLoss):
+                self._wind_down()
             RunWriter(run).finish("failed", str(err))
             raise
         except Exception as err:
@@ -141,7 +155,8 @@ class StepLoop:
                 if clearer is err:
                     raise
                 raise clearer from None
-            mapped = errormap.to_cell_error(err, self.source, self._variable_sites)
+            mapped = errormap.to_cell_error(err, self.source, self._variable_sites,
+                                            self._batch_spec())
             RunWriter(run).finish("failed", str(mapped or err))
             if mapped is not None:
                 raise mapped from err
@@ -152,6 +167,14 @@ class StepLoop:
                 self.checkpoint.complete()
             RunWriter(run).finish("done")
         return run
+
+    def _batch_spec(self) -> Any:
+        """The ``--data`` dataset's element_spec, when it is a tf.data.Dataset (for errors
+        from using ``batch`` as another structure)."""
+        import tensorflow as tf
+
+        data = self.user_ns.get(self.spec.data) if self.spec.data else None
+        return data.element_spec if isinstance(data, tf.data.Dataset) else None
 
     # -- traced variants, kept for the next run of the same cell (``step.cache``) ----------
     def _keep_variant(self, timed: bool, arg: Any, function: Any, call: Any = None) -> None:
@@ -194,14 +217,51 @@ class StepLoop:
         it creates variables (for errors that name no cell line)."""
         if self._variable_sites is None:
             self._variable_sites = errormap.VariableSites(self.source)
+            self._warn_side_effects()
         with (recording_gradient_registrations(self._gradient_keys),
-              self._variable_sites.recording()):
+              self._variable_sites.recording(), checking_gradients(self.source.loss)):
             yield
+
+    def _warn_side_effects(self) -> None:
+        """Once, when the step is first traced: the Python side effects of the cell, which
+        the compiled step runs only then."""
+        for line, text, what in self.source.side_effects:
+            warnings.warn(NbdistWarning(
+                f"nbdist: cell line {line} `{text}` runs only while TensorFlow traces the step "
+                f"(once), not at every step: it {what}."), stacklevel=2)
 
     def release(self) -> None:
         """Free what this loop's traced steps hold globally; call it once they are dropped
         (never while a traced step may still run or be differentiated)."""
         release_gradient_registrations(self._gradient_keys)
+
+    def check_finite(self, step: int, losses: Sequence[float], worker: int | None = None) -> None:
+        """Raise ``NonFiniteLoss`` if a replica's loss of ``step`` (just recorded) is NaN or
+        infinite, naming the step, the replicas and what to try; with ``--checkpoint``, the
+        last epoch saved stays for the next run to resume from."""
+        bad = [i for i, value in enumerate(losses) if not math.isfinite(value)]
+        if not bad:
+            return
+        value = losses[bad[0]]
+        where = (f"worker {worker}" if worker is not None and len(losses) == 1 else
+                 f"replica{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}"
+                 + (f" of worker {worker}" if worker is not None else ""))
+        kept = ""
+        if self.checkpoint is not None:
+            saved = int(self.checkpoint.epoch.numpy())
+            kept = (f" {self.checkpoint.directory} keeps the weights after epoch {saved}, the "
+                    "last good one: fix the cause and run the cell again to resume from it."
+                    if saved > 0 else
+                    f" No epoch ended before it, so {self.checkpoint.directory} holds nothing "
+                    "to resume from.")
+        raise NonFiniteLoss(
+            f"the loss is {value} at step {step} (epoch {self._epoch + 1}) on {where}, so "
+            "training stopped there, as Keras' TerminateOnNaN does; the weights may hold "
+            f"NaN now. The steps before it are in nbdist.runs[-1].{kept} Usual causes: a "
+            "learning rate too high (lower it, or clip the gradients with "
+            "tf.clip_by_global_norm), log or division of zero in the loss (add a small "
+            "epsilon), or NaN in the input (check the dataset)."
+        )
 
     def should_stop(self) -> bool:
         """True (and the Run marked stopped) if an observer asks to stop here."""

@@ -29,7 +29,13 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError, StepCodeError
 from .names import identifiers, name_lines
-from .scope import ScopeScan, problem_message
+from .scope import (
+    ScopeScan,
+    keras_loop_call,
+    keras_loop_message,
+    problem_message,
+    side_effects,
+)
 
 _INDENT = " " * 8
 _LINE_OFFSET = 3  # template lines before the first cell line
@@ -53,6 +59,9 @@ class StepSource:
     #: the cell divides its loss by the global batch (``tf.nn.compute_average_loss``, or a
     #: name with ``global_batch`` in it): the replicas' losses then add up to the batch's loss
     global_batch_loss: bool = False
+    #: (cell line, its text, what it does) for each Python side effect of the cell, which the
+    #: compiled step runs only while TensorFlow traces it (``scope.side_effects``)
+    side_effects: tuple[tuple[int, str, str], ...] = ()
 
     def cell_line(self, generated_line: int) -> int | None:
         """Return the cell line shown at ``generated_line``, or None for a template line."""
@@ -103,11 +112,18 @@ def rewrite_step(
     if scan.problems:
         node, kind = min(scan.problems, key=lambda p: (p[0].lineno, p[0].col_offset))
         raise StepCodeError(problem_message(kind, loss), **_where(node.lineno, lines))
+    loop = keras_loop_call(tree)
+    if loop is not None:
+        raise StepCodeError(keras_loop_message(loop), **_where(loop.lineno, lines))
     if loss not in scan.assigned:
+        near = sorted(n for n in scan.assigned if "loss" in n.lower())
+        hint = (f" This cell computes `{near[0]}`: add `--loss {near[0]}` to the "
+                "`%%distribute` line to record it." if near else "")
         raise StepCodeError(
             f"The step never assigns `{loss}`: nbdist returns it from every step to report "
-            f"it. Assign the step's loss in the cell (`{loss} = ...`), or name the variable "
-            "that holds it with `--loss NAME`."
+            "it (`--loss NAME` names the variable recorded as the step's loss, also in a step "
+            f"that only evaluates). Assign the step's loss in the cell (`{loss} = ...`), or "
+            f"name the variable that holds it with `--loss NAME`.{hint}"
         )
     if grads is None:
         grads = "grads" if "grads" in scan.assigned else None
@@ -144,6 +160,8 @@ def rewrite_step(
         grads=grads,
         line_offset=_LINE_OFFSET,
         global_batch_loss=divides_by_global_batch(tree),
+        side_effects=tuple((line, lines[line - 1].strip(), what)
+                           for line, what in side_effects(tree, scan.assigned)),
     )
 
 

@@ -259,6 +259,7 @@ class StepRunner(StepLoop):
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
+        self.check_finite(step, values["loss"].tolist())   # a worker's error names the worker
 
 
 

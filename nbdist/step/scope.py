@@ -64,3 +64,46 @@ class ScopeScan(ScopeNames):
         if kind is not None:
             self.problems.append((node, kind))
         super().visit(node)
+
+
+#: Keras methods that run a loop of their own: they cannot run inside a compiled step.
+KERAS_LOOPS = ("fit", "evaluate", "predict")
+
+#: Methods of a notebook list whose call a compiled step makes only once (``add`` and
+#: ``update`` are left out: ``tf.add``, a metric's ``update``).
+_MUTATORS = ("append", "extend", "insert")
+
+
+def keras_loop_call(tree: ast.AST) -> ast.Call | None:
+    """The first ``model.fit(...)`` (or ``evaluate``/``predict``) the step cell calls."""
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr in KERAS_LOOPS]
+    return min(calls, key=lambda n: (n.lineno, n.col_offset), default=None)
+
+
+def keras_loop_message(call: ast.Call) -> str:
+    what = call.func.attr if isinstance(call.func, ast.Attribute) else "fit"
+    return (f"`.{what}(...)` runs Keras' own loop over the data, which cannot run inside the "
+            "step that nbdist compiles and calls once per batch: use scope mode (drop --step): "
+            f"`%%distribute` runs the cell under the strategy's scope and records every "
+            f"`{what}`.")
+
+
+def side_effects(tree: ast.Module, assigned: set[str]) -> list[tuple[int, str]]:
+    """(line, what it does) for each Python side effect the compiled step runs only while
+    it is traced: ``print(...)`` and a notebook list's ``append`` (``assigned``: the cell's
+    own names, whose lists live only in the trace)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "print":
+            found.append((node.lineno, "prints once, a symbolic tensor rather than its value: "
+                                       "use `tf.print(...)` to print at every step"))
+        elif (isinstance(func, ast.Attribute) and func.attr in _MUTATORS
+              and isinstance(func.value, ast.Name) and func.value.id not in assigned):
+            found.append((node.lineno, f"changes `{func.value.id}` once, with symbolic tensors: "
+                                       "keep per-step values in a tf.Variable (`.assign(...)`), "
+                                       "or read the recorded ones from nbdist.runs[-1].metrics"))
+    return sorted(found)

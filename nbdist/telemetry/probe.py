@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import LossNotScalar, StepCodeError
+from ..errors import LossError, LossNotScalar, StepCodeError
 from ..patching import patched
 from .collectives import Attribution, Collective, attribute
 
@@ -46,6 +46,7 @@ class StepProbe:
         state.reduces = []
         state.applying = 0    # > 0 inside an optimizer's apply: its all_reduce is the gradients'
         state.t_begin = None
+        state.ops_before = len(tf.compat.v1.get_default_graph().get_operations())
         if not self.timed:
             return batch
         state.t_begin = tf.timestamp()
@@ -170,17 +171,40 @@ class StepProbe:
         reduces.append(Collective(t0, t1, nbytes, gradient))
 
     # -- checks ----------------------------------------------------------------------------
+    def _differentiated(self) -> bool:
+        """Whether the step traced so far took gradients (``tape.gradient``, ``tf.gradients``,
+        also inside functions the cell calls): the ops they make are named for them."""
+        import tensorflow as tf
+
+        ops = tf.compat.v1.get_default_graph().get_operations()
+        made = ops[getattr(self._local, "ops_before", 0):]
+        return any("gradient_tape/" in op.name or op.name.startswith("gradients")
+                   or "/gradients/" in op.name for op in made)
+
     def _scalar_loss(self, loss: Any) -> Any:
         import tensorflow as tf
 
+        if isinstance(loss, (str, bytes)) or (
+                isinstance(loss, tf.Tensor) and loss.dtype == tf.string):
+            shown = repr(loss) if isinstance(loss, (str, bytes)) else "a string tensor"
+            raise LossError(
+                f"the loss must be a tensor or number computed from the batch; {shown} is a "
+                f"{type(loss).__name__ if isinstance(loss, (str, bytes)) else 'tf.string'}. "
+                "A loss's name is what `model.compile(loss=...)` takes; in a step, call the "
+                f"loss function on the batch: `{self.loss_name} = tf.reduce_mean("
+                "tf.keras.losses.mean_squared_error(y, model(x)))`.")
         try:
             loss = tf.convert_to_tensor(loss)
         except (TypeError, ValueError) as err:
-            raise StepCodeError(
-                f"`{self.loss_name}` must be a tensor or number, got {type(loss).__name__}. "
-                "Assign the step's loss to it, e.g. `loss = tf.nn.compute_average_loss(...)`."
+            raise LossError(
+                f"the loss must be a tensor or number computed from the batch; "
+                f"`{self.loss_name}` is a {type(loss).__name__}. Assign the step's loss to "
+                "it, e.g. `loss = tf.nn.compute_average_loss(...)`."
             ) from err
         if loss.shape.rank is None:   # unknown until it runs: report the mean of its values
+            return tf.reduce_mean(tf.cast(loss, tf.float32))
+        if loss.shape.num_elements() != 1 and not self._differentiated():
+            # a step that only evaluates (no gradients): any shape, its mean is recorded
             return tf.reduce_mean(tf.cast(loss, tf.float32))
         if loss.shape.num_elements() != 1:   # one value per example, not one per replica
             raise LossNotScalar(

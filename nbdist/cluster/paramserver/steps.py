@@ -40,6 +40,7 @@ from ...step.keras_builds import call_building_optimizers
 from ...step.loop import StepLoop
 from ...step.runner import TimingPacer
 from ...telemetry.run import Run, RunWriter
+from ...words import count
 from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
 from .rowbuffer import WorkerRows
 from .stepfn import SPANS, Scheduler, compile_step
@@ -151,6 +152,9 @@ class PSStepLoop(StepLoop):
                 "dataset for as many steps as are scheduled: repeat it (`.repeat()`, as "
                 "TensorFlow's parameter-server tutorial does) or give fewer --steps.")
         return None
+
+    def _wind_down(self) -> None:
+        self._drain(quiet=True)   # the steps already scheduled run anyway: not into a later run
 
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first: int) -> None:
@@ -271,6 +275,7 @@ class PSStepLoop(StepLoop):
         self._recorded += 1
         if self._pacer is not None:   # spaces timed steps from the last scheduled one
             self._pacer.observe(self._scheduled, ms["step_ms"], timed)
+        self.check_finite(step, [values["loss"]], worker=int(values["worker"]))
         self.notify()
 
     def _dead(self) -> set[int]:
@@ -328,6 +333,6 @@ def quiet_recovery_logs(run: Run) -> Iterator[None]:
     finally:
         logger.removeFilter(quiet)
         if quiet.dropped:
-            run.note(f"TensorFlow's ClusterCoordinator logged {quiet.dropped} message(s) "
+            run.note(f"TensorFlow's ClusterCoordinator logged {count(quiet.dropped, 'message')} "
                      "while it handled failures (hidden by nbdist: the failure is described "
                      "above)")
