@@ -1,19 +1,28 @@
 """``python -m nbdist.launch --workers N train.py [args]``: run a script as a local job.
 
 Starts N processes of ``train.py``, each with its own TF_CONFIG on free 127.0.0.1 ports (as a
-Slurm or Kubernetes job gives each of its processes; see the README), in one process group.
+Slurm or Kubernetes job gives each of its processes; see docs/guide/export-and-launch.md), in one
+process group.
 Their output lines are prefixed with ``[worker i]``. When one fails, or on Ctrl-C, all are
 stopped; the exit code is non-zero if any failed. With ``--ps M`` the job is a
 parameter-server one: a chief (the coordinator), N workers and M parameter servers, which
 serve until the chief is done.
+
+A script ``%distribute export`` wrote says which of its strategies make one job of several
+processes (``MULTI_PROCESS``) and its default (``DEFAULT_STRATEGY``): a launch that would run
+it as N separate single-machine trainings (``mirrored``, say, which ignores TF_CONFIG), or
+mismatch ``--ps`` and the strategy, is refused before anything starts, with the command that
+runs one job.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -124,6 +133,74 @@ def _wait(tasks: list[Task], must_finish: list[Task]) -> int:
         time.sleep(0.1)
 
 
+def exported_strategies(script: str) -> dict[str, Any] | None:
+    """What a script ``%distribute export`` wrote says about its strategies: its default
+    (``DEFAULT_STRATEGY``), those that make one job of several processes (``MULTI_PROCESS``)
+    and those a coordinator drives (``COORDINATED``); None for any other script."""
+    wanted = {"DEFAULT_STRATEGY", "MULTI_PROCESS", "COORDINATED"}
+    try:
+        with open(script, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and node.targets[0].id in wanted:
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                return None
+    return found if found.keys() == wanted else None
+
+
+def _strategy_flag(args: list[str]) -> tuple[str | None, list[str]]:
+    """The script's ``--strategy`` among its arguments (argparse's forms: ``--strategy X``,
+    ``--strategy=X``, an unambiguous prefix such as ``--str``), or None; and the others."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if len(flag) >= 5 and "--strategy".startswith(flag):
+            if eq:
+                return value, args[:i] + args[i + 1:]
+            return (args[i + 1] if i + 1 < len(args) else None), args[:i] + args[i + 2:]
+    return None, args
+
+
+def job_problem(script: str, args: list[str], workers: int, ps: int) -> str | None:
+    """Why this launch would not train one job with an exported script, with the flags that
+    make it one; None when it does (or the script is not one nbdist exported)."""
+    exported = exported_strategies(script)
+    if exported is None or (workers == 1 and not ps):
+        return None
+    given, rest = _strategy_flag(args)
+    strategy = given or exported["DEFAULT_STRATEGY"]
+    which = (f"--strategy {strategy}" if given else
+             f"`{strategy}`, the strategy the script was exported with,")
+    flags = f"--workers {workers}" + (f" --ps {ps}" if ps else "")
+    coordinated = [s for s in exported["MULTI_PROCESS"] if s in exported["COORDINATED"]]
+    synchronous = [s for s in exported["MULTI_PROCESS"] if s not in exported["COORDINATED"]]
+    again = f"python -m nbdist.launch {flags} {script} --strategy {{}}" + \
+        "".join(f" {shlex.quote(a)}" for a in rest)
+    if strategy not in exported["MULTI_PROCESS"]:
+        fix = (coordinated if ps else synchronous)[:1] or exported["MULTI_PROCESS"][:1]
+        if not fix:
+            return None
+        return (f"{script} under {which} would train {workers + (ps + 1 if ps else 0)} "
+                f"separate single-machine runs, one per process, not one job of {workers} "
+                f"workers: that strategy ignores TF_CONFIG. Add --strategy {fix[0]} after the "
+                f"script: {again.format(fix[0])}")
+    if strategy in exported["COORDINATED"] and not ps:
+        return (f"{script} under --strategy {strategy} needs parameter servers and a chief "
+                f"that coordinates: add --ps 1 before the script: python -m nbdist.launch "
+                f"--workers {workers} --ps 1 {script} " + shlex.join(args))
+    if ps and strategy not in exported["COORDINATED"] and coordinated:
+        return (f"--ps {ps} starts parameter servers and a chief, which only --strategy "
+                f"{coordinated[0]} uses, but {script} would run {which}. Add --strategy "
+                f"{coordinated[0]} after the script ({again.format(coordinated[0])}), or "
+                "drop --ps.")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m nbdist.launch", description=__doc__.split("\n\n")[0],
@@ -139,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--workers must be at least 1 and --ps at least 0")
     if not os.path.isfile(options.script):
         parser.error(f"{options.script}: no such file")
+    problem = job_problem(options.script, options.args, options.workers, options.ps)
+    if problem:
+        parser.error(problem)
     return launch(options.script, options.args, options.workers, options.ps)
 
 

@@ -311,3 +311,49 @@ def tiny_step(factor: str = "1.0") -> str:
             loss = tf.reduce_mean(tf.square(model_ex(x) - y)) * {factor}
         opt_ex.apply_gradients(zip(tape.gradient(loss, model_ex.trainable_variables),
                                    model_ex.trainable_variables))"""
+
+
+# An exported script with a Keras 3 Adam (tutorial 00's kind of step), for the export and
+# launch tests: a seeded model, so the script, which runs the same cells, starts from the
+# same weights and its losses can be compared with the notebook's.
+def export_adam_step(ip, path):
+    """Train the step in the kernel (its session's strategy; 2 epochs of 4 batches of 8) and
+    ``%distribute export`` it to ``path``; the notebook's loss of each step (replicas' mean)."""
+    import nbdist
+
+    assert run_cell(ip, "import numpy as np\nimport tensorflow as tf\n"
+                        "tf.keras.utils.set_random_seed(7)").success
+    assert run_cell(ip, """\
+        %%distribute
+        model_adam = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        opt_adam = tf.keras.optimizers.Adam(0.05)""").success
+    assert run_cell(ip, """\
+        x_adam = np.arange(128, dtype='float32').reshape(32, 4) / 128
+        ds_adam = tf.data.Dataset.from_tensor_slices((x_adam, x_adam.sum(1, keepdims=True)))
+        ds_adam = ds_adam.batch(8)""").success
+    assert run_cell(ip, """\
+        %%distribute --step --data ds_adam --epochs 2
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model_adam(x) - y))
+        grads = tape.gradient(loss, model_adam.trainable_variables)
+        opt_adam.apply_gradients(zip(grads, model_adam.trainable_variables))""").success
+    losses = nbdist.runs[-1].metrics.groupby("step")["loss"].mean().to_numpy()
+    assert run_cell(ip, f"%distribute export {path} --force").success
+    return losses
+
+
+#: ``python -c WITHOUT_NBDIST script args``: the script run as if nbdist were not installed
+#: (whatever the install: an import of nbdist fails, which is checked first).
+WITHOUT_NBDIST = """\
+import runpy, sys
+sys.modules["nbdist"] = None
+try:
+    import nbdist
+except ImportError:
+    pass
+else:
+    raise SystemExit("nbdist is importable")
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""

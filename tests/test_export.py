@@ -20,7 +20,7 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import run_cell, tiny_model_and_data, tiny_step
+from helpers import WITHOUT_NBDIST, export_adam_step, run_cell, tiny_model_and_data, tiny_step
 
 import nbdist
 from nbdist.errors import ExportError
@@ -115,6 +115,112 @@ def test_tutorial_04_exported_trains_like_the_workers(tmp_path, tf_keras):
     job = nbdist.Run.load(str(tmp_path / "m.jsonl"))
     assert sorted(job.metrics.worker.unique()) == [0, 1]
     np.testing.assert_allclose(_global_losses(job.metrics), notebook, rtol=1e-4)
+
+
+# -- any optimizer, alone and as one job ----------------------------------------------------
+@pytest.mark.kernel
+def test_adam_script_trains_without_nbdist_and_as_one_job(ip, tmp_path):
+    script = tmp_path / "train.py"
+    notebook = export_adam_step(ip, script)
+    assert len(notebook) == 8
+    # plain `python train.py` (MirroredStrategy on the session's 4 devices), nbdist not importable
+    out = _script(["-c", WITHOUT_NBDIST, str(script)], tmp_path)
+    printed = [float(v) for v in re.findall(r"epoch \d/2: loss (\S+) \(\d+ steps\)", out)]
+    np.testing.assert_allclose(printed, notebook[[3, 7]], rtol=1e-4)
+    assert printed[1] < printed[0]
+
+    # no --strategy: the script's default is single-machine; the launcher says what to add
+    refused = subprocess.run([sys.executable, "-m", "nbdist.launch", "--workers", "2",
+                              str(script)], cwd=tmp_path, env=_env(), text=True,
+                             capture_output=True, timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    assert "would train 2 separate single-machine runs, one per process, not one job of 2 " \
+           "workers" in refused.stderr
+    assert f"--workers 2 {script} --strategy multiworker" in refused.stderr, refused.stderr
+
+    _script(["-m", "nbdist.launch", "--workers", "2", str(script), "--strategy",
+             "multiworker", "--metrics", "m.jsonl"], tmp_path)
+    job = nbdist.Run.load(str(tmp_path / "m.jsonl"))
+    assert (job.workers, job.replicas, job.status) == (2, 1, "done")
+    np.testing.assert_allclose(job.metrics.groupby("step")["loss"].mean(), notebook, rtol=1e-4)
+
+    # exported for workers: the launcher runs it as one job with no --strategy
+    assert run_cell(ip, f"%distribute export {script} --strategy multiworker --force").success
+    from nbdist.launch import job_problem
+    assert job_problem(str(script), [], 2, 0) is None
+    assert "--strategy parameter_server" in job_problem(str(script), [], 2, 1)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("step, builds", [
+    ("grads = tape.gradient(loss, model.trainable_variables)\n"      # TensorFlow's tutorials
+     "optimizer.apply_gradients(zip(grads, model.trainable_variables))",
+     ["optimizer.build(model.trainable_variables)"]),
+    ("optimizer.apply(grads, model.trainable_weights)",              # keras.io's loops
+     ["optimizer.build(model.trainable_weights)"]),
+    ("variables = gen.trainable_variables + disc.trainable_variables\n"
+     "opt.apply_gradients(zip(tape.gradient(loss, variables), variables))",
+     ["opt.build(gen.trainable_variables + disc.trainable_variables)"]),
+    ("opt.minimize(loss, var_list=[w, b], tape=tape)", ["opt.build([w, b])"]),
+    ("opt = make_optimizer()\nopt.apply(grads, model.trainable_variables)", []),
+])
+def test_the_script_builds_the_optimizers_the_step_updates(step, builds):
+    from nbdist.export.script import _build_optimizers
+
+    text = _build_optimizers("x, y = batch\n" + step)
+    assert [line.strip() for line in text.splitlines() if ".build(" in line] == builds
+    if builds:
+        assert "with strategy.scope():" in text and 'not getattr(' in text
+
+
+@pytest.mark.kernel
+def test_keras3_fit_exported_for_workers_runs_tf_keras(ip, tmp_path, tf_keras, capsys):
+    assert run_cell(ip, "import numpy as np\nimport tensorflow as tf").success
+    assert run_cell(ip, """\
+        x_fit = np.arange(128, dtype='float32').reshape(32, 4) / 128
+        ds_fit = tf.data.Dataset.from_tensor_slices((x_fit, x_fit.sum(1, keepdims=True)))
+        ds_fit = ds_fit.batch(8)""").success
+    fit_cell = ip.execution_count
+    assert run_cell(ip, """\
+        %%distribute
+        model_fit = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        model_fit.compile(optimizer="adam", loss="mse")
+        model_fit.fit(ds_fit, epochs=1, verbose=0)
+        opt_fit = tf.keras.optimizers.Adam(0.05)""").success
+    assert run_cell(ip, """\
+        %%distribute --step --data ds_fit
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model_fit(x) - y))
+        opt_fit.apply_gradients(zip(tape.gradient(loss, model_fit.trainable_variables),
+                                    model_fit.trainable_variables))""").success
+    script = tmp_path / "train.py"
+    capsys.readouterr()
+    assert run_cell(ip, f"%distribute export {script}").success
+    said = capsys.readouterr().out
+    assert f"In[{fit_cell}] calls `fit`, which Keras 3 cannot run under " \
+           "MultiWorkerMirroredStrategy (keras-team/keras#20585): under multiworker and " \
+           "parameter_server the script runs tf_keras as tf.keras" in said, said
+
+    out = _script(["-m", "nbdist.launch", "--workers", "2", str(script), "--strategy",
+                   "multiworker"], tmp_path)
+    loss = float(re.search(r"\[worker 0\] epoch 1/1: loss (\S+) \(4 steps\)", out).group(1))
+    assert np.isfinite(loss)
+
+    # where tf_keras is missing the script says so
+    hidden = ("import importlib.util as u, runpy, sys\n"
+              "find = u.find_spec\n"
+              "u.find_spec = lambda name, *a: None if name == 'tf_keras' else find(name, *a)\n"
+              "sys.argv = sys.argv[1:]\n"
+              "runpy.run_path(sys.argv[0], run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", hidden, str(script), "--strategy",
+                           "multiworker"], cwd=tmp_path, env=_env(), text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert f"In[{fit_cell}] calls `fit`, which Keras 3 cannot run under --strategy " \
+           "multiworker (keras-team/keras#20585), and tf_keras, which nbdist's workers run " \
+           "instead, is not installed: install it where the job runs (pip install " \
+           "'tf-keras==" in done.stderr, done.stderr
 
 
 # -- refusals, through a real IPython shell -------------------------------------------------

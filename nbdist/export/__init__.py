@@ -8,16 +8,18 @@ nbdist; ``python -m nbdist.launch`` runs it as several workers.
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Any
 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..errors import ExportError
+from ..words import count
 
 
-@magic_arguments(name="%distribute export")
-@argument("export", metavar="export")
+@magic_arguments(name="distribute export")
+@argument("export", help=argparse.SUPPRESS)   # the word itself; the usage line shows it
 @argument("file", metavar="FILE.py", help="the script to write")
 @argument("--strategy", metavar="NAME",
           help="the script's default --strategy (default: the session's)")
@@ -28,12 +30,18 @@ def _export_args(line: str) -> None:
     """Write the session's step-cell training, with the cells it needs, as a script."""
 
 
+def export_help() -> str:
+    """``%distribute export --help``: its usage, one line per flag, and where it is explained."""
+    return (f"{_export_args.parser.format_help().rstrip()}\n\nThe script, and running it as "
+            "several workers (python -m nbdist.launch):\ndocs/guide/export-and-launch.md.")
+
+
 def export_magic(shell: Any, session: Any, line: str) -> str:
     """``%distribute export FILE.py [--strategy NAME] [--cell N] [--force]``: validate, then
     write the script; returns its path."""
     from .history import notebook_cells
     from .plan import plan_export
-    from .script import check_strategy, launch_job, render
+    from .script import check_strategy, fit_cells, launch_job, render, tf_keras_requirement
 
     args = parse_argstring(_export_args, line)
     path = os.path.abspath(os.path.expanduser(args.file))
@@ -53,7 +61,24 @@ def export_magic(shell: Any, session: Any, line: str) -> str:
         f.write(text)
     cells = ", ".join(c.label for c in [*plan.cells, plan.step])
     job = launch_job(args.strategy or plan.step.strategy.name, args.file)
-    print(f"nbdist: wrote {path} from {cells} ({len(plan.left_out)} cell(s) left out: listed "
-          f"in its docstring). Run it: python {args.file}; as a local job: python -m "
-          f"nbdist.launch {job}")
+    left_out = count(len(plan.left_out), "cell")
+    print(f"nbdist: wrote {path} from {cells} ({left_out} left out: listed in its docstring)."
+          f" Run it: python {args.file}; as a local job: python -m "
+          f"nbdist.launch {job}{_fit_note(fit_cells(plan), legacy, tf_keras_requirement)}")
     return path
+
+
+def _fit_note(cells: list[Any], legacy: bool, requirement: Any) -> str:
+    """What the export says when an exported cell calls Keras 3 ``fit``: under several processes
+    the script runs tf_keras (Keras 3 ``fit`` fails there), which must be installed."""
+    if legacy or not cells:
+        return ""
+    import importlib.util
+
+    labels = ", ".join(c.label for c in cells)
+    where = ("" if importlib.util.find_spec("tf_keras") is not None else
+             f" (install it where the job runs: pip install '{requirement()}')")
+    return (f". {labels} {'calls' if len(cells) == 1 else 'call'} `fit`, which Keras 3 cannot "
+            "run under MultiWorkerMirroredStrategy (keras-team/keras#20585): under multiworker "
+            f"and parameter_server the script runs tf_keras as tf.keras{where}, as nbdist's "
+            "workers do")

@@ -36,6 +36,117 @@ def _make_strategy() -> str:
     return "\n".join(branches)
 
 
+def multi_process() -> list[Family]:
+    """The exportable families whose script is one job of several processes (TF_CONFIG)."""
+    return [f for f in exportable() if f.script is not None and f.script.launch is not None]
+
+
+def fit_cells(plan: Plan) -> list[NotebookCell]:
+    """The exported cells that call ``.fit(...)`` (a Keras ``model.fit``)."""
+    found = []
+    for cell in plan.cells:
+        try:
+            tree = ast.parse(cell.code)
+        except SyntaxError:
+            continue
+        if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr == "fit" for node in ast.walk(tree)):
+            found.append(cell)
+    return found
+
+
+def _keras_choice(plan: Plan, legacy_keras: bool) -> str:
+    """The lines that choose the script's Keras, before TensorFlow is imported (it reads
+    TF_USE_LEGACY_KERAS then): tf_keras when the notebook ran it; when an exported cell calls
+    Keras 3 ``fit``, tf_keras under the strategies of several processes, where that ``fit``
+    fails, as nbdist's workers run it."""
+    if legacy_keras:
+        return ('os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")   # the notebook ran '
+                "tf_keras as tf.keras")
+    cells = fit_cells(plan)
+    if not cells:
+        return ""
+    labels = ", ".join(c.label for c in cells)
+    return Template(template.LEGACY_FOR_FIT).substitute(
+        cells=labels, requirement=tf_keras_requirement(),
+        verb="calls" if len(cells) == 1 else "call")
+
+
+def tf_keras_requirement() -> str:
+    """The pip requirement of the tf-keras matching this TensorFlow (``tf-keras`` when it
+    cannot be told)."""
+    from ..errors import ConfigError
+    from ..install_tf_keras import requirement
+
+    try:
+        return requirement()[0]
+    except ConfigError:
+        return "tf-keras"
+
+
+_UPDATES = {"apply_gradients": 0, "apply": 1, "minimize": 1}   # the variables' argument
+
+
+def _build_optimizers(step_code: str) -> str:
+    """Lines that build each Keras 3 optimizer the step updates, under the strategy's scope,
+    for the variables the step updates. Keras 3 creates an optimizer's variables on its first
+    ``apply``; inside the traced step under a strategy that fails ("You must feed a value for
+    placeholder tensor"). nbdist builds them in the notebook; the script does it in the open.
+    Found in the step's text: ``OPT.apply_gradients(zip(grads, VARS))``, ``OPT.apply(grads,
+    VARS)``, ``OPT.minimize(loss, VARS, ...)`` where OPT and VARS name no local of the step
+    (a local VARS assigned once from such an expression is replaced by it)."""
+    try:
+        tree = ast.parse(step_code)
+    except SyntaxError:
+        return ""
+    stores: dict[str, int] = {"batch": 1}   # the step's argument is one of its locals
+    values: dict[str, ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name):
+            values[node.targets[0].id] = node.value
+
+    def global_expr(expr: ast.expr, depth: int = 0) -> ast.expr | None:
+        if isinstance(expr, ast.Name) and expr.id in stores:
+            if stores[expr.id] != 1 or expr.id not in values or depth > 4:
+                return None
+            return global_expr(values[expr.id], depth + 1)
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        return None if names & stores.keys() else expr
+
+    builds: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _UPDATES):
+            continue
+        position = _UPDATES[node.func.attr]
+        variables: ast.expr | None = None
+        keyword = {"apply_gradients": "grads_and_vars", "apply": "trainable_variables",
+                   "minimize": "var_list"}[node.func.attr]
+        given = node.args[position] if len(node.args) > position else next(
+            (k.value for k in node.keywords if k.arg == keyword), None)
+        if node.func.attr == "apply_gradients":
+            if isinstance(given, ast.Call) and isinstance(given.func, ast.Name) and \
+                    given.func.id == "zip" and len(given.args) == 2:
+                variables = given.args[1]
+        else:
+            variables = given
+        optimizer = node.func.value   # itself a global: a local could be a new optimizer
+        if {n.id for n in ast.walk(optimizer) if isinstance(n, ast.Name)} & stores.keys() or \
+                any(isinstance(n, ast.Call) for n in ast.walk(optimizer)):
+            continue
+        variables = global_expr(variables) if variables is not None else None
+        if variables is not None:
+            builds.setdefault(ast.unparse(optimizer), ast.unparse(variables))
+    if not builds:
+        return ""
+    lines = [f"    if hasattr({opt}, \"build\") and not getattr({opt}, \"built\", True):\n"
+             f"        {opt}.build({variables})" for opt, variables in builds.items()]
+    return template.BUILD_OPTIMIZERS + "\n".join(lines) + "\n"
+
+
 def launch_job(name: str, file: str) -> str:
     """The ``python -m nbdist.launch`` arguments that run ``file`` as a local job: under the
     family ``name`` when it has several processes, else under the first one that has."""
@@ -61,10 +172,10 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
               f"In[{step.number}] under tf.distribute.",
         magic_line=session.magic_line(), step_number=step.number,
         file=os.path.basename(filename), left_out=_left_out(plan),
-        keras=('\nos.environ.setdefault("TF_USE_LEGACY_KERAS", "1")   # the notebook ran '
-               "tf_keras as tf.keras\n") if legacy_keras else "",
+        keras=_keras_choice(plan, legacy_keras),
         strategies=_names(exportable()),
         coordinated=_names([f for f in exportable() if f.script and f.script.coordinated]),
+        multi_process=_names(multi_process()),
         make_strategy=_make_strategy(),
         strategy=json.dumps(default), devices=session.devices or 1, epochs=spec.epochs,
         steps=spec.steps, checkpoint=_literal(spec.checkpoint),
@@ -82,6 +193,7 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
         loss_scale="strategy.num_replicas_in_sync" if global_batch else "1",
         data=spec.data, distribute=distribute, **_per_worker(distribute),
         checkpointed=", ".join(f"{n}={n}" for n in _checkpoint_candidates(plan)) or "",
+        build_optimizers=_build_optimizers(step.code),
     )
     return head + "".join(_cell_block(c) for c in plan.cells) + step_text
 

@@ -4,7 +4,10 @@ It is what TensorFlow's distributed-training tutorials write by hand: the strate
 TF_CONFIG, the step under ``strategy.run`` in a ``tf.function``, a loop over the distributed
 dataset (or steps scheduled by a ``ClusterCoordinator``), ``tf.train.CheckpointManager``.
 Each strategy family's part (``$make_strategy``, and whether a coordinator schedules its
-steps) comes from its descriptor (``nbdist.families.ScriptPieces``).
+steps) comes from its descriptor (``nbdist.families.ScriptPieces``). The arguments are parsed
+before TensorFlow is imported, because the Keras it loads can depend on ``--strategy``
+(``LEGACY_FOR_FIT``), and the Keras 3 optimizers the step updates are built under the
+strategy's scope before the first step is traced (``BUILD_OPTIMIZERS``).
 '''
 
 HEAD = '''\
@@ -17,21 +20,21 @@ Exported by nbdist (`%distribute export`) from a notebook that ran it under
 One process:                   python $file
 Several, with TF_CONFIG:       python -m nbdist.launch --workers 2 $file --strategy multiworker
 A Slurm or Kubernetes job runs `python $file --strategy multiworker` in each process with its
-own TF_CONFIG (see nbdist's README). --metrics PATH (with nbdist installed) writes the rows of
-nbdist's dashboard: nbdist.Run.load(PATH).plot().
+own TF_CONFIG (nbdist's guide, "From notebook to job", has Slurm and Kubernetes recipes).
+--metrics PATH (with nbdist installed) writes the rows of nbdist's dashboard:
+nbdist.Run.load(PATH).plot().
 
 Cells not exported:
 $left_out
 """
 
 import argparse
+import importlib.util
 import itertools
 import json
 import os
 import tempfile
 import time
-$keras
-import tensorflow as tf
 
 try:  # optional: --metrics writes nbdist's per-replica rows as JSON lines
     from nbdist.metrics import StepWriter
@@ -40,11 +43,13 @@ except ImportError:
 
 STRATEGIES = $strategies
 COORDINATED = $coordinated   # a ClusterCoordinator schedules their steps on the workers
+MULTI_PROCESS = $multi_process   # one job of several processes, each with its TF_CONFIG
+DEFAULT_STRATEGY = $strategy   # the notebook's (python -m nbdist.launch reads it too)
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--strategy", choices=STRATEGIES, default=$strategy,
+    parser.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
                         help="tf.distribute strategy (default: %(default)s, the notebook's)")
     parser.add_argument("--devices", type=int, default=$devices, metavar="N",
                         help="mirrored, central_storage: N GPUs, else the CPU split into N "
@@ -66,6 +71,11 @@ def parse_args():
     if args.metrics and StepWriter is None:
         parser.error("--metrics writes nbdist's rows: pip install nbdist, or drop --metrics")
     return args
+
+
+args = parse_args()   # before TensorFlow loads: which Keras it loads may depend on --strategy
+$keras
+tf = importlib.import_module("tensorflow")   # it reads TF_USE_LEGACY_KERAS as it loads
 
 
 def local_devices(n):
@@ -97,7 +107,6 @@ def worker_index_and_count():
     return 0, count
 
 
-args = parse_args()
 strategy = make_strategy(args.strategy, args.devices)
 $worker_line
 '''
@@ -238,13 +247,37 @@ def train(args, data):
         if metrics:
             metrics.close(status)
 
+$build_optimizers
 
 train(args, $data)
 '''
 
+#: ``$keras`` when an exported cell calls Keras 3 ``fit``: under the strategies of several
+#: processes the script runs tf_keras, or says what to install.
+LEGACY_FOR_FIT = '''\
+if args.strategy in MULTI_PROCESS and "TF_USE_LEGACY_KERAS" not in os.environ:
+    # $cells $verb `fit`, which Keras 3 cannot run under MultiWorkerMirroredStrategy
+    # (keras-team/keras#20585): run tf_keras as tf.keras, as nbdist's workers do
+    if importlib.util.find_spec("tf_keras") is None:
+        raise SystemExit(
+            f"{__file__}: $cells $verb `fit`, which Keras 3 cannot run under "
+            f"--strategy {args.strategy} (keras-team/keras#20585), and tf_keras, which "
+            "nbdist's workers run instead, is not installed: install it where the job runs "
+            "(pip install '$requirement', with --no-deps beside tensorflow-cpu), or "
+            "train on one machine: --strategy mirrored.")
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"'''
+
+#: Before ``$build_optimizers``' lines (``script._build_optimizers``).
+BUILD_OPTIMIZERS = '''
+# Keras 3 makes an optimizer's variables on its first step, which fails inside a tf.function
+# under a strategy ("You must feed a value for placeholder tensor"): make them first.
+with strategy.scope():
+'''
+
 #: What the template binds at module level besides modules: a cell must not rebind these.
 TEMPLATE_NAMES = frozenset({
-    "STRATEGIES", "COORDINATED", "StepWriter", "parse_args", "local_devices", "make_strategy",
-    "worker_index_and_count", "args", "step_fn", "train_step", "train_step_from",
-    "EpochCheckpoint", "synchronous_steps", "coordinated_steps", "local_values", "train",
+    "STRATEGIES", "COORDINATED", "MULTI_PROCESS", "DEFAULT_STRATEGY", "StepWriter",
+    "parse_args", "local_devices", "make_strategy", "worker_index_and_count", "args",
+    "step_fn", "train_step", "train_step_from", "EpochCheckpoint", "synchronous_steps",
+    "coordinated_steps", "local_values", "train",
 })
