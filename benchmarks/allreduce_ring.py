@@ -57,6 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from nbdist.telemetry.ring import ring_model_ms  # noqa: E402 - the model explain uses
 from nbdist.widgets.series import bus_bandwidth  # noqa: E402 - the dashboard's own formula
 
 WARMUP = 2                       # steps dropped from each size (tracing, first connections)
@@ -71,15 +72,6 @@ def parse_size(size: str) -> int:
     if not found:
         raise ValueError(f"size {size!r}: write it as 4096, 64K or 16M")
     return int(found.group(1)) * _BINARY[found.group(2)]
-
-
-def ring_model_ms(nbytes: float, hosts: int, bytes_per_s: float, latency_ms: float) -> float:
-    """Ring all-reduce time in ms: 2(N-1) steps (reduce-scatter then all-gather), each moving
-    ``nbytes / N`` over every link at once and paying one link latency."""
-    if hosts < 2:
-        return 0.0
-    steps = 2 * (hosts - 1)
-    return steps / hosts * nbytes / bytes_per_s * 1e3 + steps * latency_ms
 
 
 def steps_for(model_ms: float, seconds: float) -> int:

@@ -83,6 +83,12 @@ def test_a_finished_header_says_how_the_run_ended(status: str, outcome: str) -> 
     assert outcome in text and "step 30/30 · epoch 3/3" in text and "left" not in text
 
 
+def test_a_finished_step_run_points_to_its_explanation() -> None:
+    run, series = _run(30, status="done")
+    assert "why this speed? %distribute explain 7" in _text(header_html(run, series, final=True))
+    assert "explain" not in _text(header_html(run, series, final=False))   # not while it runs
+
+
 def test_the_summary_counts_steps_and_epochs_from_one_like_the_header() -> None:
     run, _ = _run(30, status="done")
     assert "step 30/30 (epoch 3/3)" in run.summary()

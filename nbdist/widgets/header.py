@@ -20,6 +20,10 @@ __all__ = ["OUTCOMES", "epoch_text", "format_bandwidth", "format_duration", "hea
 
 _BANDWIDTH_UNITS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3))
 
+#: A finished step run longer than this many steps (its first ones compile) is offered its
+#: explanation (``Run.explain``, ``%distribute explain N``).
+EXPLAINED_AFTER = 5
+
 #: How a finished run's outcome reads in the header: (text, colour).
 OUTCOMES = {
     "done": ("✓ finished", "#1a7f37"),
@@ -72,6 +76,8 @@ def header_html(run: Run, series: RunSeries, final: bool) -> str:
         if run.duration > 0 and done > 0:
             where.append(f"{done / run.duration:.1f} steps/s overall")
             where.append(f"took {format_duration(run.duration)}")
+        if run.mode == "step" and done > EXPLAINED_AFTER:
+            where.append(f"why this speed? <code>%distribute explain {run.id}</code>")
     else:
         rate = series.steps_per_second()
         if math.isfinite(rate):

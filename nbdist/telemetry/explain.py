@@ -1,0 +1,536 @@
+"""Why a run is as fast as it is, and what to change: ``Run.explain()``, ``%distribute explain``.
+
+Reads a Run's rows only (numpy and pandas; nothing runs, so explaining costs nothing while a
+run trains). A step of a worker and replica is the time from one step's end to the next
+(``wall_time``), split into:
+
+* ``compute``: the replica's own work up to the gradient all-reduce (``compute_ms``);
+* ``input``: waiting for the input pipeline to produce the batch, i.e. ``data_ms`` beyond what
+  fetching a batch that is ready costs (``fetch``);
+* ``fetch``: fetching a ready batch from the distributed iterator on the host, measured on the
+  fetches right after the compile steps, when the pipeline had filled its buffers (at most
+  twice the call's dispatch: host work of the same kind);
+* ``allreduce``: the gradient all-reduce as the α-β ring model (``telemetry.ring``) predicts it
+  for the run's gradient bytes on the link (given, or the run's own fastest all-reduces);
+  ``allreduce_extra``: the collective beyond that prediction;
+* ``peers``: waiting for slower replicas or workers to arrive, at the all-reduce or (under
+  multiworker) at the iterator's collective;
+* ``turns``: the same waiting where the replicas take turns on shared cores (logical CPU
+  devices): there, one replica waits while the others compute;
+* ``other_collectives``: other collectives of the step (SyncBatchNormalization...);
+* ``dispatch``: the step's call outside the replicas' timed work: dispatching it, the weight
+  update after the all-reduce, bringing the results back;
+* ``between``: host time between steps: nbdist's recording and observers, or (a straggler)
+  the worker's own code or host;
+* ``telemetry``: what nbdist's timed steps cost beyond untimed ones, spread over every step.
+
+The timed steps (every k-th, ``--timing-every``) give the in-graph split; their timestamps
+serialise the step a little, so their parts are scaled down to the untimed steps' time.
+Rules then turn the shares into ranked advice, each with the number it rests on and the
+steps/s (or examples/s) gain predicted if the advice removed that time: input-bound (a wait
+longer than the host's own fetch and dispatch), dispatch-bound, communication-bound (a
+gradient of 1 MB or more), a straggler (arrives last at most steps while the others wait),
+a model too small for its replicas; none of them: balanced.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from .ring import ring_bandwidth, ring_model_ms
+from .run import Run, register_view
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The parts of a step, in the order they are shown, with how they read.
+PARTS: dict[str, str] = {
+    "compute": "compute",
+    "input": "waiting for input",
+    "fetch": "fetching a ready batch",
+    "allreduce": "all-reduce (α-β model)",
+    "allreduce_extra": "all-reduce beyond the model",
+    "peers": "waiting for slower peers",
+    "turns": "other replicas' turn (shared cores)",
+    "other_collectives": "other collectives",
+    "dispatch": "dispatch, update, results",
+    "between": "between steps",
+    "telemetry": "nbdist's timing",
+}
+#: The bottlenecks ``Explanation.bottleneck`` names; "balanced" when nothing is worth changing.
+BOTTLENECKS = ("input", "dispatch", "communication", "straggler", "tiny model", "balanced")
+
+STEADY_FROM = 3          # steps before this one compile the step variants: left out
+WORTH = 0.2              # a part at least this share of the step is worth acting on
+MIN_GAIN = 0.1           # advice predicting less than +10% is left out
+STRAGGLER_SHARE = 0.6    # arrived last at this share of the timed steps...
+STRAGGLER_WAIT = 0.25    # ...while the others waited this share of their step...
+STRAGGLER_MIN_MS = 2.0   # ...and at least this long (less is scheduling noise)
+LONG_STEP = 5.0          # a step this many times the median (a compile) fills input buffers
+#: replicas take turns when their computes add up to about the step's in-graph time (this
+#: range of it); computing side by side, they add up to about their number times it
+TURNS = (0.7, 1.3)
+#: fetching a ready distributed batch is host work of the kind dispatching the step's call is
+#: (per replica, in Python and the executor): at most this many times the call's dispatch
+FETCH_PER_DISPATCH = 2.0
+#: a gradient under this many bytes costs the all-reduce its latency, not its bandwidth: when
+#: exchanging it outweighs the compute, the model is too small for its replicas
+TINY_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One thing to change: what (``kind``, one of ``BOTTLENECKS``), the sentence, the
+    measurement it rests on and the predicted gain (0.8: +80% of ``unit``)."""
+
+    kind: str
+    text: str
+    evidence: str
+    gain: float
+    unit: str = "steps/s"
+
+    def line(self) -> str:
+        return f"{self.text} [{self.evidence}; expected +{self.gain:.0%} {self.unit}]"
+
+
+@dataclass
+class Explanation:
+    """Where a run's step time goes and what to change (``Run.explain()``).
+
+    ``breakdown``: one row per worker and replica, the ms per step of each part (``PARTS``)
+    and ``step_ms`` (their sum, the measured time between steps); ``bottleneck``: one of
+    ``BOTTLENECKS``; ``advice``: ranked, the most gain first; ``text``: all of it as plain
+    text (``print``), ``_repr_html_``: a table with bars (the notebook)."""
+
+    run_id: int
+    breakdown: pd.DataFrame
+    bottleneck: str
+    advice: list[Advice]
+    facts: list[str] = field(default_factory=list)
+    steps_per_s: float = math.nan
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """Each part's share of the step, over all workers and replicas."""
+        mean = self.breakdown[list(PARTS)].mean()
+        total = float(mean.sum())
+        return {k: float(v) / total if total > 0 else 0.0 for k, v in mean.items()}
+
+    @property
+    def text(self) -> str:
+        mean = self.breakdown[list(PARTS)].mean()
+        step = float(self.breakdown.step_ms.mean())
+        lines = [f"Run {self.run_id}: {step:.2f} ms per step ({self.steps_per_s:.1f} steps/s); "
+                 f"bottleneck: {self.bottleneck}"]
+        width = max(len(v) for v in PARTS.values())
+        for key, label in PARTS.items():
+            ms = float(mean[key])
+            if ms > 0.005 * step:
+                share = ms / step if step > 0 else 0.0
+                lines.append(f"  {label:<{width}} {ms:8.2f} ms {share:6.1%}  "
+                             + "█" * round(share * 30))
+        if len(self.breakdown) > 1:
+            workers = bool(self.breakdown.worker.max() > 0)
+            lines.append("  per " + ("worker/replica" if workers else "replica") + " (ms): "
+                         + "; ".join(f"{_label(r, workers)} {r.step_ms:.2f} ({_top(r)})"
+                                     for r in self.breakdown.itertuples()))
+        lines += [f"  {fact}" for fact in self.facts]
+        if self.advice:
+            lines.append("What to change, most gain first:")
+            lines += [f"  {i}. {a.line()}" for i, a in enumerate(self.advice, 1)]
+        else:
+            lines.append("Nothing to fix: " + self._balanced())
+        return "\n".join(lines)
+
+    def _balanced(self) -> str:
+        shares = self.shares
+        inside = shares["compute"] + shares["peers"] + shares["turns"]
+        if inside >= 0.5:
+            return (f"the replicas' own compute is {inside:.0%} of each step (waiting for each "
+                    "other included); input, dispatch and the all-reduce are each under "
+                    f"{WORTH:.0%}. More replicas or devices are what make it faster.")
+        top = max(PARTS, key=lambda k: shares[k])
+        return (f"no part alone is worth changing: the largest, {PARTS[top]}, is "
+                f"{shares[top]:.0%} of each step.")
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        mean = self.breakdown[list(PARTS)].mean()
+        step = float(self.breakdown.step_ms.mean())
+        rows = []
+        for key, label in PARTS.items():
+            ms = float(mean[key])
+            if ms <= 0.005 * step:
+                continue
+            share = ms / step if step > 0 else 0.0
+            rows.append(
+                f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>{ms:.2f}</td>"
+                f"<td style='text-align:right'>{share:.0%}</td><td style='width:12em'>"
+                f"<div style='background:#4c78a8;height:0.8em;width:{share * 100:.0f}%'>"
+                "</div></td></tr>")
+        advice = "".join(f"<li>{html.escape(a.line())}</li>" for a in self.advice) or (
+            f"<li>Nothing to fix: {html.escape(self._balanced())}</li>")
+        facts = "".join(f"<div>{html.escape(f)}</div>" for f in self.facts)
+        return (f"<div><b>Run {self.run_id}</b>: {step:.2f} ms per step "
+                f"({self.steps_per_s:.1f} steps/s) · bottleneck: <b>{self.bottleneck}</b>"
+                "<table style='font-size:90%'><tr><th style='text-align:left'>part</th>"
+                "<th>ms/step</th><th>share</th><th></th></tr>" + "".join(rows) + "</table>"
+                f"<div style='font-size:90%;color:#57606a'>{facts}</div><ol>{advice}</ol></div>")
+
+
+def explain(run: Run, link: tuple[float, float] | None = None) -> Explanation:
+    """The explanation of ``run`` (see the module docstring). ``link``: (bytes/s, one-way
+    latency ms) of the link between ranks, if known, for the all-reduce's α-β prediction;
+    without it the prediction is the run's own fastest all-reduces."""
+    frame = run.metrics
+    if run.mode != "step" or not len(frame) or frame.step.max() < STEADY_FROM + 2:
+        what = ("it has no step rows" if not len(frame) or run.mode != "step"
+                else f"it has {int(frame.step.max()) + 1} step(s)")
+        raise ConfigError(
+            f"Run {run.id} cannot be explained: {what}. The explanation splits the steps of a "
+            f"step-mode run (`%%distribute --step`) after its first {STEADY_FROM} (they "
+            f"compile): run at least {STEADY_FROM + 3} steps, then `%distribute explain`.")
+    if frame.replica.min() < 0:
+        raise ConfigError(f"Run {run.id} has only rows reduced over its replicas (a Keras "
+                          "fit): nothing tells its replicas' times apart. Run the step as a "
+                          "step cell (`%%distribute --step`) to have it explained.")
+    grouped = bool(frame.data_ms.isna().all())
+    ranks = run.replicas * run.workers
+    # waiting for a peer at the iterator's collective (multiworker): the kernel moved it from
+    # data_ms to wait_ms, the same for every replica of the worker (the rest of a timed row's
+    # wait_ms is its replica's, before the all-reduce; ``cluster.multiworker.arrivals``)
+    frame["moved"] = frame.wait_ms.fillna(0.0).groupby(
+        [frame.step, frame.worker]).transform("min")
+    timed = frame[frame.compute_ms.notna() & (frame.step >= STEADY_FROM)]
+    if timed.empty:
+        raise ConfigError(
+            f"Run {run.id} has no timed steps after its first {STEADY_FROM} (it ran with "
+            "--timing-every 0, or too few steps for one), so its steps cannot be split into "
+            "compute, collectives and dispatch. Run the cell again without --timing-every (or "
+            "with a K below its step count), then `%distribute explain`.")
+    derived = _timed_parts(timed)
+    facts: list[str] = []
+    model = _model_ms(run, ranks, derived.alone, link, facts)
+    parts = [_one(frame, timed, derived, model, worker, replica, grouped)
+             for (worker, replica), _ in frame.groupby(["worker", "replica"])]
+    import pandas as pd
+
+    breakdown = pd.DataFrame(parts)
+    cycle = float(breakdown.step_ms.mean())
+    if grouped:
+        facts.append("--steps-per-call: the batch is read inside the compiled call, so input "
+                     "waiting is part of the steps' time, and dispatch is between calls")
+    if bool(derived.turns.any()):
+        facts.append("the replicas take turns on the same cores (their computes add up to the "
+                     "step): what one waits for is the others' compute, shown as their turn")
+    straggler = _straggler(run, timed, derived, breakdown)
+    advice = _advice(run, breakdown, grouped, ranks, model, straggler)
+    return Explanation(run.id, breakdown, advice[0].kind if advice else "balanced", advice,
+                       facts, 1e3 / cycle if cycle > 0 else math.nan)
+
+
+# -- the parts ----------------------------------------------------------------------------------
+def _timed_parts(timed: pd.DataFrame) -> pd.DataFrame:
+    """Per timed row: ``peers``, the time it waited for slower peers (before the all-reduce;
+    before its own first op, while the worker's other replicas ran; and inside the
+    all-reduce under multiworker, where each worker's all-reduce runs from its own arrival);
+    ``alone``, the collective alone at that step (the last arrival's all-reduce: the least of
+    the step); ``outside``, the call's time outside every replica's timed work; ``turns``, True
+    where the worker's replicas take turns on shared cores (their computes add up to the
+    step: one replica's wait is the others' compute, not a slower peer)."""
+    import pandas as pd
+
+    if timed.empty:
+        return pd.DataFrame(columns=["peers", "alone", "outside", "turns"], dtype=float)
+    allreduce = timed.allreduce_ms.fillna(0.0)
+    span = (timed.compute_ms + timed.wait_ms.fillna(0.0) + allreduce
+            + timed.other_collective_ms.fillna(0.0))
+    keys = [timed.step, timed.worker]
+    widest = span.groupby(keys).transform("max")
+    # each worker times its own steps: where not every worker timed a step, the collective
+    # alone is the one seen when nobody was late (the fastest tenth)
+    complete = timed.worker.groupby(timed.step).transform("nunique") == timed.worker.nunique()
+    alone = allreduce.groupby(timed.step).transform("min").where(
+        complete, float(np.nanpercentile(allreduce.to_numpy(), 10)))
+    peers = (timed.wait_ms.fillna(0.0) - timed.moved + (widest - span)
+             + (allreduce - alone).clip(lower=0.0))
+    # the replicas' summed compute against the time they had for it: ~1 when they take turns,
+    # ~their number when they compute side by side
+    computing = timed.compute_ms.groupby(keys).transform("sum")
+    busy = (computing / (widest - alone).clip(lower=1e-6)).groupby(timed.worker).transform(
+        "median")
+    replicas = timed.replica.groupby(keys).transform("count")
+    return pd.DataFrame({"peers": peers, "alone": alone,
+                         "outside": (timed.step_ms - widest).clip(lower=0.0),
+                         "turns": (replicas > 1) & busy.between(*TURNS)}, index=timed.index)
+
+
+def _model_ms(run: Run, ranks: int, alone: pd.Series, link: tuple[float, float] | None,
+              facts: list[str]) -> float:
+    """The α-β prediction of the gradient all-reduce, ms (NaN: no all-reduce was timed)."""
+    nbytes = run.allreduce_bytes or 0
+    if alone.empty or not nbytes or ranks < 2:
+        return math.nan
+    if link is not None:
+        model = ring_model_ms(nbytes, ranks, *link)
+        facts.append(f"all-reduce: {_bytes(nbytes)} per replica over {ranks} ranks; the α-β "
+                     f"model on a {_bandwidth(link[0])}, {link[1]:g} ms link predicts "
+                     f"{model:.2f} ms")
+        return model
+    fastest = float(np.nanpercentile(alone.to_numpy(), 10))
+    facts.append(f"all-reduce: {_bytes(nbytes)} per replica over {ranks} ranks; its model is "
+                 f"this run's fastest all-reduces, {fastest:.2f} ms "
+                 f"({_bandwidth(ring_bandwidth(nbytes, ranks, fastest))} bus bandwidth)")
+    return fastest
+
+
+def _one(frame: pd.DataFrame, timed: pd.DataFrame, derived: pd.DataFrame, model: float,
+         worker: int, replica: int, grouped: bool) -> dict[str, Any]:
+    """One worker and replica's ms per step of each part."""
+    mine = frame[(frame.worker == worker) & (frame.replica == replica)].sort_values("step")
+    steady = mine[mine.step >= STEADY_FROM]
+    untimed = steady[steady.compute_ms.isna()]
+    plain = untimed if len(untimed) else steady
+    cycle = _cycle(mine, grouped)
+    step_mean = float(steady.step_ms.mean())
+    plain_ms = float(plain.step_ms.mean())
+    out = dict.fromkeys(PARTS, 0.0)
+    iterator_wait = float(steady.moved.mean())
+    if not grouped:
+        data = float(steady.data_ms.mean())
+        fetch = min(_ready_fetch(mine), data)
+        out["fetch"], out["input"] = fetch, data - fetch
+    out["peers"] = iterator_wait
+    out["telemetry"] = max(step_mean - plain_ms, 0.0)
+    out["between"] = max(cycle - sum(out.values()) - plain_ms, 0.0)
+    cycle = sum(out.values()) + plain_ms
+    if grouped:   # the gaps between a call's last step and the next call's first: dispatch
+        out["dispatch"], out["between"] = out["between"], 0.0
+    rows = timed[(timed.worker == worker) & (timed.replica == replica)]
+    if rows.empty:
+        out["compute"] = plain_ms
+        return {"worker": worker, "replica": replica, **out, "step_ms": cycle}
+    mine = derived.loc[rows.index]
+    # a mean: where a worker waits (at the iterator or in the all-reduce) changes step to step
+    waited = float(mine.peers.mean())
+    collective = float(mine.alone.median())
+    inside = {
+        "compute": float(rows.compute_ms.median()),
+        "allreduce": min(model, collective) if math.isfinite(model) else collective,
+        "other_collectives": float(rows.other_collective_ms.fillna(0.0).median()),
+        "turns" if bool(mine.turns.any()) else "peers": waited,
+    }
+    inside["allreduce_extra"] = max(collective - inside["allreduce"], 0.0)
+    span = sum(inside.values())
+    # a grouped step's step_ms is in-graph (between its timestamps): nothing outside
+    outside = 0.0 if grouped else min(float(mine.outside.median()), plain_ms)
+    # the timestamps serialise a timed step: its parts, scaled to an untimed step's time
+    scale = min((plain_ms - outside) / span, 1.0) if span > 0 else 0.0
+    for key, ms in inside.items():
+        out[key] += ms * scale
+    out["dispatch"] += outside
+    if not grouped and out["fetch"] > FETCH_PER_DISPATCH * outside:
+        # a pipeline that never had a batch ready does not pass for fetching cost
+        out["input"] += out["fetch"] - FETCH_PER_DISPATCH * outside
+        out["fetch"] = FETCH_PER_DISPATCH * outside
+    out["compute"] += max(plain_ms - outside - span * scale, 0.0)   # in-graph, not timed apart
+    return {"worker": worker, "replica": replica, **out, "step_ms": cycle}
+
+
+def _cycle(mine: pd.DataFrame, grouped: bool) -> float:
+    """Mean ms from one step's end to the next, over the steady steps of one row's series
+    (epoch starts, which make a new iterator, and one-off stalls left out; with
+    ``--steps-per-call`` the gaps between calls stay in: they are its dispatch)."""
+    wall = mine.wall_time.to_numpy()
+    steps, epochs = mine.step.to_numpy(), mine.epoch.to_numpy()
+    gaps = np.diff(wall) * 1e3
+    keep = (np.diff(steps) == 1) & (np.diff(epochs) == 0) & (steps[1:] >= STEADY_FROM)
+    gaps = gaps[keep]
+    if not len(gaps):
+        return float(mine.step_ms.mean())
+    if not grouped:
+        gaps = gaps[gaps <= 10 * np.median(gaps)]
+    return float(gaps.mean())
+
+
+def _ready_fetch(mine: pd.DataFrame) -> float:
+    """ms to fetch a batch that is ready: the fetches right after a long step (a compile, while
+    the pipeline filled its buffers), else the quickest twentieth of the steady fetches."""
+    step_ms, data = mine.step_ms.to_numpy(), mine.data_ms.to_numpy()
+    typical = float(np.nanmedian(step_ms[mine.step.to_numpy() >= STEADY_FROM]))
+    after_long = data[1:][(step_ms[:-1] > LONG_STEP * typical) & (step_ms[:-1] > 50.0)]
+    after_long = after_long[np.isfinite(after_long)]
+    steady = data[mine.step.to_numpy() >= STEADY_FROM]
+    quick = float(np.nanpercentile(steady, 5)) if np.isfinite(steady).any() else 0.0
+    return min(float(np.median(after_long)), quick) if len(after_long) else quick
+
+
+# -- the rules ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Straggler:
+    label: str
+    index: int
+    share: float        # of the timed steps it arrived last at
+    waited_ms: float    # the others' waiting per step
+    cause: str
+    excess_ms: float    # how much longer its ``cause`` takes than the others'
+
+
+def _straggler(run: Run, timed: pd.DataFrame, derived: pd.DataFrame,
+               breakdown: pd.DataFrame) -> _Straggler | None:
+    """The worker (several workers) or replica the others wait for at most steps, if they wait
+    long enough to matter, and which of its parts makes it late."""
+    by = "worker" if run.workers > 1 else "replica"
+    cycle = float(breakdown.step_ms.mean())
+    waits = breakdown.groupby(by)[["peers", "input", "fetch", "compute", "between"]].mean()
+    if len(waits) < 2 or (by == "replica" and bool(derived.turns.any())):
+        return None   # replicas taking turns: the last is last by turn, not by being slow
+    # the steps every one of them timed: who arrived last at each
+    at_step = derived.peers + timed.moved   # in the step, and at the iterator
+    per_step = at_step.groupby([timed.step, timed[by]]).min().unstack().dropna()
+    if len(per_step) >= 5:
+        last = per_step.idxmin(axis=1).value_counts(normalize=True)
+        index, share = int(last.index[0]), float(last.iloc[0])
+    else:   # too few steps timed by all: the one that waits far less than the others
+        index = int(waits.peers.idxmin())
+        share = float(waits.peers[index] < 0.25 * waits.peers.drop(index).mean())
+    others = waits.drop(index)
+    waited = float(others.peers.mean())
+    if by == "worker" and run.waited_for:   # the kernel's own finding across workers
+        named = int(next(iter(run.waited_for)).split()[-1])
+        if named == index:
+            share = max(share, STRAGGLER_SHARE)
+    if share < STRAGGLER_SHARE or waited < max(STRAGGLER_WAIT * cycle, STRAGGLER_MIN_MS):
+        return None
+    mine = waits.loc[index]
+    excess = {"input": (mine["input"] + mine["fetch"])
+              - (others["input"] + others["fetch"]).mean(),
+              "compute": mine["compute"] - others["compute"].mean(),
+              "time between its steps": mine["between"] - others["between"].mean()}
+    cause = max(excess, key=excess.get)
+    return _Straggler(f"{by} {index}", index, share, waited, cause, float(excess[cause]))
+
+
+def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: float,
+            straggler: _Straggler | None) -> list[Advice]:
+    mean = parts[list(PARTS)].mean()
+    cycle = float(parts.step_ms.mean())
+    out: list[Advice] = []
+
+    def gain(saved: float) -> float:
+        return cycle / max(cycle - saved, 1e-9) - 1
+
+    if straggler is not None:
+        s = straggler
+        where = {"input": "its input pipeline (reading or preprocessing slower there)",
+                 "compute": "its compute (a slower or busier device)",
+                 "time between its steps": "time outside its steps (a slow or busy host, its "
+                 "own code between steps, `%distribute inject slow`)"}[s.cause]
+        out.append(Advice(
+            "straggler",
+            f"{s.label} is the straggler: the others wait for it; the time goes to {where}. "
+            "Find what slows it there, or give it less to do",
+            f"it arrived last at {s.share:.0%} of the timed steps; the others waited "
+            f"{s.waited_ms:.1f} ms of each {cycle:.1f} ms step; its {s.cause} took "
+            f"{s.excess_ms:.1f} ms longer than theirs",
+            # as fast as the others, it would take away what it adds (some of the others'
+            # waiting may show inside their all-reduce)
+            gain(min(max(s.waited_ms, s.excess_ms), 0.95 * cycle))))
+    input_ms = float(mean["input"])
+    host = float(mean["fetch"] + mean["dispatch"])
+    # a wait shorter than the host's own work per step (fetching, dispatching) is that host
+    # work slowed by tf.data's threads on the same cores, not a slow pipeline
+    if not grouped and input_ms >= WORTH * cycle and input_ms >= host:
+        out.append(Advice(
+            "input",
+            "The step waits for its input: read it ahead and in parallel "
+            "(`ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)`, `.cache()` after the costly "
+            "part if it fits in memory, `.interleave(..., num_parallel_calls=...)` over files, "
+            "`.prefetch(tf.data.AUTOTUNE)` last)",
+            f"data wait {input_ms:.2f} ms of each {cycle:.2f} ms step (a ready batch takes "
+            f"{float(mean['fetch']):.2f} ms to fetch)", gain(input_ms)))
+    # several steps per call save the dispatch of each call; the batch's fetch moves into the
+    # call, where it still costs about what it did; a wait too short to be the pipeline's is
+    # the host's own work slowed, and goes with it
+    dispatch = float(mean["dispatch"])
+    saved = dispatch + (input_ms if input_ms < host else 0.0)
+    if not grouped and saved >= WORTH * cycle:
+        out.append(Advice(
+            "dispatch",
+            "The step is too small for one call per step: run several steps per call with "
+            "`%%distribute --step ... --steps-per-call auto` (the batch is then read inside "
+            "the compiled call too)",
+            f"dispatching each call {dispatch:.2f} ms of each {cycle:.2f} ms step; the "
+            f"replicas' own work {float(mean['compute'] + mean['allreduce']):.2f} ms",
+            gain(saved)))
+    comm = float(mean["allreduce"] + mean["allreduce_extra"] + mean["other_collectives"])
+    nbytes = run.allreduce_bytes or 0
+    if ranks > 1 and comm >= WORTH * cycle and nbytes >= TINY_BYTES:
+        work = float(mean["compute"] + mean["input"])
+        bw = ring_bandwidth(nbytes, ranks, float(mean["allreduce"] + mean["allreduce_extra"]))
+        # twice the batch per replica: the same all-reduce carries twice the examples
+        doubled = 2 * cycle / (cycle + work) - 1
+        out.append(Advice(
+            "communication",
+            "The all-reduce dominates: give each replica a larger batch (the same gradient "
+            "bytes then carry more examples), or send fewer bytes (a smaller model, float16 "
+            "gradients), or use fewer, better-connected ranks",
+            f"{_bytes(nbytes)} of gradients per replica take {comm:.2f} ms of each "
+            f"{cycle:.2f} ms step ({_bandwidth(bw)} bus bandwidth; "
+            + (f"α-β model {model:.2f} ms" if math.isfinite(model) else "no model")
+            + f") against {work:.2f} ms of compute and input; doubling the per-replica batch",
+            doubled, "examples/s"))
+    together = float(mean["allreduce"] + mean["allreduce_extra"] + mean["peers"]
+                     + mean["turns"])
+    compute = float(mean["compute"])
+    if (ranks > 1 and (together > compute or together >= WORTH * cycle)
+            and straggler is None and nbytes < TINY_BYTES):
+        # one replica: no all-reduce, no waiting, every replica's compute on one device
+        alone = cycle - together - float(mean["other_collectives"]) + compute * (ranks - 1)
+        if cycle / alone - 1 >= MIN_GAIN:
+            out.append(Advice(
+                "tiny model",
+                f"The model is too small for {ranks} replicas: each computes {compute:.2f} ms "
+                f"but they spend {together:.2f} ms per step exchanging and waiting; use fewer "
+                "replicas (`%distribute mirrored --devices 1`) or a larger batch per replica",
+                f"compute {compute:.2f} ms vs all-reduce and waiting {together:.2f} ms",
+                cycle / alone - 1))
+    out = [a for a in out if a.gain >= MIN_GAIN]
+    return sorted(out, key=lambda a: -a.gain)
+
+
+# -- formatting --------------------------------------------------------------------------------
+def _label(row: Any, workers: bool) -> str:
+    return f"w{row.worker}/r{row.replica}" if workers else f"r{row.replica}"
+
+
+def _top(row: Any) -> str:
+    key = max(PARTS, key=lambda k: getattr(row, k))
+    return f"most {PARTS[key]}"
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _bandwidth(bytes_per_s: float) -> str:
+    if not math.isfinite(bytes_per_s):
+        return "unknown"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
+        if bytes_per_s >= scale:
+            return f"{bytes_per_s / scale:.3g} {unit}"
+    return f"{bytes_per_s:.3g} B/s"
+
+
+register_view("explain", explain)

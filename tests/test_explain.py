@@ -1,0 +1,307 @@
+"""`%distribute explain` and `Run.explain()`: runs whose bottleneck is known are named by it.
+
+Unit tests build a Run's rows by hand for each rule (input, dispatch, communication, a
+straggler and its cause, a model too small for its replicas, nothing to fix) and check the
+parts add up to the measured step. Kernel tests train real runs slowed on purpose: a `map`
+that sleeps (input), a tiny MLP on 4 replicas (dispatch), a conv net (nothing to fix); the
+cluster test slows one worker with `%distribute inject slow` (straggler). The communication-
+bound run on two hosts with a rate-limited link is benchmarks/explain.py's.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_ok
+from IPython.utils.capture import capture_output
+
+import nbdist
+from nbdist.errors import ConfigError
+from nbdist.telemetry.explain import PARTS
+from nbdist.telemetry.ring import ring_model_ms
+from nbdist.telemetry.run import Run, RunWriter
+
+# -- runs built by hand -------------------------------------------------------------------------
+
+
+def synthetic(*, steps=60, replicas=1, workers=1, compute=10.0, data=0.5, ready=None,
+              allreduce=1.0, outside=0.5, between=0.2, nbytes=4000, late=None,
+              slow_input=None, timed_every=5) -> Run:
+    """A finished step run of ``steps`` steps: per step ``data`` ms fetching (``ready`` after
+    the two compile steps), the replicas' ``compute`` (a list: one per replica, taking turns
+    never), the gradient all-reduce, ``outside`` ms of dispatch, ``between`` ms between steps.
+    ``late=(worker, ms)``: that worker reaches every step ``ms`` later (time between its
+    steps); ``slow_input=(worker, ms)``: its fetch takes ``ms`` more. The others wait for it as
+    the kernel records it: inside the all-reduce, or at the iterator (in wait_ms)."""
+    run = Run(id=7, mode="step", strategy="mirrored" if workers == 1 else "multiworker",
+              replicas=replicas, workers=workers, allreduce_bytes=nbytes)
+    writer = RunWriter(run)
+    computes = compute if isinstance(compute, list) else [compute] * replicas
+    clock = dict.fromkeys(range(workers), 1000.0)
+    for step in range(steps):
+        timed = step % timed_every == 0
+        for w in range(workers):
+            delay = late[1] if late and late[0] != w else 0.0       # waiting in the all-reduce
+            moved = slow_input[1] if slow_input and slow_input[0] != w else 0.0
+            fetch = data + (slow_input[1] if slow_input and slow_input[0] == w else 0.0)
+            if step in (1, 2) and ready is not None:
+                fetch = ready
+            span = max(computes) + allreduce + delay
+            step_ms = 400.0 if step < 2 else span + outside + (0.3 if timed else 0.0)
+            gap = between + (late[1] if late and late[0] == w else 0.0)
+            clock[w] += (fetch + moved + step_ms + gap) / 1e3
+            writer.record_step(
+                step, 0, loss=[1.0] * replicas, step_ms=step_ms, data_ms=fetch, worker=w,
+                # the timed step's timestamps serialise it: its replicas compute longer
+                compute_ms=[c + 0.3 for c in computes] if timed else None,
+                wait_ms=[max(computes) - c + moved for c in computes] if timed
+                else ([moved] * replicas if moved else None),
+                allreduce_ms=[allreduce + delay] * replicas if timed else None,
+                other_collective_ms=[0.0] * replicas if timed else None,
+                wall_time=clock[w])
+    writer.finish("done")
+    return run
+
+
+def _parts_add_up(explained, run):
+    frame = explained.breakdown
+    assert (frame[list(PARTS)].sum(axis=1) - frame.step_ms).abs().max() < 1e-6
+    assert set(zip(frame.worker, frame.replica, strict=True)) == {
+        (w, r) for w in range(run.workers) for r in range(run.replicas)}
+
+
+@pytest.mark.unit
+def test_a_pipeline_slower_than_the_step_is_input_bound():
+    run = synthetic(compute=2.0, data=15.0, ready=1.0)
+    explained = run.explain()
+    _parts_add_up(explained, run)
+    assert explained.bottleneck == "input"
+    first = explained.advice[0]
+    assert "prefetch" in first.text and "num_parallel_calls" in first.text
+    # 15 ms fetching (1 of it a ready batch's), 3.5 ms step, 0.06 ms of timing, 0.2 between
+    assert first.evidence.startswith("data wait 14.00 ms of each 18.76 ms step")
+    assert first.gain == pytest.approx(18.76 / 4.76 - 1, rel=0.01)
+    assert "bottleneck: input" in explained.text and "waiting for input" in explained.text
+
+
+@pytest.mark.unit
+def test_a_step_smaller_than_its_call_is_dispatch_bound():
+    # fetching takes 1.3 ms, 0.3 of it when the batch is ready: a wait shorter than the
+    # host's own fetching and dispatching is that work slowed, not a slow pipeline
+    run = synthetic(replicas=4, compute=0.1, allreduce=0.3, outside=2.0, data=1.3, ready=0.3)
+    explained = run.explain()
+    _parts_add_up(explained, run)
+    assert explained.bottleneck == "dispatch"
+    assert [a.kind for a in explained.advice] == ["dispatch"]
+    first = explained.advice[0]
+    assert "--steps-per-call auto" in first.text
+    assert first.evidence.startswith("dispatching each call 2.00 ms of each")
+    # several steps a call save the dispatch and that wait: 2 + 1 ms
+    step = explained.breakdown.step_ms.mean()
+    assert first.gain == pytest.approx(step / (step - 3.0) - 1, rel=0.01)
+
+
+@pytest.mark.unit
+def test_an_all_reduce_longer_than_the_compute_is_communication_bound():
+    rate, latency = 12.5e6, 0.5
+    nbytes = 4_000_000
+    model = ring_model_ms(nbytes, 2, rate, latency)          # 321 ms on 2 ranks
+    run = synthetic(workers=2, compute=40.0, allreduce=model * 1.2, nbytes=nbytes, outside=1.0)
+    explained = run.explain(link=(rate, latency))
+    _parts_add_up(explained, run)
+    assert explained.bottleneck == "communication"
+    # the all-reduce, split into the α-β model's prediction and what it took beyond it
+    assert explained.breakdown.allreduce.mean() == pytest.approx(model, rel=0.01)
+    assert explained.breakdown.allreduce_extra.mean() == pytest.approx(model * 0.2, rel=0.02)
+    first = explained.advice[0]
+    assert "larger batch" in first.text and first.unit == "examples/s"
+    assert first.evidence.startswith("4 MB of gradients per replica take")
+    assert "α-β model 321.00 ms" in first.evidence
+    assert "12.5 MB/s, 0.5 ms link predicts 321.00 ms" in explained.text
+
+
+@pytest.mark.unit
+def test_a_worker_late_between_its_steps_is_the_straggler():
+    run = synthetic(workers=2, compute=3.0, late=(1, 40.0))
+    explained = run.explain()
+    _parts_add_up(explained, run)
+    assert explained.bottleneck == "straggler"
+    first = explained.advice[0]
+    assert first.text.startswith("worker 1 is the straggler")
+    assert "time outside its steps" in first.text
+    waited = float(first.evidence.split("the others waited ")[1].split(" ms")[0])
+    assert waited == pytest.approx(40.0, abs=0.5), first.evidence
+    assert first.gain > 5
+
+
+@pytest.mark.unit
+def test_a_worker_with_a_slow_input_is_the_straggler_because_of_its_input():
+    run = synthetic(workers=3, compute=3.0, slow_input=(2, 30.0))
+    explained = run.explain()
+    assert explained.bottleneck == "straggler"
+    assert explained.advice[0].text.startswith("worker 2 is the straggler")
+    assert "its input pipeline" in explained.advice[0].text
+
+
+@pytest.mark.unit
+def test_a_model_too_small_for_its_replicas_is_told_to_use_fewer():
+    run = synthetic(replicas=4, compute=0.05, allreduce=2.0, outside=0.1, data=0.1,
+                    between=0.05)
+    explained = run.explain()
+    assert explained.bottleneck == "tiny model"
+    assert "use fewer replicas" in explained.advice[0].text
+    # 4 KB of gradients: the all-reduce's latency, not its bandwidth; no "communication"
+    assert [a.kind for a in explained.advice] == ["tiny model"]
+
+
+@pytest.mark.unit
+def test_a_compute_bound_run_has_nothing_to_fix():
+    run = synthetic(replicas=2, compute=[50.0, 48.0], allreduce=1.0, data=1.0, outside=1.0)
+    explained = run.explain()
+    _parts_add_up(explained, run)
+    assert explained.bottleneck == "balanced" and explained.advice == []
+    assert "Nothing to fix: the replicas' own compute is 9" in explained.text
+    assert "Nothing to fix" in explained._repr_html_()
+
+
+@pytest.mark.unit
+def test_runs_that_cannot_be_explained_say_why():
+    with pytest.raises(ConfigError, match="it has 4 step"):
+        synthetic(steps=4).explain()
+    with pytest.raises(ConfigError, match="no timed steps"):
+        synthetic(timed_every=1000).explain()
+    fit = Run(id=3, mode="fit", strategy="mirrored", replicas=2)
+    with pytest.raises(ConfigError, match="Run 3 cannot be explained: it has no step rows"):
+        fit.explain()
+
+
+# -- runs trained for real ----------------------------------------------------------------------
+
+DATA = """
+import time
+import numpy as np
+import tensorflow as tf
+rng = np.random.default_rng(0)
+ex_x = rng.normal(size=(64 * 50, 8)).astype("float32")
+ex_y = rng.normal(size=(64 * 50, 3)).astype("float32")
+ex_fast = tf.data.Dataset.from_tensor_slices((ex_x, ex_y)).batch(64).cache().repeat().prefetch(8)
+def ex_sleep(x, y):
+    time.sleep(0.02)
+    return x, y
+ex_slow = tf.data.Dataset.from_tensor_slices((ex_x, ex_y)).batch(64).map(
+    lambda x, y: tf.numpy_function(ex_sleep, [x, y], [tf.float32, tf.float32])).repeat()
+ex_images = tf.data.Dataset.from_tensor_slices((
+    rng.normal(size=(256, 32, 32, 3)).astype("float32"),
+    rng.integers(0, 10, size=(256,)).astype("int32"))).batch(64).cache().repeat().prefetch(4)
+"""
+MODELS = """%%distribute
+ex_mlp = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
+                              tf.keras.layers.Dense(3)])
+ex_opt = tf.keras.optimizers.SGD(0.01)
+ex_conv = tf.keras.Sequential([
+    tf.keras.Input((32, 32, 3)), tf.keras.layers.Conv2D(32, 3, activation="relu"),
+    tf.keras.layers.Conv2D(64, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
+    tf.keras.layers.Conv2D(64, 3, activation="relu"), tf.keras.layers.GlobalAveragePooling2D(),
+    tf.keras.layers.Dense(10)])
+ex_conv_opt = tf.keras.optimizers.SGD(0.01)
+"""
+MLP_STEP = """%%distribute --step --data {data} --steps {steps}
+x, y = batch
+with tf.GradientTape() as tape:
+    per_example = tf.reduce_sum(tf.square(ex_mlp(x, training=True) - y), axis=-1)
+    loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
+grads = tape.gradient(loss, ex_mlp.trainable_variables)
+ex_opt.apply_gradients(zip(grads, ex_mlp.trainable_variables))
+"""
+CONV_STEP = """%%distribute --step --data ex_images --steps 24
+x, y = batch
+with tf.GradientTape() as tape:
+    logits = ex_conv(x, training=True)
+    per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
+grads = tape.gradient(loss, ex_conv.trainable_variables)
+ex_conv_opt.apply_gradients(zip(grads, ex_conv.trainable_variables))
+"""
+
+
+@pytest.fixture(scope="module")
+def shell(ip):
+    run_ok(ip, DATA)
+    run_ok(ip, MODELS)
+    return ip
+
+
+def explained_cell(shell, cell):
+    """Run ``cell``, then `%distribute explain`: the text it displayed (a terminal's), the
+    table a notebook draws (HTML) and the Explanation."""
+    run_ok(shell, cell)
+    with capture_output() as out:
+        shell.run_line_magic("distribute", "explain")
+    (shown,) = out.outputs
+    explained = nbdist.runs[-1].explain()
+    return shown.data["text/plain"], explained._repr_html_(), explained
+
+
+def test_a_map_that_sleeps_is_named_input(shell):
+    text, page, explained = explained_cell(shell, MLP_STEP.format(data="ex_slow", steps=60))
+    assert explained.bottleneck == "input", text
+    assert f"Run {nbdist.runs[-1].id}: " in text and "bottleneck: input" in text
+    assert "1. The step waits for its input" in text and "`.prefetch(" in text
+    assert "bottleneck: <b>input</b>" in page and "waiting for input" in page
+    assert explained.shares["input"] > 0.4, text
+
+
+def test_a_tiny_mlp_on_4_replicas_is_named_dispatch(shell):
+    text, _, explained = explained_cell(shell, MLP_STEP.format(data="ex_fast", steps=300))
+    assert explained.bottleneck == "dispatch", text
+    assert "--steps-per-call auto" in explained.advice[0].text
+
+
+def test_a_conv_net_has_nothing_to_fix(shell):
+    text, _, explained = explained_cell(shell, CONV_STEP)
+    assert explained.bottleneck == "balanced", text
+    assert "Nothing to fix" in text
+
+
+def test_explain_names_a_run_by_its_number_and_refuses_others(shell):
+    run_ok(shell, MLP_STEP.format(data="ex_fast", steps=20))
+    last = nbdist.runs[-1]
+    with capture_output() as out:
+        shell.run_line_magic("distribute", f"explain {last.id}")
+        shell.run_line_magic("distribute", "explain -1")
+    assert [o.data["text/plain"].split(":")[0] for o in out.outputs] == [f"Run {last.id}"] * 2
+    with pytest.raises(ConfigError, match=f"There is no Run 999: this kernel has Runs 1-{last.id}"):
+        shell.run_line_magic("distribute", "explain 999")
+    with pytest.raises(ConfigError, match="takes at most one run number, not 'last'"):
+        shell.run_line_magic("distribute", "explain last")
+    run_ok(shell, MLP_STEP.format(data="ex_fast", steps=20).replace(
+        "--steps 20", "--steps 20 --timing-every 0"))
+    with pytest.raises(ConfigError, match="no timed steps"):
+        shell.run_line_magic("distribute", "explain")
+
+
+# -- a worker slowed on purpose -----------------------------------------------------------------
+
+@pytest.mark.cluster
+def test_a_worker_slowed_by_inject_slow_is_named_the_straggler(ip):
+    from cluster_cells import SETUP, STEP
+
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "multiworker --workers 2")
+    try:
+        run_ok(ip, SETUP)
+        ip.run_line_magic("distribute", "inject slow 1 --delay 0.05")
+        try:
+            run_ok(ip, STEP.format(data="long_ds", flags="--steps 30"))
+        finally:
+            ip.run_line_magic("distribute", "inject slow 1 --delay 0")
+        explained = nbdist.runs[-1].explain()
+    finally:
+        ip.run_line_magic("distribute", "stop")
+        ip.run_line_magic("distribute", "mirrored --devices 4")
+    assert explained.bottleneck == "straggler", explained.text
+    first = explained.advice[0]
+    assert first.text.startswith("worker 1 is the straggler"), explained.text
+    assert "time outside its steps" in first.text
+    # the 50 ms injected after each of worker 1's steps, measured as its time between steps
+    longer = float(first.evidence.split("its time between its steps took ")[1].split(" ms")[0])
+    assert 35 < longer < 150, first.evidence
