@@ -26,6 +26,31 @@ CENTRAL_STORAGE_LOSS_NOTE = (
 )
 
 
+BATCH_LOSS_LABEL = "loss per batch (from Keras' running mean)"
+BATCH_LOSS_NOTE = (
+    "batch_loss is each batch's own loss, recovered from Keras' running means (exact when the "
+    "epoch's batches have one size, approximate for a smaller last batch): the dashboard draws "
+    "it; compiled metrics (accuracy...) are Keras' running means too, and run.epoch_metrics "
+    "has each epoch's values, validation included"
+)
+
+
+def batch_value(done: int, mean: float, before: int, mean_before: float) -> float:
+    """The mean of the batches ``before + 1 ... done`` of an epoch, from the running means
+    Keras logs after ``done`` and after ``before`` batches (``before`` 0 at the epoch's start).
+
+    Keras 3 and tf_keras both log ``loss`` per batch as a ``Mean`` metric over the epoch so
+    far, weighted by each batch's size (Keras 3's ``train_step``: ``sample_weight`` = the batch
+    size; tf_keras's ``LossesContainer``: ``sample_weight=batch_dim``), reset when an epoch
+    begins. With batches of one size that is ``sum(loss_i) / n``, so the batches since the
+    last log sum to ``done * mean - before * mean_before``. Several batches per log
+    (``steps_per_execution``) give their mean.
+    """
+    if not done > before >= 0:
+        return float("nan")
+    return (done * mean - before * mean_before) / (done - before)
+
+
 def _nothing() -> None:
     pass
 
@@ -39,10 +64,15 @@ class FitRecording:
     fit (Keras 3 here, tf_keras on the workers and the coordinator): the epoch and global step
     of each batch (going on after a restored ``BackupAndRestore``), the batch's time, and
     stopping ``fit`` at a batch boundary when asked. A recorder implements ``record_batch``
-    (which advances ``step`` for each batch it records) and ``stop_requested``.
+    (which advances ``step`` for each batch it records) and ``stop_requested``; it may record
+    ``batch_loss(reported)`` (the batch's own loss) beside Keras' running mean. Each
+    epoch's end logs (compiled metrics, validation) go to ``Run.epoch_metrics``.
     """
 
     epoch, step, started, stopped = 0, 0, 0.0, False
+    begun = False                   # the first epoch began
+    batch = 0                       # Keras' index of the batch that just ended (in its epoch)
+    _mean: tuple[int, float] = (0, 0.0)   # (batches, Keras' running mean loss) so far
     model: Any
     params: Any
     run: Run
@@ -62,12 +92,33 @@ class FitRecording:
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.epoch = epoch
-        self.step = self.step or resumed_step(epoch, self.params)
+        self._mean = (0, 0.0)        # Keras resets its metrics at each epoch's start
+        if not self.begun:
+            self.begun = True
+            self.step = resumed_step(epoch, self.params)
+            if self.run.checkpoint is not None:    # --checkpoint: a resumed fit goes on
+                RunWriter(self.run).checkpointed(self.run.checkpoint, self.step)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        """The epoch's numbers as Keras logs them at its end (``val_*`` with validation)."""
+        numbers = {k: float(v) for k, v in (logs or {}).items()
+                   if isinstance(k, str) and is_number(v)}
+        if numbers and self.step:
+            RunWriter(self.run).record_epoch(epoch, self.step - 1, numbers)
+
+    def batch_loss(self, reported: float) -> float:
+        """The loss of the batch that just ended, from Keras' running mean over the epoch
+        (``reported``, ``logs["loss"]``) and the previous one (``batch_value``)."""
+        done = self.batch + 1
+        before, mean = self._mean
+        self._mean = (done, reported)
+        return batch_value(done, reported, before, mean)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         self.started = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.batch = batch
         self.record_batch(logs or {}, (time.perf_counter() - self.started) * 1e3)
         if self.stop_requested():
             self.model.stop_training = True
@@ -136,6 +187,8 @@ class FitRecorder(FitRecording):
         if self.central_storage:
             extra["keras_reported_loss"] = reported
             loss = float("nan")
+        else:
+            extra["batch_loss"] = self.batch_loss(reported)
         RunWriter(self.run).record_step(self.step, self.epoch, loss=[loss], step_ms=step_ms,
                                         extra=extra or None, replica=-1)
         self.step += 1
@@ -167,6 +220,9 @@ def recording_fit(new_run: Callable[[], Run], observers: list[RunObserver], cent
                  "replica -1 means the value is reduced over all replicas")
         if central_storage:
             run.note(CENTRAL_STORAGE_LOSS_NOTE)
+        else:
+            run.note(BATCH_LOSS_NOTE)
+            run.loss_label = BATCH_LOSS_LABEL
         recorder = FitRecorder.create(run, observers, central_storage)
         callbacks = list(kwargs.pop("callbacks", None) or [])
         if extra_callbacks is not None:

@@ -24,6 +24,7 @@ from nbdist.cluster.failures import WorkerDied
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import CheckpointError
 from nbdist.session import current_session
+from nbdist.widgets.figure import run_figure
 
 EPOCHS, PER_EPOCH = 3, 8
 
@@ -130,6 +131,17 @@ DIE_IN_EPOCH_3 = {   # (how, the run's status, steps it finished)
 }
 
 
+def assert_curves_continue(resumed, died, at=16):
+    """The resumed Run goes on from the one that died: linked to it, and every line of its
+    figure's loss panel runs from step 0, the earlier run's steps first."""
+    assert resumed.resumed_from is died and resumed.resumed_at == at
+    fig = run_figure(resumed)
+    assert f"resumed from run {died.id} at step {at}" in fig["layout"]["title"]["text"]
+    steps = [list(t["x"]) for t in fig["data"] if t.get("yaxis") == "y"
+             and t.get("mode") == "lines" and not t["name"].startswith("resumed from")]
+    assert steps and all(s == list(range(EPOCHS * PER_EPOCH)) for s in steps), steps
+
+
 def _die_then_resume(ip, cell, ckpt, capsys, extra="", recorded=None):
     """Train with --checkpoint, interrupt the kernel in epoch 3, rebuild the model (other
     seed, as after a restart), resume. ``recorded``: the steps the dying run records, if not
@@ -161,6 +173,7 @@ def test_local_step_mode_resumes_from_the_last_completed_epoch(local, capsys):
     assert any("resumed from epoch 2 of 3" in n for n in resumed.notes)
     assert "model" in resumed.notes[-1] and "optimizer" in resumed.notes[-1]
     assert_same_steps(resumed, died)
+    assert_curves_continue(resumed, died)
     assert not os.path.exists(step_dir)              # finished: the backup is gone
 
 
@@ -191,6 +204,7 @@ def test_local_keras3_fit_resumes_and_forgets_the_restored_epoch(local, capsys):
     assert resumed.mode == "fit" and sorted(frame["step"]) == list(range(16, 24))
     assert set(frame["epoch"]) == {2}
     assert_same_steps(resumed, died)
+    assert_curves_continue(resumed, died)
     assert ip.user_ns["model"]._initial_epoch is None   # a later plain fit starts at epoch 0
     run_ok(ip, FIT.format(flags=""))
     assert nbdist.runs[-1].metrics["epoch"].min() == 0

@@ -118,12 +118,15 @@ def test_keras_fit_run_draws_the_reduced_series(recorder: Recorder) -> None:
     RunWriter(run).finish("done")
     dash.close()
     lines = [t for t in traces(dash) if t.mode == "lines"]
-    assert {t.name for t in lines} == {"loss (as fit reports it)", "host step time (whole step)"}
+    assert {t.name for t in lines} == {"loss (as fit reports it)", "host step time (whole step)",
+                                       "accuracy (running mean over the epoch)"}
     loss = by_panel(dash, "loss")["loss (as fit reports it)"]
     assert np.allclose(loss.y, [1.0 / (s + 1) for s in range(30)])
+    assert np.allclose(by_panel(dash, "metrics")["accuracy (running mean over the epoch)"].y,
+                       0.5)
     # fit measures neither gradient norms nor all-reduce: no empty panels, a line says why
     layout = dash.views[1].fig.current["layout"]
-    assert dash.views[1].model.panels == ["loss", "time"] and "yaxis3" not in layout
+    assert dash.views[1].model.panels == ["loss", "metrics", "time"] and "yaxis4" not in layout
     titles = {a["name"]: a["text"] for a in layout["annotations"]}
     assert "step time per worker" in titles["title:time"]
     assert "model.fit reports the loss and the step time" in titles["notes"]
@@ -357,7 +360,7 @@ def test_the_final_figure_keeps_the_smoothing_set_on_the_live_slider(
     import comm
 
     from nbdist.widgets.figure import ema
-    from nbdist.widgets.static import PLOTLY_MIME
+    from nbdist.widgets.static import FIGURE_MIME
 
     busy = arrives == "while the cell runs"
     if busy:      # ipykernel's Comm routes every message on the shell-channel thread
@@ -387,7 +390,7 @@ def test_the_final_figure_keeps_the_smoothing_set_on_the_live_slider(
     def values(t: dict[str, Any]) -> np.ndarray:
         return np.frombuffer(base64.b64decode(t["y"]["bdata"]), dtype="<f4")
 
-    loss = [t for t in bundle[PLOTLY_MIME]["data"]
+    loss = [t for t in bundle[FIGURE_MIME]["data"]
             if t["name"] == "replica 0" and t["yaxis"] == "y"]
     assert [t.get("opacity") for t in loss] == [0.8, 0.2]     # smoothed, then the faint raw
     np.testing.assert_allclose(values(loss[0]), ema(values(loss[1]), 0.6), rtol=1e-5)
@@ -426,7 +429,7 @@ def test_a_terminal_run_ends_with_its_summary_and_no_figure_it_cannot_show(
     dash.close()
     [summary] = recorder.displayed      # IPython would keep a figure for the whole session
     assert list(summary) == ["text/plain"]
-    assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replica(s)): done")
+    assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replicas): done")
     assert summary["text/plain"].endswith("its .plot() draws the dashboard's figure)")
     dash_none = Dashboard(None)
     dash_none.on_step(run)
@@ -444,10 +447,10 @@ def test_a_shell_that_renders_svg_gets_the_static_figure_and_summary(
     RunWriter(run).finish("done")
     dash.close()
     bundle, summary = recorder.displayed
-    assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replica(s)): done")
+    assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replicas): done")
     assert "<pre>" in summary["text/html"]
     assert bundle["image/svg+xml"].startswith("<svg") and "Run 1" in bundle["text/plain"]
-    names = [t["name"] for t in bundle["application/vnd.plotly.v1+json"]["data"]]
+    names = [t["name"] for t in bundle["application/vnd.nbdist.figure.v1+json"]["data"]]
     assert names.count("replica 3") == 4                   # one per panel
 
 
@@ -465,6 +468,48 @@ def test_run_plot_returns_a_static_figure() -> None:
     assert "done" in fig.layout.title.text
     titles = {a.name: a.text for a in fig.layout.annotations}
     assert "bus bandwidth" in titles["title:allreduce_ms"]
-    assert "GB/s" in titles["title:allreduce_ms"]
+    # in the header's unit: 4 KB every 2 ms is MB/s, not "0.00273 GB/s"
+    from nbdist.widgets.figure import series_of
+    from nbdist.widgets.header import header_html
+
+    bandwidth = titles["title:allreduce_ms"].split("bus bandwidth ")[1]
+    assert bandwidth.endswith(" MB/s")
+    assert f"bus bw {bandwidth}" in header_html(run, series_of(run), True)
     marks = [t for t in fig.data if t.name == "stragglers"][0]
     assert marks.text == ("replica 0: 3.0x the median",)
+
+
+def test_a_notebook_saved_mid_run_keeps_the_last_picture(
+        recorder: Recorder, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved while the run goes on, the notebook has no widget: the output under the live
+    dashboard holds its picture, refreshed every ``picture_every`` s (not on every redraw),
+    saying what it is; the final figure replaces it when the run ends."""
+    from types import SimpleNamespace
+
+    from nbdist.widgets import run_view
+    from nbdist.widgets.static import FIGURE_MIME
+
+    monkeypatch.setattr(run_view, "time", SimpleNamespace(
+        monotonic=clock.monotonic, perf_counter=time.perf_counter))
+    run = make_run(20, total=200)
+    dash = live_dashboard(run, picture_every=10.0)
+    widget, picture = recorder.displayed
+    assert widget["text/plain"].startswith("nbdist live dashboard of Run 1 (mirrored): the run "
+                                           "was going on when this notebook was saved")
+    assert picture[run_view.LIVE_PICTURE_MIME] == {"run": 1, "step": 20}
+    assert picture["text/plain"] == ("Run 1 (mirrored): the dashboard as of step 20; the run "
+                                     "was live when this was saved.")
+    assert "as of step 20, live when this was saved" in picture["image/svg+xml"]
+    assert picture["image/svg+xml"].count("<polyline") >= 4
+    clock.advance(5)
+    feed(run, 20, 40, on_step=dash.on_step)
+    assert recorder.replaced == []              # redrawn, but the picture is 5 s old only
+    clock.advance(6)
+    feed(run, 40, 41, on_step=dash.on_step)
+    [later] = recorder.replaced
+    assert later[run_view.LIVE_PICTURE_MIME] == {"run": 1, "step": 41}
+    RunWriter(run).finish("done")
+    dash.close()
+    emptied, final = recorder.replaced[1:]
+    assert emptied == {"text/plain": ""}        # the final figure says it all
+    assert FIGURE_MIME in final and "done" in final["text/plain"]

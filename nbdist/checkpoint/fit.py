@@ -24,6 +24,7 @@ class FitCheckpoint:
         where = os.path.join(self.directory, f"fit{self.fits}")
         module = _callbacks_module(model)
         initial = int(fit_kwargs.get("initial_epoch") or 0)
+        run.checkpoint = where     # the fit's recorder links a resumed Run to the earlier one
 
         def resumed(done: int, total: int | None, steps: int | None) -> None:
             line = resume_line(done, total, where, steps)

@@ -14,7 +14,8 @@ from ..errors import CheckpointError
 from ..hooks.keras import wrapped_variable
 from ..hooks.tensorflow import trackable_class
 from ..step.names import code_names, loads_and_stores
-from ..telemetry.run import RunObserver
+from ..telemetry.run import RunObserver, RunWriter
+from ..words import count
 from .messages import MISMATCH, resume_line
 
 
@@ -130,6 +131,7 @@ class StepCheckpoint(RunObserver):
 
         latest = tf.train.latest_checkpoint(self.directory)
         if latest is None:
+            RunWriter(run).checkpointed(self.directory, 0)
             run.note(f"checkpointed each epoch into {self.directory} "
                      f"({', '.join(sorted(self.objects))})")
             return 0, 0
@@ -141,6 +143,7 @@ class StepCheckpoint(RunObserver):
             why = " ".join(str(err).split())[:300]
             raise CheckpointError(MISMATCH.format(dir=self.directory, why=why)) from None
         done, steps = int(self.epoch.numpy()), int(self.step.numpy())
+        RunWriter(run).checkpointed(self.directory, steps)   # its curves continue the last run's
         line = resume_line(done, epochs, self.directory, steps)
         saved = ", ".join(sorted(self.objects))
         run.note(f"{line.removeprefix('nbdist: ')} Checkpointed objects: {saved}.")
@@ -178,9 +181,10 @@ class StepCheckpoint(RunObserver):
         missing = sorted({v.name for v in captured
                           if id(v) not in saved and _handle_id(v) not in saved})
         if missing:
-            text = (f"--checkpoint does not save {len(missing)} trainable variable(s) the step "
-                    f"uses ({', '.join(missing[:5])}{'...' if len(missing) > 5 else ''}): the "
-                    "cell reaches them through something that is not a plain name. Name their "
+            text = (f"--checkpoint does not save {count(len(missing), 'trainable variable')} "
+                    f"the step uses ({', '.join(missing[:5])}"
+                    f"{'...' if len(missing) > 5 else ''}): the cell reaches them through "
+                    "something that is not a plain name. Name their "
                     "model or layer in the cell so that they are saved.")
             self._pending_note = text
             if self.say is not None:

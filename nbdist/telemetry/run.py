@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..words import count
 from .jsonl import read_files
 from .rows import COLUMNS, INTEGERS, MEASURED, POSITION, Row, as_row
 from .table import ColumnTable
@@ -43,6 +46,19 @@ class Run:
     ``run.metrics`` is a pandas DataFrame with one row per (step, replica or worker) and the
     columns in ``nbdist.telemetry.run.COLUMNS`` plus any extra metrics the run reported
     (e.g. Keras ``accuracy``). ``run.notes`` lists caveats about the numbers.
+
+    A ``model.fit`` run also has ``run.epoch_metrics``: one row per finished epoch with
+    ``epoch``, ``step`` (the epoch's last step) and every number Keras logged at the epoch's
+    end (``loss``, compiled metrics such as ``accuracy``, and ``val_loss``, ``val_accuracy``...
+    when the fit has validation data). In its ``run.metrics``, ``loss`` is what Keras logs per
+    batch (the running mean over the epoch so far), ``batch_loss`` each batch's own loss
+    recovered from it (``fitrecord.batch_value``; what the dashboard and ``nbdist.compare``
+    draw), and compiled metrics are as Keras logs them (running means over the epoch).
+
+    A run that resumed from a ``--checkpoint`` starts at a later step: ``run.resumed_from``
+    is the earlier Run of the same checkpoint directory (None if that Run is not in this
+    kernel) and ``run.resumed_at`` the first step this run trained; the dashboard and
+    ``nbdist.compare`` draw the earlier run's steps before it.
     """
 
     id: int
@@ -69,6 +85,16 @@ class Run:
     #: workers the other workers waited for at most recent steps (label -> median ms they
     #: waited), found from every worker's rows under multiworker; the dashboard flags them
     waited_for: dict[str, float] = field(default_factory=dict)
+    #: see the class docstring: the Run this one resumed and the step it resumed at
+    resumed_from: Run | None = field(default=None, repr=False)
+    resumed_at: int | None = None
+    #: ``--checkpoint`` directory the run saved into (step: DIR/step, the k-th fit: DIR/fitk)
+    checkpoint: str | None = None
+    #: the run's name in ``nbdist.compare``'s legend (None: "run <id>"; ``Run.load``: the file)
+    title: str | None = None
+    #: what the ``loss`` column holds, for the dashboard's legend (None: the step's loss)
+    loss_label: str | None = None
+    _epochs: list[dict[str, float]] = field(default_factory=list, repr=False)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -88,7 +114,7 @@ class Run:
             (e["end"] for e in ends if e and e["end"] != "done"), "interrupted")
         run = cls(id=0, mode="step", strategy=head["strategy"], replicas=head["replicas"],
                   workers=head["workers"], status=status, started=head["started"],
-                  loss_scale=head["loss_scale"],
+                  loss_scale=head["loss_scale"], title=os.path.basename(path),
                   ended=max((e or {}).get("ended", head["started"]) for e in ends))
         RunWriter(run).append_rows(sorted((r for _, rows, _ in files for r in rows),
                                key=lambda r: (r.step, r.worker, r.replica)))
@@ -157,6 +183,9 @@ class Run:
 
     @property
     def metrics(self) -> pd.DataFrame:
+        """Every row recorded so far as a pandas DataFrame: one row per (step, replica or
+        worker), the columns of ``COLUMNS`` (``step``, ``replica``, ``loss``, ``grad_norm``,
+        ``allreduce_ms``, ``step_ms``...), then the extra metrics the run reported."""
         import pandas as pd
 
         with self._lock:
@@ -170,7 +199,43 @@ class Run:
         return frame
 
     @property
+    def epoch_metrics(self) -> pd.DataFrame:
+        """One row per finished epoch of a ``model.fit``: ``epoch``, ``step`` (the epoch's last
+        step) and what Keras logged at the epoch's end (``val_loss``... with validation
+        data). Empty for step-mode runs."""
+        import pandas as pd
+
+        with self._lock:
+            rows = [dict(r) for r in self._epochs]
+        frame = pd.DataFrame(rows, columns=list(dict.fromkeys(
+            ["epoch", "step", *(k for r in rows for k in r)])))
+        for name in ("epoch", "step"):
+            frame[name] = frame[name].astype(np.int64)
+        return frame
+
+    def epoch_rows(self, start: int = 0) -> list[dict[str, float]]:
+        """``epoch_metrics`` from its row ``start`` on, as dicts (what the dashboard reads)."""
+        with self._lock:
+            return [dict(r) for r in self._epochs[start:]]
+
+    def extras_since(self, start: int, stop: int | None = None) -> dict[str, np.ndarray]:
+        """The extra metrics (name -> values, NaN where a row has none) of rows ``start`` to
+        ``stop``, aligned with ``block_since(start, stop)``."""
+        with self._lock:
+            return {name: self._table.extra(name, start, stop)
+                    for name in self._table.extra_names()}
+
+    def lineage(self) -> list[Run]:
+        """This run and the runs it resumed, the earliest first (``resumed_from`` chain)."""
+        chain: list[Run] = [self]
+        while (earlier := chain[-1].resumed_from) is not None and \
+                all(r is not earlier for r in chain):
+            chain.append(earlier)
+        return chain[::-1]
+
+    @property
     def duration(self) -> float:
+        """Seconds from the start to the end of the run (to now while it runs)."""
         return (self.ended or time.time()) - self.started
 
     def summary(self) -> str:
@@ -181,9 +246,9 @@ class Run:
         steps = self.steps_done
         rate = steps / self.duration if self.duration > 0 else math.nan
         head = (
-            f"Run {self.id} ({self.mode}, {self.strategy}, {self.replicas} replica(s)"
+            f"Run {self.id} ({self.mode}, {self.strategy}, {count(self.replicas, 'replica')}"
             f"{f' x {self.workers} workers' if self.workers > 1 else ''}): {self.status}, "
-            f"{steps} step(s) in {self.duration:.1f} s ({rate:.1f} steps/s)"
+            f"{count(steps, 'step')} in {self.duration:.1f} s ({rate:.1f} steps/s)"
         )
         lines = [head]
         if last:
@@ -219,6 +284,12 @@ class Run:
         """Write the metrics as TensorBoard scalars, one subdirectory per replica/worker so
         TensorBoard overlays them; returns the run's directory (``logdir/name``)."""
         return _view("tensorboard")(self, logdir, name)
+
+    def explain(self, link: tuple[float, float] | None = None) -> Any:
+        """Where this run's step time goes and what to change, ranked by the gain predicted
+        (``telemetry.explain``; ``print`` it, or let the notebook draw its table).
+        ``link``: (bytes/s, one-way latency ms) of the link between ranks, if known."""
+        return _view("explain")(self, link)
 
     def last_losses(self) -> list[float]:
         """Each replica's (or worker's) loss at the most recent step."""
@@ -290,6 +361,26 @@ class RunWriter:
                 columns.setdefault(name, np.full(len(rows), _NAN))[i] = value
         self.append_block(block, columns or None)
 
+    def record_epoch(self, epoch: int, step: int, logs: Mapping[str, float]) -> None:
+        """Append a finished epoch's numbers (``Run.epoch_metrics``); an epoch recorded again
+        (a worker's copy arriving late) replaces the earlier row."""
+        row = {"epoch": float(epoch), "step": float(step), **{k: float(v) for k, v in
+                                                              logs.items()}}
+        with self.run._lock:
+            kept = [r for r in self.run._epochs if r["epoch"] != row["epoch"]]
+            self.run._epochs[:] = sorted([*kept, row], key=lambda r: r["epoch"])
+
+    def checkpointed(self, directory: str, first_step: int) -> None:
+        """The run saves into ``directory`` and starts at ``first_step``: when it resumed
+        (``first_step > 0``), link it to the last Run of this kernel that saved there
+        (``Run.resumed_from``), whose rows before ``first_step`` continue its curves."""
+        run = self.run
+        run.checkpoint = directory
+        earlier = _LAST_IN.get(directory)
+        if first_step > 0 and earlier is not None and earlier is not run:
+            run.resumed_from, run.resumed_at = earlier, first_step
+        _LAST_IN[directory] = run
+
     def sum_replica_losses(self, in_sync: int) -> None:
         """The replicas' losses are parts of one global loss (each divided by the global
         batch): the headline loss of a step is their sum over the ``in_sync`` replicas."""
@@ -327,13 +418,18 @@ class RunObserver:
         all-reduce); ``tf_function.get_concrete_function(batch)`` is then free."""
 
 
+#: checkpoint directory -> the last Run that saved there (``RunWriter.checkpointed``)
+_LAST_IN: weakref.WeakValueDictionary[str, Run] = weakref.WeakValueDictionary()
+
 #: name -> function(run, ...): how a Run is drawn or exported (see the module docstring).
 _VIEWS: dict[str, Callable[..., Any]] = {}
 
 
 def register_view(name: str, function: Callable[..., Any]) -> None:
-    """Provide ``Run.plot`` (``name="plot"``) or ``Run.to_tensorboard`` (``"tensorboard"``);
-    called by the packages that draw or export a Run, so that the store imports none of them."""
+    """Provide ``Run.plot`` (``name="plot"``), ``Run.to_tensorboard`` (``"tensorboard"``) or
+    ``Run.explain`` (``"explain"``);
+    called by the modules that draw, export or explain a Run, so that the store imports none
+    of them."""
     _VIEWS[name] = function
 
 

@@ -1,6 +1,6 @@
 """What nbdist draws: progress, the dashboard, the strategy picker.
 
-Importing this package registers ``Run.plot`` (``static_figure``) with the Run store, which
+Importing this package registers ``Run.plot`` (``static.plot_figure``) with the Run store, which
 imports no view itself; plotly loads only when a figure is drawn.
 """
 
@@ -12,10 +12,10 @@ from ..telemetry.run import Run, register_view
 
 
 def plot(run: Run, **options: Any) -> Any:
-    """A static plotly Figure of ``run`` (``run.plot()``; see ``figure.static_figure``)."""
-    from .figure import static_figure
+    """A static plotly Figure of ``run`` (``run.plot()``; see ``static.plot_figure``)."""
+    from .static import plot_figure
 
-    return static_figure(run, **options)
+    return plot_figure(run, **options)
 
 
 register_view("plot", plot)

@@ -23,17 +23,19 @@ class Panel:
     title: str
     unit: str            # the y axis title
     log: bool            # first steps include tracing: a log axis keeps the rest readable
-    height: int          # px
+    height: int          # px; a step run's four panels, header and Stop fit a 900 px window
     short: str           # in the shared hover, after each value
 
 
 PANELS = {p.metric: p for p in (
-    Panel("loss", "loss", "", False, 190, "loss"),
-    Panel("grad_norm", "gradient norm", "", False, 150, "grad norm"),
-    Panel("allreduce_ms", "gradient all-reduce time", "ms", True, 150, "all-reduce"),
-    Panel("time", "compute time per replica", "ms", True, 150, "time"),
+    Panel("loss", "loss", "", False, 150, "loss"),
+    # model.fit: Keras' compiled metrics per batch, and per epoch with validation
+    Panel("metrics", "metrics", "", False, 110, ""),
+    Panel("grad_norm", "gradient norm", "", False, 110, "grad norm"),
+    Panel("allreduce_ms", "gradient all-reduce time", "ms", True, 110, "all-reduce"),
+    Panel("time", "compute time per replica", "ms", True, 110, "time"),
     # aggregated runs (many replicas): each worker's slowest replica, a row per worker
-    Panel("heatmap", "compute time per worker (its slowest replica)", "worker", False, 220,
+    Panel("heatmap", "compute time per worker (its slowest replica)", "worker", False, 170,
           "ms"),
 )}
 BANDS = (("min", "max", "min-max", "rgba(31,119,180,0.15)"),
@@ -60,7 +62,7 @@ AGGREGATES = {
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 REPLICA_WIDTH, AGGREGATE_WIDTH = 1.3, 2.6
-_TOP, _NOTE, _BOTTOM, _GAP = 58, 15, 48, 40   # px: title, a note line, step title, panel title
+_TOP, _NOTE, _BOTTOM, _GAP = 58, 15, 42, 36   # px: title, a note line, step title, panel title
 
 
 def log_dtick(lo: float, hi: float) -> Any:
@@ -81,8 +83,11 @@ def choose_panels(series: RunSeries, strategy: str, final: bool) -> tuple[list[s
     """(panels to draw, one line per panel left out saying why). Live (``final`` False) a
     panel stays while its data may still come (all-reduce times come on timed steps only)."""
     if not series.per_replica:
-        return ["loss", "time"], ["model.fit reports the loss and the step time: gradient "
-                                  "norms and all-reduce times are measured in --step cells"]
+        metrics = series.metric_names() or [n for n in series.epoch_names() if n != "val_loss"
+                                            and n.startswith("val_")]
+        return ["loss", *(["metrics"] if metrics else []), "time"], [
+            "model.fit reports the loss and the step time: gradient norms and all-reduce "
+            "times are measured in --step cells"]
     shown, notes = ["loss"], []
     if series.aggregated:
         notes.append(f"{series.workers} workers x {series.replicas} replicas: showing median, "
@@ -190,6 +195,34 @@ def aggregate_line(name: str, yaxis: str, label: str | None = None) -> dict[str,
     return {"type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
             "xaxis": "x", "yaxis": yaxis, "hovertemplate": _hover(agg.panel),
             "line": {"width": AGGREGATE_WIDTH, "color": agg.color, "dash": agg.dash}}
+
+
+def metric_line(label: str, index: int, yaxis: str) -> dict[str, Any]:
+    """A compiled metric of a fit, per batch (Keras' running mean over the epoch)."""
+    return {"type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
+            "xaxis": "x", "yaxis": yaxis,
+            "line": {"width": REPLICA_WIDTH + 0.4, "color": PALETTE[index % len(PALETTE)]},
+            "hovertemplate": f"%{{y:.4g}} <span style='color:#888'>{label}</span>"}
+
+
+def running_loss_line(yaxis: str) -> dict[str, Any]:
+    """Keras' own per-batch loss log (the running mean over the epoch), faint under the
+    per-batch loss: the number its progress bar shows."""
+    label = "loss, Keras' running mean over the epoch"
+    return {"type": "scatter", "mode": "lines", "name": label, "legendgroup": label,
+            "xaxis": "x", "yaxis": yaxis, "opacity": 0.7,
+            "line": {"width": 1.2, "color": "#999999", "dash": "dot"},
+            "hovertemplate": "%{y:.4g} <span style='color:#888'>running mean</span>"}
+
+
+def epoch_points(label: str, color: str, yaxis: str) -> dict[str, Any]:
+    """One number per epoch (validation...), at each epoch's last step: markers joined by a
+    dashed line."""
+    return {"type": "scatter", "mode": "lines+markers", "name": label, "legendgroup": label,
+            "xaxis": "x", "yaxis": yaxis,
+            "line": {"width": 1.5, "color": color, "dash": "dash"},
+            "marker": {"size": 7, "color": color, "symbol": "diamond"},
+            "hovertemplate": f"%{{y:.4g}} <span style='color:#888'>{label}</span>"}
 
 
 def straggler_marks(yaxis: str) -> dict[str, Any]:

@@ -29,6 +29,10 @@ KEY_METRICS = ("loss", "grad_norm", "allreduce_ms", "time")
 #: Per-step global lines (the two times: the slowest replica's).
 GLOBAL_METRICS = ("loss", "step_ms", "allreduce_ms", "other_collective_ms")
 
+#: A fit's extras that are no compiled metric (``keras_reported_loss``: Keras' number where the
+#: loss column is empty, see ``fitrecord.CENTRAL_STORAGE_LOSS_NOTE``).
+NOT_METRICS = frozenset(("batch_loss", "keras_reported_loss"))
+
 #: The columns of ``RunSeries._pending``: a step's sums, counts and maxima so far.
 _PENDING = ("step", "loss_sum", "loss_n", "step_ms_sum", "step_ms_n", "allreduce_max",
             "other_max", "rows")
@@ -226,6 +230,39 @@ class RunSeries:
             slowest = np.where(acc[:, i] > -math.inf, acc[:, i], math.nan)
             self.series[(name, None)].extend(x, slowest)
             recent.extend(slowest[np.isfinite(slowest)][-recent.maxlen:].tolist())
+
+    def ingest_metrics(self, steps: np.ndarray, extras: dict[str, np.ndarray]) -> None:
+        """A fit's compiled metrics per batch (its rows' extras, ``Run.extras_since``, the
+        rows' ``steps``): a ``("metric", name)`` line each; ``running_loss`` (Keras' running
+        mean, see ``figure.feed``) is the ``("running_loss", None)`` line of the loss panel."""
+        for name, values in extras.items():
+            if name in NOT_METRICS:
+                continue
+            ok = np.isfinite(values)
+            ident = ("running_loss", None) if name == "running_loss" else ("metric", name)
+            if ident not in self.series and not ok.any():
+                continue
+            if ident not in self.series:
+                self.series[ident] = Decimator(self.max_points)
+            self.series[ident].extend(steps[ok], values[ok])
+
+    def ingest_epochs(self, rows: Sequence[dict[str, float]]) -> None:
+        """Finished epochs (``Run.epoch_rows``): a ``("epoch", name)`` series per number Keras
+        logged at an epoch's end, at the epoch's last step."""
+        for row in rows:
+            for name, value in row.items():
+                if name in ("epoch", "step") or not math.isfinite(value):
+                    continue
+                dec = self.series.setdefault(("epoch", name), Decimator(self.max_points))
+                dec.extend(np.array([row["step"]]), np.array([value]))
+
+    def metric_names(self) -> list[str]:
+        """The compiled metrics with a line per batch (``ingest_metrics``), in order seen."""
+        return [key for m, key in self.series if m == "metric"]
+
+    def epoch_names(self) -> list[str]:
+        """The numbers logged per epoch (``ingest_epochs``), in order seen."""
+        return [key for m, key in self.series if m == "epoch"]
 
     def finish(self) -> None:
         """Finalise every pending step (the run ended)."""

@@ -100,11 +100,13 @@ class _WorkerFitRecording(FitRecording):
         scale = _batch_log_scale(self.model, self.st.handle.replicas)
         logs = {k: float(v) * scale for k, v in logs.items() if is_number(v)}
         extra = {k: v for k, v in logs.items() if k != "loss"}
+        reported = logs.get("loss", float("nan"))
+        extra["batch_loss"] = self.batch_loss(reported)
         allreduce = self.clock.read_ms() if self.clock is not None else None
         self.timed = self.timed or allreduce is not None
         RunWriter(self.run).record_step(
-            self.step, self.epoch, loss=[logs.get("loss", float("nan"))], step_ms=step_ms,
-            replica=-1, extra=extra or None, allreduce_ms=allreduce)
+            self.step, self.epoch, loss=[reported], step_ms=step_ms,
+            replica=-1, extra=extra, allreduce_ms=allreduce)
         self.step += 1
         self.forward.on_step(self.run)
 

@@ -90,7 +90,7 @@ def in_run(st: WorkerState, key: str, mode: str, run: Run, forward: Forwarder,
             RunWriter(run).finish("done")
         forward.flush(run)
         st.channel.send({"type": protocol.RUN_END, "run": key, "status": run.status,
-                         "notes": run.notes})
+                         "notes": run.notes, "epochs": run.epoch_rows()})
         st.channel.flush()
         st.gate.reset()
 

@@ -11,7 +11,8 @@ from ..failures import build_error
 
 FIT_NOTE = (
     "loss is what tf_keras reports on each worker: the running mean over the epoch, already "
-    "reduced over all workers (replica -1). tf_keras's own per-batch logs under "
+    "reduced over all workers (replica -1), and batch_loss each batch's own loss recovered "
+    "from it (what the dashboard draws). tf_keras's own per-batch logs under "
     "MultiWorkerMirroredStrategy are that mean times the number of replicas (its 'auto' "
     "reduction sums them); nbdist records the mean. `model.distribute_reduction_method = "
     "'first'` fixes the logs your own callbacks see"

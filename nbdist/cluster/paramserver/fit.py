@@ -230,6 +230,7 @@ class _Recorder(FitRecording):
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self.drain()
+        super().on_epoch_end(epoch, logs)
 
     def drain(self, quiet: bool = False) -> None:
         """Record every step still pending (fetching waits for the slowest)."""

@@ -1,0 +1,195 @@
+"""A fit's per-batch loss recovered from Keras' running means, its metrics and validation in the
+dashboard's figure, runs overlaid by ``nbdist.compare``, and a resumed run's curves going on
+from the run it resumed: all from Runs built from rows (no TensorFlow)."""
+
+import numpy as np
+import pytest
+
+import nbdist
+from nbdist.errors import CompareError
+from nbdist.fitrecord import BATCH_LOSS_LABEL, FitRecorder, batch_value
+from nbdist.telemetry.run import Run, RunWriter
+from nbdist.widgets.compare import comparison_figure
+from nbdist.widgets.figure import run_figure
+
+
+def keras_running_means(losses_per_epoch):
+    """What Keras logs as ``loss`` after each batch: the mean over the epoch so far."""
+    return [np.cumsum(ls) / np.arange(1, len(ls) + 1) for ls in losses_per_epoch]
+
+
+def test_batch_value_recovers_each_batch_and_groups_of_batches():
+    losses = np.array([2.0, 1.5, 1.7, 0.9, 1.1])
+    means = keras_running_means([losses])[0]
+    got = [batch_value(b + 1, means[b], b, means[b - 1] if b else 0.0) for b in range(5)]
+    np.testing.assert_allclose(got, losses)
+    # steps_per_execution=2: Keras logs after batches 2 and 4 only: each log gives their mean
+    assert batch_value(4, means[3], 2, means[1]) == pytest.approx(losses[2:4].mean())
+    assert np.isnan(batch_value(2, 1.0, 2, 1.0))        # no new batch: no value
+
+
+def fit_run(losses_per_epoch, accuracy=0.5, val=True):
+    """A Run recorded by the kernel's fit recorder, fed the logs Keras would send."""
+    run = Run(id=1, mode="fit", strategy="mirrored", replicas=2, loss_label=BATCH_LOSS_LABEL)
+    recorder = FitRecorder(run, [], central_storage=False)
+    recorder.params = {"epochs": len(losses_per_epoch), "steps": len(losses_per_epoch[0])}
+    recorder.on_train_begin()
+    for epoch, means in enumerate(keras_running_means(losses_per_epoch)):
+        recorder.on_epoch_begin(epoch)
+        for batch, mean in enumerate(means):
+            recorder.on_train_batch_begin(batch)
+            recorder.on_train_batch_end(batch, {"loss": mean, "accuracy": accuracy + epoch / 10})
+        logs = {"loss": means[-1], "accuracy": accuracy + epoch / 10}
+        if val:
+            logs |= {"val_loss": means[-1] + 0.1, "val_accuracy": accuracy}
+        recorder.on_epoch_end(epoch, logs)
+    RunWriter(run).finish("done")
+    return run
+
+
+def test_a_fit_records_each_batch_loss_its_metrics_and_each_epoch():
+    losses = [[2.0, 1.0, 1.5, 0.5], [0.8, 0.4, 0.6, 0.2]]
+    run = fit_run(losses)
+    frame = run.metrics
+    np.testing.assert_allclose(frame["batch_loss"], np.ravel(losses))   # not the staircase
+    np.testing.assert_allclose(frame["loss"], np.ravel(keras_running_means(losses)))
+    assert list(frame["accuracy"]) == [0.5] * 4 + [0.6] * 4
+    epochs = run.epoch_metrics
+    assert list(epochs["epoch"]) == [0, 1] and list(epochs["step"]) == [3, 7]
+    np.testing.assert_allclose(epochs["val_loss"], [1.35, 0.6])
+    assert "run.epoch_metrics" in run.__doc__
+
+
+def lines(fig, axis=None):
+    return {t["name"]: t for t in fig["data"] if axis is None or t.get("yaxis") == axis}
+
+
+def test_the_fit_figure_draws_metrics_and_validation_per_epoch():
+    run = fit_run([[2.0, 1.0, 1.5, 0.5], [0.8, 0.4, 0.6, 0.2]])
+    fig = run_figure(run)
+    loss = lines(fig, "y")
+    assert set(loss) == {BATCH_LOSS_LABEL, "loss, Keras' running mean over the epoch",
+                         "val_loss (per epoch)"}
+    np.testing.assert_allclose(loss[BATCH_LOSS_LABEL]["y"], [2.0, 1.0, 1.5, 0.5, 0.8, 0.4,
+                                                             0.6, 0.2])
+    assert list(loss["val_loss (per epoch)"]["x"]) == [3, 7]
+    assert loss["val_loss (per epoch)"]["mode"] == "lines+markers"
+    metrics = lines(fig, "y2")
+    assert set(metrics) == {"accuracy (running mean over the epoch)",
+                            "val_accuracy (per epoch)"}
+    titles = [a["text"] for a in fig["layout"]["annotations"]]
+    assert "<b>metrics</b>" in titles
+
+
+def test_sampled_timings_say_so_in_their_panel_title():
+    run = Run(id=3, mode="step", strategy="mirrored", replicas=2)
+    for s in range(40):
+        timed = s % 10 == 0
+        RunWriter(run).record_step(s, 0, loss=[1.0, 1.0], step_ms=3.0,
+                                   allreduce_ms=[0.5, 0.6] if timed else None,
+                                   compute_ms=[2.0, 2.1] if timed else None)
+    RunWriter(run).finish("done")
+    titles = {a["name"]: a["text"] for a in run_figure(run)["layout"]["annotations"]}
+    assert titles["title:allreduce_ms"].endswith("sampled every 10 steps")
+    assert titles["title:time"].endswith("sampled every 10 steps")
+    assert "sampled" not in titles["title:loss"]
+
+
+def step_run(id_, steps, loss_scale=1, wall=1000.0, directory=None, first=0):
+    run = Run(id=id_, mode="step", strategy="mirrored", replicas=2, loss_scale=loss_scale,
+              started=wall)
+    if directory:
+        RunWriter(run).checkpointed(directory, first)
+    for s in steps:
+        RunWriter(run).record_step(s, 0, loss=[1.0 / (s + 1), 3.0 / (s + 1)], step_ms=3.0,
+                                   wall_time=wall + s + 1)
+    RunWriter(run).finish("done")
+    return run
+
+
+def test_compare_draws_one_line_per_run_on_steps_or_time():
+    a = step_run(1, range(30))
+    b = step_run(2, range(20), loss_scale=2, wall=5000.0)
+    fig = comparison_figure([a, b])
+    drawn = lines(fig)
+    assert list(drawn) == ["run 1 · mirrored · 2 replicas", "run 2 · mirrored · 2 replicas"]
+    one, two = drawn.values()
+    assert list(one["x"]) == list(range(30))
+    np.testing.assert_allclose(one["y"], [2.0 / (s + 1) for s in range(30)])      # the mean
+    np.testing.assert_allclose(two["y"], [4.0 / (s + 1) for s in range(20)])      # x scale 2
+    timed = lines(comparison_figure([a, b], x="time"))
+    assert list(timed["run 2 · mirrored · 2 replicas"]["x"]) == [s + 1.0 for s in range(20)]
+    assert comparison_figure([a, b], x="time")["layout"]["xaxis"]["title"]["text"] == \
+        "seconds since the run started"
+    step_ms = comparison_figure(a, metric="step_ms")
+    assert step_ms["layout"]["yaxis"]["title"]["text"] == "step_ms (mean over replicas)"
+
+
+def test_compare_draws_a_fits_metrics_and_validation_and_names_runs_without_them():
+    fit = fit_run([[2.0, 1.0, 1.5, 0.5], [0.8, 0.4, 0.6, 0.2]])
+    fit.title = "wide model"
+    step = step_run(2, range(8))
+    fig = comparison_figure([fit, step], metric="val_loss")
+    [(name, line)] = lines(fig).items()
+    assert name == "wide model · mirrored · 2 replicas" and line["mode"] == "lines+markers"
+    assert list(line["x"]) == [3, 7]
+    assert fig["layout"]["annotations"][0]["text"] == \
+        "not drawn (no val_loss): run 2 · mirrored · 2 replicas"
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"x": "wall"}, "x is the axis the runs are drawn against, \"step\""),
+    ({"metric": "nope"}, "none of the 2 run(s) recorded that metric. They have: "),
+    ({"runs": "abc"}, "takes a Run or a list of Runs"),
+    ({"runs": [1]}, "every item must be a Run"),
+    ({"runs": []}, "give at least one Run"),
+])
+def test_compare_refuses_bad_input_with_what_to_do(kwargs, says):
+    runs = [step_run(1, range(5)), step_run(2, range(5))]
+    with pytest.raises(CompareError, match="nbdist.compare") as err:
+        comparison_figure(**{"runs": runs, **kwargs})
+    assert says in str(err.value)
+
+
+def test_compare_refuses_a_run_without_steps():
+    empty = Run(id=9, mode="step", strategy="mirrored", replicas=2, status="failed")
+    with pytest.raises(CompareError) as err:
+        comparison_figure([step_run(1, range(5)), empty])
+    assert "run 9 · mirrored · 2 replicas (failed) recorded no step" in str(err.value)
+
+
+def test_a_resumed_run_continues_the_curves_of_the_run_it_resumed(tmp_path):
+    where = str(tmp_path / "step")
+    died = step_run(1, range(23), directory=where)
+    resumed = step_run(2, range(16, 24), directory=where, first=16, wall=2000.0)
+    assert resumed.resumed_from is died and resumed.resumed_at == 16
+    assert died.resumed_from is None
+    fig = run_figure(resumed)                      # the dashboard's figure
+    assert "resumed from run 1 at step 16" in fig["layout"]["title"]["text"]
+    loss = lines(fig, "y")
+    assert list(loss["replica 0"]["x"]) == list(range(24))    # no blank steps 0-15
+    assert list(loss["resumed from run 1 at step 16"]["x"]) == [15.5, 15.5]
+    # compare: alone, the line starts at step 0; beside the run it resumed, it joins its end
+    alone = lines(comparison_figure([resumed]))
+    name = "run 2 · mirrored · 2 replicas · resumed run 1 at step 16"
+    assert list(alone[name]["x"]) == list(range(24))
+    both = lines(comparison_figure([died, resumed]))
+    assert list(both[name]["x"]) == list(range(15, 24))
+    assert list(both["run 1 · mirrored · 2 replicas"]["x"]) == list(range(23))
+
+
+def test_nbdist_compare_defaults_to_every_run_with_steps(monkeypatch):
+    from nbdist.telemetry import run as store
+
+    runs = store.RunList([step_run(1, range(5)), Run(id=2, mode="step", strategy="mirrored",
+                                                      replicas=2), step_run(3, range(7))])
+    monkeypatch.setattr(store, "runs", runs)
+    fig = nbdist.compare()
+    assert [t.name for t in fig.data] == ["run 1 · mirrored · 2 replicas",
+                                          "run 3 · mirrored · 2 replicas"]
+    bundle = fig._repr_mimebundle_()
+    assert "<svg" in bundle["image/svg+xml"] and "run 3 · mirrored" in bundle["image/svg+xml"]
+    assert bundle["text/plain"].startswith("global loss by step: 2 runs")
+    monkeypatch.setattr(store, "runs", store.RunList())
+    with pytest.raises(CompareError, match="no run of this kernel has recorded a step yet"):
+        nbdist.compare()
