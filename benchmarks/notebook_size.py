@@ -38,19 +38,30 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, out: Path) -> None:
                    resources={"metadata": {"path": str(cwd)}}).execute()
     nbformat.write(nb, out)
     state = json.dumps(nb.metadata.get("widgets", {}))
-    print(f"{out.name}: {out.stat().st_size / 1e6:.3f} MB, widget state "
-          f"{len(state) / 1e6:.3f} MB")
+    print(f"{out.name}: {out.stat().st_size / 1e3:.0f} kB, widget state "
+          f"{len(state) / 1e3:.0f} kB")
+    for i, c in enumerate(nb.cells):
+        for o in c.get("outputs", []):
+            sizes = {mime: len(v if isinstance(v, str) else json.dumps(v))
+                     for mime, v in o.get("data", {}).items()}
+            if sum(sizes.values()) > 10_000:
+                parts = ", ".join(f"{m} {n / 1e3:.0f} kB" for m, n in sizes.items())
+                print(f"  cell {i}: {sum(sizes.values()) / 1e3:.0f} kB ({parts})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--quickstart-only", action="store_true",
+                        help="skip the ten-dashboard notebook")
     args = parser.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="nbdist-size-"))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT),
                                                              os.environ.get("PYTHONPATH")]))
     quick = nbformat.read(ROOT / "notebooks" / "00-quickstart.ipynb", as_version=4)
     execute(quick, ROOT / "notebooks", out / "00-quickstart.ipynb")
+    if args.quickstart_only:
+        return
     ten = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in TEN])
     execute(ten, out, out / "ten-dashboards.ipynb")
 

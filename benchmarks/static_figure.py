@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from nbdist.telemetry.rows import COLUMNS  # noqa: E402
 from nbdist.telemetry.rows import POSITION as COL  # noqa: E402
 from nbdist.telemetry.run import Run, RunWriter  # noqa: E402
-from nbdist.widgets.static import PLOTLY_MIME, static_bundle  # noqa: E402
+from nbdist.widgets.static import FIGURE_MIME, static_bundle  # noqa: E402
 
 
 def synthetic(workers: int, replicas: int, rows: int) -> Run:
@@ -68,7 +68,7 @@ def main() -> None:
             wall, cpu = time.perf_counter(), time.process_time()
             bundle = static_bundle(run)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            size = len(json.dumps(bundle[PLOTLY_MIME])) + len(bundle["image/svg+xml"])
+            size = len(json.dumps(bundle[FIGURE_MIME])) + len(bundle["image/svg+xml"])
             print(f"{workers:2d} x {replicas} replicas, {run.n_rows:,} rows: CPU {cpu:.2f} s "
                   f"({cpu:.2f}x the 1 s goal), wall {wall:.2f} s; bundle {size / 1e3:.0f} kB",
                   flush=True)

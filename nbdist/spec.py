@@ -22,6 +22,7 @@ from .families import (
     suggest_strategy,
     taking,
 )
+from .words import count
 
 __all__ = ["PARTITIONERS", "PLACEMENT_FLAGS", "STRATEGY_NAMES", "RunSpec", "StrategySpec",
            "partitioner_parts", "suggest_strategy"]
@@ -80,7 +81,7 @@ class StrategySpec:
         if fam.max_devices is not None and self.devices is not None \
                 and self.devices > fam.max_devices:
             raise ConfigError(self._refusal(fam, "devices") or (
-                f"`{self.name}` runs on at most {fam.max_devices} device(s), but --devices "
+                f"`{self.name}` runs on at most {count(fam.max_devices, 'device')}, but --devices "
                 f"{self.devices} was given."))
         if fam.in_kernel and (self.workers or self.ps or self.cluster):
             workers = tuple(f.name for f in families() if not f.in_kernel)

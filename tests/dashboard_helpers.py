@@ -15,7 +15,7 @@ from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets import dashboard as dashboard_mod
 from nbdist.widgets.dashboard import Dashboard
 
-STATIC = "application/vnd.plotly.v1+json"
+STATIC = "application/vnd.nbdist.figure.v1+json"   # the final figure's plotly JSON
 
 
 class Recorder:

@@ -89,7 +89,7 @@ def test_the_cause_wins_over_collateral_collective_errors():
     text = str(e)
     assert text.startswith("[worker 1] ZeroDivisionError: division by zero")
     assert "worker 0 then failed with UnavailableError (a consequence" in text
-    assert "1 other worker(s) finished" in text
+    assert "1 other worker finished" in text
 
 
 def test_nbdist_errors_keep_their_class():
@@ -437,3 +437,28 @@ def test_every_fault_kind_is_read_from_one_table(monkeypatch):
     with pytest.raises(ConfigError, match="`%distribute inject term` is offered under "
                                           "multiworker only"):
         PSFaults(lambda sig, w: None, 2).inject("term", "1", None, None)
+
+
+def test_ipyparallel_exit_logs_are_kept_off_stderr_and_shown_once_collapsed(
+        monkeypatch, caplog):
+    """ipyparallel logs an exited engine's last 100 lines as a warning ("Output for N:"):
+    kept (``LOGS``) and shown once, folded, at the end of the cell, never as red stderr."""
+    from nbdist.cluster.engines import enginelogs
+
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **_: shown.append(obj))
+    monkeypatch.setattr(enginelogs._filter, "_show_after_cell", lambda: None)   # no shell
+    with caplog.at_level("WARNING", logger="nbdist.cluster"):
+        enginelogs.ENGINE_LOG.warning("Output for %s:\n%s", "1",
+                                      "2026 [IPEngine.1] Handling apply_request: x\nbye")
+        enginelogs.ENGINE_LOG.warning("engine set stopped 17: {'exit_code': -9}")
+        enginelogs.ENGINE_LOG.warning("Controller could not start")
+    assert [r.getMessage() for r in caplog.records] == ["Controller could not start"]
+    assert enginelogs.LOGS[-1] == "engine set stopped 17: {'exit_code': -9}"
+    enginelogs.show_pending()
+    enginelogs.show_pending()
+    [bundle] = shown
+    assert bundle["text/plain"].startswith(
+        "nbdist: worker logs: engine process 1 exited (4 lines from ipyparallel)")
+    assert bundle["text/html"].startswith("<details class='nbdist-worker-logs'><summary>")
+    assert "[IPEngine.1] Handling apply_request" in bundle["text/html"]

@@ -55,7 +55,7 @@ def test_notebook_saves_dashboard_state_with_one_loss_series_per_replica(
     # The live widgets gave way to the static final figure: no output needs a widget model.
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
                    for o in outputs)
-    assert any("done, 40 step(s)" in o.get("data", {}).get("text/plain", "") for o in outputs)
+    assert any("done, 40 steps" in o.get("data", {}).get("text/plain", "") for o in outputs)
     [fig] = [o.data[STATIC] for o in outputs if STATIC in o.get("data", {})]
     loss = {t["name"]: t for t in fig["data"] if t.get("yaxis") == "y"}
     assert sorted(loss) == ["global loss (sum of replicas)", "replica 0", "replica 1"]

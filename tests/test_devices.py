@@ -20,7 +20,7 @@ def test_split_after_tensorflow_initialised_its_devices_says_how_to_fix():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ERROR DeviceError" in done.stdout
     assert "Restart the kernel and run `%distribute mirrored --devices 2`" in done.stdout
-    assert "nbdist: mirrored with 1 replica(s)" in done.stdout
+    assert "nbdist: mirrored with 1 replica on" in done.stdout
 
 
 def test_logical_devices_are_made_before_tensorflow_initialises_and_then_reused():
@@ -34,8 +34,8 @@ def test_logical_devices_are_made_before_tensorflow_initialises_and_then_reused(
         print("LOGICAL", len(tf.config.list_logical_devices("CPU")))
     """)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "mirrored with 3 replica(s)" in done.stdout
-    assert "mirrored with 2 replica(s) on /device:CPU:0, /device:CPU:1" in done.stdout
+    assert "mirrored with 3 replicas" in done.stdout
+    assert "mirrored with 2 replicas on /device:CPU:0, /device:CPU:1" in done.stdout
     assert "LOGICAL 3" in done.stdout
 
 

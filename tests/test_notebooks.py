@@ -9,6 +9,7 @@ notebooks are written to ``test-artifacts/notebooks/`` for inspection.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 from pathlib import Path
@@ -23,6 +24,7 @@ NOTEBOOKS = ROOT / "notebooks"
 ARTIFACTS = ROOT / "test-artifacts" / "notebooks"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
 PLOTLY = "application/vnd.plotly.v1+json"
+FIGURE = "application/vnd.nbdist.figure.v1+json"   # nbdist's figures: dashboards, Run.plot()
 
 _executed: dict[str, nbformat.NotebookNode] = {}
 
@@ -69,13 +71,16 @@ def text(c: nbformat.NotebookNode) -> str:
 
 
 def figures(c: nbformat.NotebookNode) -> list[dict]:
-    return [out.data[PLOTLY] for out in c.get("outputs", []) if PLOTLY in out.get("data", {})]
+    """A cell's figures: plotly's (the tutorials' own) and nbdist's (its Run.plot())."""
+    return [out.data[mime] for out in c.get("outputs", []) for mime in (PLOTLY, FIGURE)
+            if mime in out.get("data", {})]
 
 
 def widget_figures(nb: nbformat.NotebookNode) -> list[list[dict]]:
     """The traces of every dashboard's final figure (the static output its widgets leave)."""
-    return [out.data[PLOTLY]["data"] for c in nb.cells for out in c.get("outputs", [])
-            if PLOTLY in out.get("data", {}) and "image/svg+xml" in out.data]
+    return [out.data[FIGURE]["data"] for c in nb.cells for out in c.get("outputs", [])
+            if FIGURE in out.get("data", {}) and "image/svg+xml" in out.data
+            and "the dashboard's final figure" in out.data.get("text/plain", "")]
 
 
 def replica_series(nb: nbformat.NotebookNode) -> list[set[str]]:
@@ -162,6 +167,14 @@ def test_00_quickstart():
     table = text(cell(nb, "per_replica = step_run.metrics"))
     assert all(re.search(rf"^{r}\s", table, re.M) for r in range(4))
     assert figures(cell(nb, "step_run.plot()"))
+    # One picture per finished figure: SVG and nbdist's JSON, never plotly's MIME type (its
+    # JupyterLab renderer would save a PNG copy); each <= 100 kB, the notebook <= 300 kB.
+    drawn = [o.data for c in nb.cells for o in c.get("outputs", []) if FIGURE in o.get("data", {})]
+    assert len(drawn) == 3, [list(d) for d in drawn]      # two dashboards and step_run.plot()
+    for data in drawn:
+        assert set(data) == {FIGURE, "image/svg+xml", "text/plain"}
+        assert len(json.dumps(data)) <= 100_000, {m: len(json.dumps(v)) for m, v in data.items()}
+    assert len(nbformat.writes(nb)) <= 300_000
     assert number(r"training accuracy after 3 \+ 2 epochs: ([\d.]+)",
                   text(cell(nb, "training accuracy"))) > 0.6
 
@@ -180,7 +193,7 @@ def test_01_dataflow_graphs():
     assert "[0.70710677 0.70710677]" in text(cell(nb, "clip_gradient"))
     step = [f for f in figures(cell(nb, "--graph")) if "compiled step" in f["layout"]["title"]
             ["text"]]
-    assert step and "2 collective op(s)" in step[0]["layout"]["title"]["text"]
+    assert step and "2 collective ops" in step[0]["layout"]["title"]["text"]
     lanes = step[0]["layout"]["yaxis"]["ticktext"]
     assert {"<b>CPU:0</b>", "<b>CPU:1</b>"} <= set(lanes)
 
@@ -282,7 +295,7 @@ def test_06_choosing_a_strategy():
     assert len(re.findall(r"vs one_device: \d\.\de[+-]\d\d", same)) == 3
     graph = [f for f in figures(cell(nb, "--epochs 2 --graph"))
              if "compiled step" in f["layout"]["title"]["text"]]   # not the run's own figure
-    assert graph and "0 collective op(s)" in graph[0]["layout"]["title"]["text"]
+    assert graph and "0 collective ops" in graph[0]["layout"]["title"]["text"]
     assert "keras_reported_loss" in text(cell(nb, "fit_run = nbdist.runs[-1]"))
     assert error(cell(nb, "%distribute tpu"))[0] == "DeviceError"
     name, message = error(cell(nb, "grpc://127.0.0.1:8470"))

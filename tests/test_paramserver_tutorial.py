@@ -75,7 +75,7 @@ def test_checkpoint_warns_only_when_a_trained_variable_is_not_saved(tutorial):
     assert not any(warning in n for n in tutorial["complete_notes"])   # Keras 3
     assert tutorial["reached_error"] is None   # model reached as things["net"]: not saved
     missing = [n for n in tutorial["reached_notes"] if warning in n]
-    assert missing and missing[0].startswith(f"{warning} 4 trainable variable(s)")
+    assert missing and missing[0].startswith(f"{warning} 4 trainable variables")
 
 
 @pytest.mark.parametrize("name", ["tf_keras", "keras3"])

@@ -66,3 +66,11 @@ def test_distribute_without_arguments_shows_the_picker(ip, capsys):
     assert "VBox" not in out and "Box(" not in out
     assert "mirrored" in out and "%distribute mirrored --devices 2" in out
     assert callable(nbdist.picker)
+
+
+def test_the_picker_as_a_cells_last_value_adds_no_repr_line(session, ip, capsys):
+    """``nbdist.picker()`` as the last line of a cell: the widget, and no ``<Picker at 0x..>``
+    under it (the displayhook shows nothing more)."""
+    ip.displayhook(Picker(session, CPU_ONLY))
+    out = capsys.readouterr().out
+    assert "Picker" not in out and " at 0x" not in out, out

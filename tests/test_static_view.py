@@ -23,7 +23,7 @@ import pytest
 from nbdist import tflogs
 from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets import warm
-from nbdist.widgets.static import PLOTLY_MIME, static_bundle
+from nbdist.widgets.static import FIGURE_MIME, static_bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,8 +42,8 @@ def test_the_warm_up_draws_a_whole_dashboard_once_per_kernel(monkeypatch) -> Non
     """`%distribute` draws a throwaway figure while workers start (plotly's first figure is
     slow); it must be the real drawing code, run once."""
     bundle = warm.sample_bundle()
-    assert {PLOTLY_MIME, "image/svg+xml", "text/plain"} <= set(bundle)
-    assert len(bundle[PLOTLY_MIME]["data"]) >= 2        # one loss line per worker at least
+    assert {FIGURE_MIME, "image/svg+xml", "text/plain"} <= set(bundle)
+    assert len(bundle[FIGURE_MIME]["data"]) >= 2        # one loss line per worker at least
     monkeypatch.setattr(warm, "_started", type(warm._started)())
     # the figure is drawn in a few ms once plotly is warm: hold it until its nice value is read
     drawn, draw = threading.Event(), warm.sample_bundle
@@ -78,9 +78,9 @@ def test_static_bundle_is_svg_plotly_json_and_text_and_stays_small() -> None:
     bundle = static_bundle(_run(20_000, replicas=8))
     svg = bundle["image/svg+xml"]
     assert svg.startswith("<svg") and svg.count("<polyline") >= 8 * 4
-    assert "Run 7 · mirrored · 8 replica(s) · 20000 step(s) · done" in svg
+    assert "Run 7 · mirrored · 8 replicas · 20000 steps · done" in svg
     assert "Run 7" in bundle["text/plain"]
-    names = [t["name"] for t in bundle[PLOTLY_MIME]["data"] if t.get("yaxis") == "y"]
+    names = [t["name"] for t in bundle[FIGURE_MIME]["data"] if t.get("yaxis") == "y"]
     assert names[:2] == ["replica 0", "replica 1"]
     # Ten of these in one notebook stay under 2 MB (the points are capped, float32).
     assert len(json.dumps(bundle)) < 150_000
@@ -109,7 +109,7 @@ def test_static_svg_speaks_the_dashboard_language() -> None:
                            r'( stroke-dasharray="[\d,]+")?', svg))
     assert len(looks) == 3          # loss black, all-reduce black dashed, host step time grey
     # panel titles with units, bus bandwidth in GB/s, the step axis once
-    assert "gradient all-reduce time (ms) · bus bandwidth 0.5 GB/s" in texts
+    assert "gradient all-reduce time (ms) · bus bandwidth 500 MB/s" in texts
     assert texts.count("step") == 1 and texts.count("ms") == 2
 
 
@@ -149,7 +149,7 @@ def test_static_fit_figure_leaves_out_what_fit_cannot_measure() -> None:
     assert "loss" in texts and "step time per worker (ms)" in texts      # the panels drawn
     assert not any(t.startswith(("gradient norm", "gradient all-reduce")) for t in texts)
     assert any("model.fit reports the loss and the step time" in t for t in texts)
-    layout = bundle[PLOTLY_MIME]["layout"]
+    layout = bundle[FIGURE_MIME]["layout"]
     assert "yaxis3" not in layout and layout["yaxis2"]["type"] == "log"
 
 
@@ -236,7 +236,7 @@ def test_saved_notebook_shows_the_final_dashboard_without_widgets_and_no_tf_info
     images = re.findall(r'<img [^>]*src="data:image/svg\+xml;base64,([^"]+)"', html)
     svg = [base64.b64decode(i).decode() for i in images]
     assert svg and any("nbdist-static-figure" in s and "<polyline" in s
-               and "Run 1 · mirrored · 2 replica(s) · 16 step(s) · done" in s for s in svg)
+               and "Run 1 · mirrored · 2 replicas · 16 steps · done" in s for s in svg)
     assert len(nbformat.writes(nb)) < 200_000
 
 
@@ -249,4 +249,4 @@ def test_headless_quickstart_prints_no_widget_repr() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Box(" not in done.stdout and "FigureWidget" not in done.stdout, done.stdout
     assert "INFO:tensorflow" not in done.stdout
-    assert "Run 1 · mirrored · 2 replica(s)" in done.stdout
+    assert "Run 1 · mirrored · 2 replicas" in done.stdout

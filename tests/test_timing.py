@@ -79,7 +79,7 @@ def test_plain_batchnorm_under_several_replicas_gets_a_note_and_its_statistics_d
     (bn_runs, bn_copies), (sync_runs, sync_copies) = trained[False], trained[True]
     bn, sync = bn_runs[-1], sync_runs[-1]
     [note] = [n for n in bn.notes if "BatchNormalization" in n and "synchronized" in n]
-    assert "2 BatchNormalization layer(s) (bn1, bn2)" in note and "2 replicas" in note
+    assert "2 BatchNormalization layers (bn1, bn2)" in note and "2 replicas" in note
     assert "BatchNormalization(synchronized=True)" in note and "drift apart" in note
     # What the note says: the replicas' copies of moving_mean differ, unless synchronized.
     assert not np.array_equal(*bn_copies)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..words import count
+
 NOTHING_TRAINED = (
     "nbdist: --checkpoint {dir}: this cell called no model.fit, so nothing was saved. "
     "--checkpoint saves model.fit training in scope mode and the model/optimizer of a step "
@@ -21,5 +23,5 @@ def resume_line(done: int, total: int | None, where: str, steps: int | None) -> 
         return (f"nbdist: resumed from epoch {done}{of} in {where}: every epoch was already "
                 "done, nothing left to train.")
     ran = f", {steps} steps" if steps else ""
-    return (f"nbdist: resumed from epoch {done}{of} in {where} ({done} epoch(s){ran} restored; "
-            f"training goes on with epoch {done + 1}).")
+    return (f"nbdist: resumed from epoch {done}{of} in {where} ({count(done, 'epoch')}{ran} "
+            f"restored; training goes on with epoch {done + 1}).")

@@ -16,6 +16,7 @@ from typing import Any
 from .. import errors as _errors
 from ..errormap import without_nbdist_frames
 from ..errors import NbdistError
+from ..words import count
 
 #: TensorFlow errors a worker gets because a peer failed or stopped, not a cause of their own.
 COLLATERAL = frozenset({
@@ -180,7 +181,7 @@ def build_error(failures: dict[int, dict[str, Any]], total: int,
                         "fresh workers" if ended else f" and {were} stopped"))
     ok = total - len(failures) - len(waiting)
     if ok:
-        notes.append(f"{ok} other worker(s) finished")
+        notes.append(f"{count(ok, 'other worker')} finished")
     suffix = f" ({'; '.join(notes)})" if notes else ""
     if root["nbdist"]:
         cls = _error_class(root["type"])

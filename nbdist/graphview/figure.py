@@ -9,6 +9,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..words import count
 from .layout import Node
 from .walk import TRANSFER_OPS, UNPINNED, Op, is_collective
 
@@ -116,7 +117,8 @@ def graph_figure(view: Any) -> Any:
                  if view.collapsed else "")
     fig.update_layout(
         title={"text": f"<b>{view.name}</b>: {len(view.ops)} ops, {len(view.edges)} edges, "
-                       f"{len(devices)} device(s), {len(view.collectives)} collective op(s)"
+                       f"{count(len(devices), 'device')}, "
+                       f"{count(len(view.collectives), 'collective op')}"
                        f"{_transfers(view)}"
                        f"{collapsed}", "x": 0.01},
         height=int(min(1100, max(460, 260 + 22 * rows + 30 * len(devices)))),
@@ -127,8 +129,8 @@ def graph_figure(view: Any) -> Any:
 
 
 def _transfers(view: Any) -> str:
-    count = sum(op.type in TRANSFER_OPS for op in view.ops)
-    return f", {count} send/recv op(s)" if count else ""
+    n = sum(op.type in TRANSFER_OPS for op in view.ops)
+    return f", {count(n, 'send/recv op')}" if n else ""
 
 
 def _size(node: Node) -> float:

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..telemetry.run import RunObserver
+from ..words import count
 from .figure import graph_figure, op_counts
 from .layout import collapse_scopes, device_order, edges_between_nodes, place_nodes
 from .walk import GraphWalker, Op, graph_def_of, is_collective
@@ -74,7 +75,8 @@ class GraphView:
     def __repr__(self) -> str:
         shown = f", drawn as {len(self.nodes)} nodes" if self.collapsed else ""
         return (f"<GraphView {self.name!r}: {len(self.ops)} ops, {len(self.edges)} edges on "
-                f"{len(self.devices)} device(s), {len(self.collectives)} collective op(s)"
+                f"{count(len(self.devices), 'device')}, "
+                f"{count(len(self.collectives), 'collective op')}"
                 f"{shown}>")
 
     # -- drawing ------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..patching import patched
+from ..words import count
 
 
 class _NeedsBuild(Exception):
@@ -138,8 +139,8 @@ def unsynced_batchnorm(found: list[str]) -> contextlib.AbstractContextManager[No
 def unsynced_batchnorm_note(names: list[str], replicas: int) -> str:
     """The Run's note for ``unsynced_batchnorm``'s layers."""
     shown = ", ".join(names[:5]) + ("..." if len(names) > 5 else "")
-    return (f"{len(names)} BatchNormalization layer(s) ({shown}) train on {replicas} replicas "
-            "without synchronized=True: each replica normalises with its own slice of the "
+    return (f"{count(len(names), 'BatchNormalization layer')} ({shown}) train on {replicas} "
+            "replicas without synchronized=True: each replica normalises with its own slice of the "
             "batch and updates its own copy of moving_mean and moving_variance, so the copies "
             "drift apart per replica, and what you read, save and use for inference is replica "
             "0's. Create them with keras.layers.BatchNormalization(synchronized=True) to use the "

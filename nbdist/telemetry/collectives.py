@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..words import count
+
 # The step output's keys (one float64 per replica each): the probe writes them, the runner
 # reads them back with ``split_timing``.
 T_BEGIN = "t_begin"
@@ -68,7 +70,7 @@ class Attribution:
 
     def describe(self) -> str:
         """For the Run's note: how the gradient all-reduce was told from the others."""
-        what = (f"{len(self.others)} other collective(s) per step (SyncBatchNormalization's "
+        what = (f"{count(len(self.others), 'other collective')} per step (SyncBatchNormalization's "
                 "batch statistics, for example) are other_collective_ms, left out of "
                 "compute_ms and allreduce_ms")
         how = ("the one the optimizer makes in apply_gradients" if self.by_optimizer else

@@ -12,19 +12,29 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..telemetry.rows import POSITION
+from ..words import count
+from .header import format_bandwidth
+from .outcome import mark_outcome
 from .panels import (
     AGGREGATES,
+    PALETTE,
     aggregate_line,
     axis_names,
     band_traces,
     choose_panels,
+    epoch_points,
     heatmap,
     log_dtick,
+    metric_line,
     replica_line,
+    running_loss_line,
     straggler_marks,
 )
 from .panels import layout as panel_layout
 from .series import RunSeries
+
+COL_STEP = POSITION.step
 
 if TYPE_CHECKING:
     from ..telemetry.run import Run
@@ -42,6 +52,7 @@ class FigureModel:
                  final: bool = False):
         self.series = series
         self.title = title
+        self.loss_label: str | None = None      # ``Run.loss_label``: what the loss line is
         self.strategy, self.final = strategy, final
         self.panels: list[str] = []
         self.notes: list[str] = []
@@ -85,6 +96,35 @@ class FigureModel:
                 if agg.panel == metric and (name, None) not in self.index and self._drawn(name):
                     out.append(self._add((name, None), aggregate_line(
                         name, self.axes[metric], self._label(name))))
+            out += self._fit_traces(metric)
+        return out
+
+    def _fit_traces(self, panel: str) -> list[dict[str, Any]]:
+        """A fit's other lines: Keras' running-mean loss and ``val_loss`` per epoch on the loss
+        panel; each compiled metric per batch and its ``val_`` twin per epoch on the metrics
+        panel (one colour per metric)."""
+        out = []
+        axis = self.axes[panel]
+        if panel == "loss":
+            wanted = [(("running_loss", None), lambda: running_loss_line(axis)),
+                      (("epoch", "val_loss"), lambda: epoch_points(
+                          "val_loss (per epoch)", "#d62728", axis))]
+        elif panel == "metrics":
+            wanted = []
+            names = self.series.metric_names()
+            extra = [n[4:] for n in self.series.epoch_names()
+                     if n.startswith("val_") and n != "val_loss" and n[4:] not in names]
+            for i, name in enumerate([*names, *extra]):
+                color = PALETTE[i % len(PALETTE)]
+                wanted.append((("metric", name), lambda name=name, i=i: metric_line(
+                    f"{name} (running mean over the epoch)", i, axis)))
+                wanted.append((("epoch", f"val_{name}"), lambda name=name, color=color:
+                               epoch_points(f"val_{name} (per epoch)", color, axis)))
+        else:
+            return out
+        for ident, make in wanted:
+            if ident not in self.index and ident in self.series.series:
+                out.append(self._add(ident, make()))
         return out
 
     def _drawn(self, name: str) -> bool:
@@ -95,7 +135,7 @@ class FigureModel:
         if name == "loss" and self.series.loss_scale > 1:
             return "global loss (sum of replicas)"
         if name == "loss" and not self.series.per_replica:
-            return "loss (as fit reports it)"
+            return self.loss_label or "loss (as fit reports it)"
         return None
 
     def _add(self, ident: tuple[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
@@ -176,12 +216,50 @@ def figure_dict(model: FigureModel) -> dict[str, Any]:
 
 
 def run_title(run: Run, series: RunSeries, final: bool = True) -> str:
-    parts = [f"Run {run.id} · {run.strategy} · {run.replicas} replica(s)"]
+    parts = [f"Run {run.id} · {run.strategy} · {count(run.replicas, 'replica')}"]
     if run.workers > 1:
         parts.append(f"{run.workers} workers")
     if final:
-        parts.append(f"{series.last_step + 1} step(s) · {run.status}")
+        parts.append(f"{count(series.last_step + 1, 'step')} · {run.status}")
     return " · ".join(parts)
+
+
+def earlier_parts(run: Run) -> list[tuple[np.ndarray, dict[str, np.ndarray],
+                                           list[dict[str, float]]]]:
+    """What the runs ``run`` resumed recorded before it (``Run.lineage``): for each, its rows,
+    their extras and its epochs below the step its successor resumed at, earliest first.
+    Empty when ``run`` did not resume."""
+    chain = run.lineage()
+    out = []
+    for earlier, later in zip(chain, chain[1:], strict=False):
+        block = earlier.block_since(0)
+        if not len(block):
+            continue
+        keep = block[:, COL_STEP] < later.resumed_at
+        extras = {k: v[keep] for k, v in earlier.extras_since(0).items()}
+        epochs = [r for r in earlier.epoch_rows() if r["step"] < later.resumed_at]
+        out.append((block[keep], extras, epochs))
+    return out
+
+
+def feed(series: RunSeries, run: Run, start: int = 0, stop: int | None = None) -> int:
+    """Rows ``start`` to ``stop`` of ``run`` into ``series``, a fit's compiled metrics with
+    them (its ``batch_loss`` as the loss, Keras' running mean as ``running_loss``); with its
+    first rows, first the steps of the runs it resumed (``earlier_parts``: its curves go on
+    from theirs). Returns the rows read."""
+    block = run.block_since(start, stop)
+    parts = earlier_parts(run) if start == 0 and len(block) else []
+    parts.append((block, run.extras_since(start, stop) if run.mode == "fit" else {}, []))
+    for rows, extras, epochs in parts:
+        if "batch_loss" in extras:     # a fit: draw each batch's loss, Keras' mean beside it
+            rows, extras = rows.copy(), dict(extras)
+            extras["running_loss"] = rows[:, POSITION.loss].copy()
+            rows[:, POSITION.loss] = extras.pop("batch_loss")
+        series.ingest(rows)
+        if len(rows) and extras:
+            series.ingest_metrics(rows[:, COL_STEP], extras)
+        series.ingest_epochs(epochs)
+    return len(block)
 
 
 def series_of(run: Run, **options: Any) -> RunSeries:
@@ -189,7 +267,8 @@ def series_of(run: Run, **options: Any) -> RunSeries:
     series = RunSeries(replicas=run.replicas, workers=run.workers, **options)
     n = run.n_rows
     for start in range(0, n, _CHUNK):     # cache-sized blocks
-        series.ingest(run.block_since(start, min(n, start + _CHUNK)))
+        feed(series, run, start, min(n, start + _CHUNK))
+    series.ingest_epochs(run.epoch_rows())
     series.finish()
     return series
 
@@ -206,15 +285,69 @@ def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
                          f"got {smoothing!r}")
     series = series_of(run, aggregate=False if per_replica else None, **options)
     model = FigureModel(series, run_title(run, series), strategy=run.strategy, final=True)
+    model.loss_label = run.loss_label
     fig = figure_dict(model)
+    note_sampling(fig, series)
     bw = series.bus_bandwidth(run.allreduce_bytes)
     for note in fig["layout"]["annotations"]:
         if note.get("name") == "title:allreduce_ms" and math.isfinite(bw):
-            note["text"] += f" · bus bandwidth {bw / 1e9:.3g} GB/s"
+            note["text"] += f" · bus bandwidth {format_bandwidth(bw)}"   # as the header
     _readable_log_ticks(fig)
     if smoothing:
         fig["data"] = smoothed(fig["data"], smoothing)
+    mark_resume(fig, run)
+    mark_outcome(fig, run)      # where it failed, was interrupted or stopped, and why
     return fig
+
+
+def sampling_note(series: RunSeries, panel: str) -> str:
+    """" · sampled every K steps" when ``panel``'s times were measured on some steps only
+    (step mode times the all-reduce and the replicas' compute on sampled steps, see
+    ``step.pacing``), else ""."""
+    if panel == "allreduce_ms":
+        decs = [series.series.get(("allreduce_ms", None))]
+    elif panel == "time" and series.per_replica:
+        decs = [dec for (m, key), dec in series.series.items() if m == "time" and key]
+    else:
+        return ""
+    measured = max((dec.raw for dec in decs if dec is not None), default=0)
+    steps = series.last_step + 1
+    if not 0 < measured < steps:
+        return ""
+    every = round(steps / measured)
+    return (f" · sampled every {every} steps" if every > 1 else
+            f" · sampled on {measured} of {steps} steps")
+
+
+def note_sampling(fig: dict[str, Any], series: RunSeries) -> None:
+    """Say in each timing panel's title when its lines are sampled (``sampling_note``)."""
+    for note in fig["layout"]["annotations"]:
+        name = note.get("name", "")
+        if name.startswith("title:"):
+            note["text"] += sampling_note(series, name[6:])
+
+
+def mark_resume(fig: dict[str, Any], run: Run) -> None:
+    """Where ``run`` resumed from a checkpoint (the steps before it are the earlier run's,
+    ``Run.resumed_from``): said in the title, and a dotted vertical line across the loss
+    panel, named in the legend (a trace: every renderer, the SVG one too, draws it)."""
+    if run.resumed_from is None or run.resumed_at is None:
+        return
+    text = f"resumed from run {run.resumed_from.id} at step {run.resumed_at}"
+    fig["layout"]["title"]["text"] += f" · {text}"
+    ys = [np.asarray(t["y"], dtype=np.float64) for t in fig["data"]
+          if t.get("yaxis") == "y" and t.get("type") == "scatter" and len(t.get("y", ()))]
+    ys = [y[np.isfinite(y)] for y in ys]
+    ys = [y for y in ys if len(y)]
+    if not ys:
+        return
+    at = run.resumed_at - 0.5
+    fig["data"].append({
+        "type": "scatter", "mode": "lines", "name": text, "xaxis": "x", "yaxis": "y",
+        "x": np.array([at, at]), "y": np.array([min(float(y.min()) for y in ys),
+                                                max(float(y.max()) for y in ys)]),
+        "line": {"color": "#888888", "width": 1.2, "dash": "dot"}, "hoverinfo": "skip",
+        "legendrank": 1500})
 
 
 def _readable_log_ticks(fig: dict[str, Any]) -> None:

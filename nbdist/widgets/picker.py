@@ -16,6 +16,7 @@ from ..families import DEFAULT_FAMILY, families, family
 from ..hardware import Hardware
 from ..spec import StrategySpec
 from ..strategies import equivalent_code
+from ..words import count
 
 
 def spec_from_choices(name: str, devices: int, workers: int, ps: int, cluster: str,
@@ -69,6 +70,10 @@ def table_html(hardware: Hardware) -> str:
 
 class Picker:
     """The widget. ``Picker(session, hardware).widget`` is what gets displayed."""
+
+    def _ipython_display_(self) -> None:
+        """Nothing: ``picker()`` has displayed the widget already, and ``nbdist.picker()`` as a
+        cell's last line would otherwise add a ``<Picker at 0x...>`` line under it."""
 
     def __init__(self, session: Any, hardware: Hardware):
         import ipywidgets as w
@@ -145,7 +150,7 @@ class Picker:
         except NbdistError as err:
             self.message.value = f'<span style="color:#b00">{html.escape(str(err))}</span>'
             return
-        self.message.value = (f"✓ {handle.spec.name} with {handle.replicas} replica(s) on "
+        self.message.value = (f"✓ {handle.spec.name} with {count(handle.replicas, 'replica')} on "
                               f"{html.escape(', '.join(handle.devices))}")
 
     def _on_pick(self, name: str) -> Any:

@@ -75,4 +75,4 @@ def draws_figures(shell: Any) -> bool:
     shell with a renderer for SVG or plotly (``InteractiveShell.mime_renderers``)."""
     renderers = getattr(shell, "mime_renderers", None) or {}
     return has_frontend(shell) or bool(
-        renderers.keys() & {"application/vnd.plotly.v1+json", "image/svg+xml"})
+        renderers.keys() & {"application/vnd.nbdist.figure.v1+json", "image/svg+xml"})

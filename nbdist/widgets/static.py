@@ -1,11 +1,13 @@
 """The finished dashboard as a static output: readable without a kernel or widget JavaScript.
 
-``static_bundle(run)`` is one display bundle: plotly's JSON mimetype (interactive where
-plotly's renderer is installed: JupyterLab, Notebook 7, VS Code), the same figure as plain
-SVG (GitHub, nbviewer, nbconvert: no script runs there) and a text line. The figure keeps at
-most ``max_points`` points per trace (``max_total_points`` over all traces, float32): ten
-dashboards in a notebook stay well under 2 MB. ``nbdist.runs[i].plot()`` redraws a Run at
-full resolution.
+``static_bundle(run)`` is one display bundle with one picture: the figure as SVG (GitHub,
+nbviewer, nbconvert's HTML, VS Code: no script runs there), drawn at the page's width, the
+same figure as plotly JSON under nbdist's own MIME type (``FIGURE_MIME``), which nbdist's
+JupyterLab extension draws with plotly.js (hover, zoom) in JupyterLab and Notebook 7, and a
+text line. Not plotly's MIME type: plotly's JupyterLab renderer stores a PNG of every figure it
+draws into the notebook (a third copy, ~200 kB a dashboard). The figure keeps at most
+``max_points`` points per trace (``max_total_points`` over all traces, float32): a finished
+dashboard stays under 100 kB. ``nbdist.runs[i].plot()`` redraws a Run at full resolution.
 """
 
 from __future__ import annotations
@@ -21,28 +23,67 @@ from .aggregate import AGGREGATE_ABOVE
 from .figure import plotly_json, run_figure, run_title, series_of
 from .svgplot import figure_svg
 
-__all__ = ["static_bundle"]
+__all__ = ["FIGURE_MIME", "PLOTLY_MIME", "figure_bundle", "plot_figure", "static_bundle"]
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+#: plotly's figure JSON, drawn by nbdist's JupyterLab extension (``labextension/src/figure.ts``)
+FIGURE_MIME = "application/vnd.nbdist.figure.v1+json"
 
 
 def static_bundle(run: Run, max_points: int = 250, max_total_points: int = 4000,
                   smoothing: float = 0.0) -> dict[str, Any]:
-    """``{plotly JSON, image/svg+xml, text/plain}`` for the finished ``run``; ``smoothing``
-    as the live figure's slider had it (``figure.run_figure``)."""
+    """``{FIGURE_MIME: plotly JSON, image/svg+xml, text/plain}`` for the finished ``run``;
+    ``smoothing`` as the live figure's slider had it (``figure.run_figure``)."""
     if not run.n_rows:
         return {"text/plain": run_title(run, series_of(run))}
     keys = run.replicas * run.workers
     traces = (4 * keys + 4 if keys <= AGGREGATE_ABOVE else 30) * (2 if smoothing else 1)
     per_trace = min(max_points, max(50, max_total_points // traces))
     fig = run_figure(run, max_points=per_trace, smoothing=smoothing)
+    return figure_bundle(fig, "the dashboard's final figure; the Run in nbdist.runs keeps "
+                              "every number, its .plot() redraws it")
+
+
+def figure_bundle(fig: dict[str, Any], what: str) -> dict[str, Any]:
+    """A figure dict (numpy arrays) as a display bundle with one picture: SVG, the plotly JSON
+    for nbdist's renderer, and the title with ``what`` it is as text."""
     title = fig["layout"]["title"]["text"]
     return {
-        PLOTLY_MIME: _typed_json(fig),
+        FIGURE_MIME: _typed_json(fig),
         "image/svg+xml": figure_svg(fig),
-        "text/plain": f"{title} (the dashboard's final figure; the Run in nbdist.runs "
-                      "keeps every number, its .plot() redraws it)",
+        "text/plain": f"{title} ({what})",
     }
+
+
+def plot_figure(run: Run, **options: Any) -> Any:
+    """``run.plot()``: a plotly ``Figure`` of ``run`` (``figure.run_figure``'s options), shown
+    in a notebook as ``figure_bundle`` shows it (SVG, and plotly.js where nbdist's extension
+    is), so no PNG copy of it is saved; ``.show()`` and ``.write_html()`` work as usual."""
+    return _run_figure_class()(run_figure(run, **options))
+
+
+@functools.cache
+def _run_figure_class() -> type:
+    import plotly.graph_objects as go
+
+    class Figure(go.Figure):   # plotly's name: what users see of it is plotly's Figure
+        """A plotly Figure of a Run, displayed with one static picture (see ``plot_figure``)."""
+
+        def _repr_mimebundle_(self, include: Any = None, exclude: Any = None,
+                              **kwargs: Any) -> dict[str, Any]:
+            fig = self.to_dict()       # arrays come back as plotly's typed-array dicts
+            data = [{k: _unbdata(v) for k, v in t.items()} for t in fig["data"]]
+            layout = fig["layout"]
+            layout.setdefault("title", {}).setdefault("text", "")
+            return figure_bundle({"data": data, "layout": layout},
+                                 "a plotly Figure: nbdist.runs[i].plot()")
+
+        def _ipython_display_(self) -> None:     # plotly's own goes through its renderers
+            from IPython.display import display
+
+            display(self._repr_mimebundle_(), raw=True)
+
+    return Figure
 
 
 def _typed_json(fig: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +105,17 @@ def _typed_json(fig: dict[str, Any]) -> dict[str, Any]:
 def _bdata(values: np.ndarray) -> dict[str, str]:
     return {"dtype": "f4", "bdata": base64.b64encode(
         np.ascontiguousarray(values, dtype="<f4").tobytes()).decode("ascii")}
+
+
+def _unbdata(value: Any) -> Any:
+    """plotly's typed-array dict (``Figure.to_dict``) as a numpy array; other values as is."""
+    if isinstance(value, dict) and "bdata" in value and "dtype" in value:
+        out = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        shape = value.get("shape")
+        if shape:              # a heatmap's z: "rows, columns"
+            out = out.reshape([int(n) for n in str(shape).split(",")])
+        return out
+    return value
 
 
 @functools.cache

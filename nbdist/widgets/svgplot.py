@@ -249,7 +249,9 @@ def figure_svg(figure: dict[str, Any]) -> str:
     for y, ax in axes.items():
         ax.fit([a[1] for t, a in zip(data, arrays, strict=True) if t.get("yaxis", "y") == y])
     height = frame.height
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" '
+    # The page's width, not a fixed one: drawn in WIDTH units, the viewBox scales it and keeps
+    # its aspect (an <img> of it, as nbconvert and GitHub show SVG, also fills the page).
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" '
            f'viewBox="0 0 {WIDTH} {height:.0f}" class="nbdist-static-figure">',
            f'<rect width="{WIDTH}" height="{height:.0f}" fill="white"/>']
     title = (layout.get("title") or {}).get("text", "")

@@ -75,9 +75,13 @@ def check_live_figure(page):
         timeout=10_000)
 
 
+# The finished figure: nbdist's renderer (labextension/src/figure.ts), or its SVG.
+FINAL = ".nbdist-figure, .jp-RenderedSVG"
+
+
 def check_final_figure(cell):
     """The finished figure: the same full width and the same legend as the live one."""
-    final = cell.locator(".jp-RenderedPlotly, .jp-RenderedSVG")
+    final = cell.locator(FINAL)
     assert final.count() == 1
     width = final.evaluate("e => e.getBoundingClientRect().width")
     area = final.evaluate("e => e.closest('.jp-OutputArea-output').getBoundingClientRect().width")
@@ -99,7 +103,7 @@ FAINT_LINES = """e => {
 def check_final_smoothing(cell):
     """The smoothing set on the live slider (check_live_figure sets 0.6) is the final
     figure's: each line smoothed over its faint raw copy, as the live figure drew it."""
-    faint = cell.locator(".jp-RenderedPlotly, .jp-RenderedSVG").evaluate(FAINT_LINES)
+    faint = cell.locator(FINAL).evaluate(FAINT_LINES)
     assert faint >= 10, faint
 
 

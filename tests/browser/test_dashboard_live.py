@@ -107,6 +107,9 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
     dismiss_news(page)
     training = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
     check_live_figure(page)
+    # the picture a mid-run save keeps is under the live dashboard, hidden while it is live
+    assert training.locator(".nbdist-live-picture").count() == 1
+    assert training.locator(".nbdist-live-picture").is_hidden()
     shot_of(training.locator(".jp-OutputArea"), "dashboard-live-smoothed")
     # Saved during the run (as autosave does), the file holds the live widget view.
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
@@ -154,6 +157,14 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
     check_final_figure(training)
     check_final_smoothing(training)
     shot(page, "dashboard-final")
+    # Saved now, the finished figure is one picture (SVG) and its JSON: no PNG copy of it
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    deadline = time.monotonic() + 30
+    while WIDGET_VIEW in saved.read_text() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    final_text = saved.read_text()
+    assert "application/vnd.nbdist.figure.v1+json" in final_text
+    assert "image/png" not in final_text
     shot_of(training.locator(".jp-OutputArea"), "dashboard-final-output")
 
     # The copy saved during the run, opened with a new kernel that never had its widgets:
@@ -165,6 +176,10 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
             "() => document.body.innerText.includes('was saved while it ran')",
             timeout=120_000)
         assert "model not found" not in again.evaluate("() => document.body.innerText")
+        # ... and the dashboard's picture as of the save, shown at the output's width
+        picture = again.locator(".nbdist-live-picture img")
+        picture.wait_for(state="visible", timeout=30_000)
+        assert picture.evaluate("e => e.getBoundingClientRect().width") > 900
         shot(again, "dashboard-saved-live-reopened")
     finally:
         again.context.close()

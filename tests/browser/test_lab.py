@@ -71,7 +71,7 @@ def test_picker_renders_and_apply_sets_the_strategy(lab_server, lab_page):
     picker.get_by_role("button", name="Apply").click()
     page.wait_for_function(
         "() => document.querySelector('.nbdist-picker').textContent"
-        ".includes('✓ central_storage with 3 replica(s)')", timeout=120_000)
+        ".includes('✓ central_storage with 3 replicas')", timeout=120_000)
     page.wait_for_function(
         "() => { const e = document.querySelector('.nbdist-status-item');"
         " return e && e.textContent.includes('central_storage ×3'); }", timeout=60_000)

@@ -43,5 +43,5 @@ def test_notebook7_draws_the_live_dashboard(notebook7_server, notebook7_page):
     shot(page, "notebook7-dashboard-live")
     cell = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
     cell.locator(".jp-RenderedPlotly, .jp-RenderedSVG").first.wait_for(timeout=120_000)
-    assert "Run 1 (step, mirrored, 2 replica(s)): done, 250 step(s)" in cell.inner_text()
+    assert "Run 1 (step, mirrored, 2 replicas): done, 250 steps" in cell.inner_text()
     shot(page, "notebook7-dashboard-final")

@@ -28,6 +28,7 @@ import psutil
 from .. import tfconfig, withkernel
 from ..inengine import preload
 from .base import START_TIMEOUT_S, ClusterStartError, nbdist_pythonpath
+from .enginelogs import ENGINE_LOG
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -97,7 +98,7 @@ class LocalEngines:
         config.LocalControllerLauncher.controller_cmd = withkernel.command("ipyparallel.controller")
         self.cluster = ipp.Cluster(
             config=config, profile_dir=self.profile_dir, controller_ip="127.0.0.1",
-            delay=0, log=log, load_profile=False, engine_timeout=int(self.timeout),
+            delay=0, log=ENGINE_LOG, load_profile=False, engine_timeout=int(self.timeout),
             send_engines_connection_env=False,   # engines read the controller's file instead
             controller_args=[
                 "--usethreads",                    # schedulers as threads: 1 process, not 9

@@ -36,6 +36,7 @@ from typing import Any
 
 from ...errors import ConfigError
 from ...hooks.ipyparallel import cluster_running
+from .enginelogs import ENGINE_LOG
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -77,7 +78,7 @@ def find_cluster(profile_dir: str, cluster_id: str | None, label: str) -> Any:
         if cluster is None or not _still_current(cluster, _read(path)):
             try:   # by profile dir: its ipcluster_config.py (launcher settings) is loaded too
                 cluster = ipp.Cluster.from_file(profile_dir=profile_dir, cluster_id=found_id,
-                                                log=log)
+                                                log=ENGINE_LOG)
             except Exception as err:  # a stale or unreadable cluster file
                 log.debug("skipping cluster file %s: %s", path, err)
                 continue

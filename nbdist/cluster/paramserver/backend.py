@@ -27,6 +27,7 @@ from ...step.cache import StepCache
 from ...step.groups import refuse_grouped_steps
 from ...telemetry.run import Run, RunList, RunObserver
 from ...tflogs import worker_environment
+from ...words import count
 from ..engines import make as make_engines
 from ..engines.base import START_TIMEOUT_S, ClusterStartError, EngineSet
 from ..failures import ClusterError, WorkerError, build_error
@@ -93,8 +94,9 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         return spec == self.spec and keras is None
 
     def starting_message(self) -> str:
-        return (f"nbdist: starting {self.n} worker(s) and {self.n_ps} parameter server(s) as "
-                "tf.distribute.Server processes; this kernel is their coordinator."
+        return (f"nbdist: starting {count(self.n, 'worker')} and "
+                f"{count(self.n_ps, 'parameter server')} as tf.distribute.Server processes; "
+                "this kernel is their coordinator."
                 + (f"\n{KERAS3_PARTITIONER_NOTE}" if self.spec.partitioner else ""))
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -1,0 +1,180 @@
+/**
+ * Renderers of nbdist's own output MIME types (a JupyterLab mime extension; see
+ * nbdist/widgets/static.py):
+ *
+ * - `application/vnd.nbdist.figure.v1+json`: a finished dashboard (or `run.plot()`), plotly's
+ *   figure JSON, drawn with the plotly.js this extension ships, at the output's width. Not
+ *   plotly's MIME type: plotly's renderer writes a PNG of each figure it draws into the
+ *   notebook, a copy of the SVG that the same output already holds for GitHub and nbconvert.
+ *   Where plotly.js cannot load, the output's SVG is shown.
+ * - `application/vnd.nbdist.live-picture.v1+json`: the picture of a live dashboard as of its
+ *   last refresh, kept next to the live widget so a notebook saved mid-run keeps a picture.
+ *   Hidden (style/base.css) while the live dashboard is in the same output area.
+ */
+
+import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Widget } from '@lumino/widgets';
+
+export const FIGURE_MIME = 'application/vnd.nbdist.figure.v1+json';
+export const LIVE_PICTURE_MIME = 'application/vnd.nbdist.live-picture.v1+json';
+const SVG = 'image/svg+xml';
+
+type PlotlyModule = {
+  react: (div: HTMLElement, data: unknown, layout: unknown, config: unknown) => Promise<unknown>;
+  relayout: (div: HTMLElement, update: unknown) => Promise<unknown>;
+  purge: (div: HTMLElement) => void;
+};
+
+/** The page's plotly.js (installed by the extension's plotly plugin), or a chunk import. */
+function loadPlotly(): Promise<PlotlyModule> {
+  const g = globalThis as { nbdistPlotly?: () => Promise<unknown> };
+  if (typeof g.nbdistPlotly === 'function') {
+    return g.nbdistPlotly() as Promise<PlotlyModule>;
+  }
+  return import('plotly.js-dist-min').then(mod => (mod.default ?? mod) as PlotlyModule);
+}
+
+type Figure = { data?: Record<string, any>[]; layout?: Record<string, any> };
+
+const DARK_LINES = new Set(['#111111', '#555555', '#000000', 'black']);
+
+/**
+ * The figure in JupyterLab's dark theme: a transparent background, the theme's text colour
+ * for text and the near-black aggregate lines, its border colour for the grid (as the live
+ * figure does, nbdist/widgets/livefigure.js). In a light theme: as it is.
+ */
+export function themed(fig: Figure, body: HTMLElement | null = document.body): Figure {
+  if (!body || body.dataset.jpThemeLight !== 'false') {
+    return fig;
+  }
+  const css = getComputedStyle(body);
+  const fg = css.getPropertyValue('--jp-ui-font-color1').trim() || '#d4d4d4';
+  const grid = css.getPropertyValue('--jp-border-color2').trim() || '#444';
+  const layout: Record<string, any> = { ...(fig.layout ?? {}) };
+  for (const [name, axis] of Object.entries(layout)) {
+    if (/^[xy]axis\d*$/.test(name)) {
+      layout[name] = { ...axis, gridcolor: grid, linecolor: grid, zerolinecolor: grid };
+    }
+  }
+  layout.paper_bgcolor = layout.plot_bgcolor = 'rgba(0,0,0,0)';
+  layout.font = { ...(layout.font ?? {}), color: fg };
+  layout.legend = { ...(layout.legend ?? {}), font: { ...(layout.legend?.font ?? {}), color: fg } };
+  if (layout.title) {
+    layout.title = { ...layout.title, font: { ...(layout.title.font ?? {}), color: fg } };
+  }
+  if (Array.isArray(layout.annotations)) {
+    layout.annotations = layout.annotations.map((a: any) => ({
+      ...a,
+      font: { ...(a.font ?? {}), color: fg }
+    }));
+  }
+  const data = (fig.data ?? []).map(t =>
+    t.line && DARK_LINES.has(String(t.line.color).toLowerCase())
+      ? { ...t, line: { ...t.line, color: fg } }
+      : t
+  );
+  return { data, layout };
+}
+
+/** The output's SVG as an image filling the output's width (its viewBox keeps the aspect). */
+export function svgImage(data: Record<string, unknown>): HTMLImageElement | null {
+  const raw = data[SVG];
+  const svg = Array.isArray(raw) ? raw.join('') : raw;
+  if (typeof svg !== 'string' || !svg) {
+    return null;
+  }
+  const img = document.createElement('img');
+  img.src = `data:image/svg+xml,${encodeURIComponent(svg)}`;
+  img.style.width = '100%';
+  img.style.height = 'auto';
+  return img;
+}
+
+/** A finished dashboard drawn with plotly.js, following the output's width. */
+export class FigureRenderer extends Widget implements IRenderMime.IRenderer {
+  private _plot: HTMLDivElement | null = null;
+  private _plotly: PlotlyModule | null = null;
+  private _resize: ResizeObserver | null = null;
+  private _width = 0;
+
+  constructor() {
+    super();
+    this.addClass('nbdist-figure');
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    const fig = themed(model.data[FIGURE_MIME] as Figure);
+    try {
+      this._plotly = await loadPlotly();
+    } catch (err) {
+      console.warn('nbdist: plotly.js did not load; showing the static figure', err);
+      this.node.textContent = '';
+      const img = svgImage(model.data as Record<string, unknown>);
+      if (img) {
+        this.node.appendChild(img);
+      }
+      return;
+    }
+    if (!this._plot) {
+      this._plot = document.createElement('div');
+      this._plot.className = 'nbdist-static-plot';
+      this.node.appendChild(this._plot);
+      this._resize = new ResizeObserver(() => this._fit());
+      this._resize.observe(this.node);
+    }
+    this._width = Math.floor(this.node.getBoundingClientRect().width);
+    // plotly measures its container once (700 px when not attached yet): give it the width
+    const layout = { ...(fig.layout ?? {}), width: this._width || undefined };
+    await this._plotly.react(this._plot, fig.data ?? [], layout, { displaylogo: false });
+  }
+
+  private _fit(): void {
+    const width = Math.floor(this.node.getBoundingClientRect().width);
+    if (this._plot && this._plotly && width && Math.abs(width - this._width) > 1) {
+      this._width = width;
+      void this._plotly.relayout(this._plot, { width });
+    }
+  }
+
+  dispose(): void {
+    this._resize?.disconnect();
+    if (this._plot && this._plotly) {
+      this._plotly.purge(this._plot);
+    }
+    super.dispose();
+  }
+}
+
+/** A live dashboard's last picture: its SVG, shown once no live dashboard is next to it. */
+export class LivePictureRenderer extends Widget implements IRenderMime.IRenderer {
+  constructor() {
+    super();
+    this.addClass('nbdist-live-picture');
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    this.node.textContent = '';
+    const img = svgImage(model.data as Record<string, unknown>);
+    if (img) {
+      this.node.appendChild(img);
+    }
+  }
+}
+
+const extension: IRenderMime.IExtension = {
+  id: 'nbdist:figures',
+  description: "Draws nbdist's finished dashboards and live dashboards' last pictures.",
+  rendererFactory: {
+    safe: true,
+    mimeTypes: [FIGURE_MIME, LIVE_PICTURE_MIME],
+    createRenderer: options =>
+      options.mimeType === LIVE_PICTURE_MIME
+        ? new LivePictureRenderer()
+        : new FigureRenderer()
+  },
+  // before plotly's renderer (rank 0) and the image renderers
+  rank: -1,
+  dataType: 'json'
+};
+
+export default extension;

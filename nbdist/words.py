@@ -1,0 +1,18 @@
+"""Counted nouns in what users read: "1 replica", "4 replicas", never "replica(s)".
+
+Imports nothing of nbdist, so every layer can use it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["count"]
+
+_IRREGULAR = {"op": "ops", "process": "processes"}
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 replica"``, ``"4 replicas"``, ``"0 steps"``; ``plural`` where adding "s" is wrong
+    ("parameter server" -> "parameter servers" works; "process" is known)."""
+    if n == 1:
+        return f"{n} {noun}"
+    return f"{n} {plural or _IRREGULAR.get(noun) or noun + 's'}"
