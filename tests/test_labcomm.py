@@ -326,6 +326,51 @@ def test_frontend_opened_comm_gets_the_state(manager: CommManager) -> None:
     assert kernel_comm.sent() == []
 
 
+class RoutedComm(RecordingComm):
+    """A comm with ipykernel's routing method, which the kernel's shell-channel thread calls
+    for every message to it as it arrives."""
+
+    def _reply_subshell_for(self, data: Any, default: Any) -> Any:
+        return default
+
+
+def test_a_view_request_is_seen_as_it_arrives_and_answered_on_its_comm(
+        manager: CommManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page loaded while a cell runs asks for the live dashboard: the request is handed to
+    the dashboard serving views when it arrives (the kernel handles the message itself only
+    once the cell ends, and then does not ask twice); without one the page hears "none"."""
+    import threading
+
+    monkeypatch.setattr(comm, "create_comm", lambda *a, **k: RoutedComm(*a, **k))
+    channel = Session().channel(Clock())
+    channel.open()
+    [c] = channel._comms
+    request = {"type": "request", "what": "dashboard", "token": "T1"}
+
+    def arrives(data: dict[str, Any]) -> None:     # on the shell-channel thread
+        t = threading.Thread(target=c._reply_subshell_for, args=(data, None))
+        t.start()
+        t.join()
+
+    arrives(request)
+    assert c.sent()[-1] == {"type": "dashboard", "token": "T1", "run": None}
+    asked: list[tuple[str, Any]] = []
+    channel.serve_views(lambda token, reply: asked.append((token, reply)))
+    arrives({**request, "token": "T2"})
+    arrives({"type": "request", "what": "status"})     # answered by the kernel when idle
+    [(token, reply)] = asked
+    assert token == "T2"
+    reply({"type": "dashboard", "token": "T2", "run": 3})     # from the training loop's thread
+    assert c.sent()[-1] == {"type": "dashboard", "token": "T2", "run": 3}
+    c.frontend_sends({**request, "token": "T2"})         # the kernel handles it, idle at last
+    assert len(asked) == 1
+    channel.serve_views(None)
+    channel.close()
+    assert "_reply_subshell_for" not in vars(c)         # the hook is gone with the comm
+    reply({"type": "final"})                              # a late reply goes nowhere
+    assert c.sent()[-1]["type"] == "dashboard"
+
+
 def test_a_comm_closed_by_the_frontend_is_reopened_a_few_times(manager: CommManager) -> None:
     session, clock = Session(), Clock()
     channel = session.channel(clock)
@@ -484,6 +529,29 @@ def test_through_a_real_kernel() -> None:
         # Later changes go to both comms.
         sent = _run(kc, "_state['replicas'] = 8; _chan.publish()")
         assert sorted(m["content"]["comm_id"] for m in sent) == sorted([comm_id, "page-2"])
+
+        # A page loaded while a cell runs asks for the dashboard on the kernel's comm: the
+        # request is seen while the cell runs (here the cell answers it, as the dashboard does
+        # at its next redraw), and not again when the kernel gets to the message.
+        _run(kc, "_asked = []; _chan.serve_views(lambda t, reply: _asked.append((t, reply)))")
+        busy = kc.execute(textwrap.dedent("""
+            import time
+            _t0 = time.monotonic()
+            while not _asked and time.monotonic() - _t0 < 60:
+                time.sleep(0.02)
+            for _token, _reply in _asked:
+                _reply({"type": "dashboard", "token": _token, "run": 7})
+            """))
+        time.sleep(1.0)
+        start = time.monotonic()
+        request = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {
+            "type": "request", "what": "dashboard", "token": "T"}})
+        kc.shell_channel.send(request)
+        sent = _comm_msgs_until_idle(kc, busy)
+        assert time.monotonic() - start < 30, "the request waited for the cell to end"
+        assert [(m["content"]["comm_id"], m["content"]["data"]) for m in sent] == [
+            (comm_id, {"type": "dashboard", "token": "T", "run": 7})]
+        assert _comm_msgs_until_idle(kc, request["header"]["msg_id"]) == []
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

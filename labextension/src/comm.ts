@@ -2,6 +2,12 @@
  * The frontend end of the "nbdist" comm: one `KernelChannel` per kernel connection keeps the
  * state the kernel sends and asks it for `%distribute status`; `NbdistStateTracker` follows
  * the current notebook's kernel. The kernel side is `nbdist/lab/comm.py`.
+ *
+ * A page loaded while the kernel runs a cell (a reload, a second tab) cannot ask the kernel
+ * which comms it has: that request waits until the cell ends. But the kernel's state
+ * messages reach every page (IOPub), so the channel takes the comm id from the first one it
+ * sees and talks on that comm: the kernel sees a request for the live dashboard as soon as it
+ * arrives (`requestDashboard`, `recover.ts`).
  */
 
 import type { ISessionContext } from '@jupyterlab/apputils';
@@ -10,6 +16,12 @@ import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import type { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import {
+  IFinalFigure,
+  IViewReply,
+  isViewMessage,
+  parseViewMessage
+} from './viewmessages';
 import { INbdistState, parseMessage } from './state';
 
 /** The comm target nbdist's kernel side opens (and accepts) comms on. */
@@ -18,13 +30,42 @@ export const COMM_TARGET = 'nbdist';
 /** How long to wait for `%distribute status` (the kernel answers only when idle). */
 export const STATUS_TIMEOUT_MS = 120_000;
 
+/** How long to wait for a view of the live dashboard (it comes with the run's next step). */
+export const VIEW_TIMEOUT_MS = 120_000;
+
 /** The nbdist comm(s) of one kernel connection and the last state they carried. */
 export class KernelChannel implements IDisposable {
   constructor(kernel: Kernel.IKernelConnection) {
     this._kernel = kernel;
     kernel.registerCommTarget(COMM_TARGET, this._onCommOpen);
     kernel.statusChanged.connect(this._onStatus, this);
+    kernel.iopubMessage.connect(this._onIopub, this);
     void this._reattach();
+  }
+
+  /** Emitted when a run whose views were recovered ends: what replaces them. */
+  get finalFigure(): ISignal<this, IFinalFigure> {
+    return this._finalFigure;
+  }
+
+  /**
+   * Ask the kernel for a view of its live dashboard (answered at the run's next redraw, even
+   * while the cell runs); resolves with the reply, whose `run` is null when nothing is live.
+   */
+  requestDashboard(timeoutMs: number = VIEW_TIMEOUT_MS): Promise<IViewReply> {
+    const comm = this._comms[this._comms.length - 1];
+    if (comm === undefined) {
+      return Promise.reject(new Error('nbdist is not loaded in this kernel.'));
+    }
+    const token = `view-${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
+    return new Promise<IViewReply>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this._views.delete(token);
+        reject(new Error('The kernel sent no view of its live dashboard.'));
+      }, timeoutMs);
+      this._views.set(token, { resolve, reject, timer });
+      comm.send({ type: 'request', what: 'dashboard', token });
+    });
   }
 
   /** The kernel's nbdist state; null until nbdist's comm has spoken. */
@@ -70,6 +111,8 @@ export class KernelChannel implements IDisposable {
     }
     this._isDisposed = true;
     this._failPending('The kernel connection closed.');
+    this._failViews('The kernel connection closed.');
+    this._kernel.iopubMessage.disconnect(this._onIopub, this);
     try {
       this._kernel.removeCommTarget(COMM_TARGET, this._onCommOpen);
     } catch {
@@ -123,7 +166,36 @@ export class KernelChannel implements IDisposable {
     }
   }
 
+  /**
+   * A state message on a comm this page does not know: the kernel's nbdist comm, opened for
+   * the page that was here before a reload. Talk on it (never close it: it is every page's).
+   */
+  private _onIopub(
+    _: Kernel.IKernelConnection,
+    msg: KernelMessage.IIOPubMessage
+  ): void {
+    if (this._isDisposed || this._comms.length > 0 || msg.header.msg_type !== 'comm_msg') {
+      return;
+    }
+    const content = (msg as KernelMessage.ICommMsgMsg).content;
+    const data = content.data as { type?: unknown } | undefined;
+    if (data?.type !== 'state' || this._kernel.hasComm(content.comm_id)) {
+      return;
+    }
+    try {
+      parseMessage(data);
+    } catch {
+      return; // not nbdist's
+    }
+    this._attach(this._kernel.createComm(COMM_TARGET, content.comm_id));
+    this._handle(data);
+  }
+
   private _handle(data: unknown): void {
+    if (isViewMessage(data)) {
+      this._handleView(data);
+      return;
+    }
     let msg;
     try {
       msg = parseMessage(data);
@@ -143,11 +215,41 @@ export class KernelChannel implements IDisposable {
     }
   }
 
+  private _handleView(data: unknown): void {
+    let msg;
+    try {
+      msg = parseViewMessage(data);
+    } catch (err) {
+      console.warn('nbdist: ignoring a malformed message from the kernel', err);
+      return;
+    }
+    if (msg.type === 'final') {
+      this._finalFigure.emit(msg);
+      return;
+    }
+    const pending = this._views.get(msg.token);
+    if (pending !== undefined) {
+      this._views.delete(msg.token);
+      clearTimeout(pending.timer);
+      pending.resolve(msg);
+    }
+  }
+
+  private _failViews(reason: string): void {
+    const views = [...this._views.values()];
+    this._views.clear();
+    for (const v of views) {
+      clearTimeout(v.timer);
+      v.reject(new Error(reason));
+    }
+  }
+
   private _onStatus(_: Kernel.IKernelConnection, status: Kernel.Status): void {
     if (status === 'restarting' || status === 'autorestarting' || status === 'dead') {
       this._comms = [];
       this._setState(null);
       this._failPending(`The kernel is ${status}.`);
+      this._failViews(`The kernel is ${status}.`);
     }
   }
 
@@ -177,6 +279,15 @@ export class KernelChannel implements IDisposable {
     reject: (err: Error) => void;
     timer: ReturnType<typeof setTimeout>;
   }> = [];
+  private _views = new Map<
+    string,
+    {
+      resolve: (reply: IViewReply) => void;
+      reject: (err: Error) => void;
+      timer: ReturnType<typeof setTimeout>;
+    }
+  >();
+  private _finalFigure = new Signal<this, IFinalFigure>(this);
   private _isDisposed = false;
 }
 

@@ -3,7 +3,8 @@
  * `comm` (kernel state over the "nbdist" comm), `distribute` (the Distribute-cell command),
  * `statusitem` (the status bar item), `settings`, `magicline` and `state` (pure logic),
  * `plotlyloader` (plotly.js for the live dashboard's figure, once per page), `staleoutputs`
- * (a dashboard saved while its run went on, opened when that kernel no longer has it).
+ * (a dashboard saved while its run went on, opened when that kernel no longer has it),
+ * `recover` (the live dashboard on a page loaded while its run goes on).
  */
 
 import {
@@ -20,6 +21,7 @@ import { NbdistStateTracker } from './comm';
 import { COMMAND_ID, distributeActiveCell } from './distribute';
 import { distributeIcon } from './icons';
 import { installPlotlyLoader } from './plotlyloader';
+import { followLiveRuns } from './recover';
 import { NbdistSettings } from './settings';
 import { repairStaleDashboards } from './staleoutputs';
 import { NbdistStatusItem, showStatusDialog } from './statusitem';
@@ -53,6 +55,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       repairStaleDashboards(panel, state).catch(err =>
         console.warn('nbdist: could not check the saved dashboards', err)
       );
+      followLiveRuns(panel, () => tracker.channelFor(panel.sessionContext));
     });
 
     app.commands.addCommand(COMMAND_ID, {

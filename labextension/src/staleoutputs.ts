@@ -4,9 +4,9 @@
  * it with the final figure; when the page was closed, or the kernel is gone, the saved view
  * would show "Error displaying widget: model not found". On opening a notebook, the views of
  * runs its kernel is not running are replaced with their text: which run it was and why the
- * figure is missing. A view of the run the kernel is running now is left to the widget manager
- * (a page reloaded during training gets its live dashboard back). No answer from the kernel
- * (busy): nothing changes.
+ * figure is missing. A view of the run the kernel is running now is left alone: `recover.ts`
+ * puts a live view in its place. The kernel's nbdist state decides, which a busy kernel sends
+ * too (it answers the question "is nbdist loaded?" only once the cell ends).
  */
 
 import type * as nbformat from '@jupyterlab/nbformat';
@@ -14,7 +14,7 @@ import type { NotebookPanel } from '@jupyterlab/notebook';
 
 import { INbdistState } from './state';
 
-const WIDGET_VIEW = 'application/vnd.jupyter.widget-view+json';
+export const WIDGET_VIEW = 'application/vnd.jupyter.widget-view+json';
 /** How `nbdist/widgets/run_view.py` starts the text of a live dashboard's output. */
 export const LIVE_TEXT = 'nbdist live dashboard of Run ';
 
@@ -38,22 +38,32 @@ export function liveRun(state: INbdistState | null): number | null {
   return state?.run?.status === 'running' ? state.run.id : null;
 }
 
-/** What replaces the view of run `id`. */
-export function staleOutput(id: number): nbformat.IDisplayData {
+/**
+ * What replaces the view of run `id`. `ranSince` is the id of the kernel's latest run (null:
+ * none, or nbdist is not loaded): a kernel that got as far as run `id` most likely ran it, and
+ * keeps it in `nbdist.runs`; else it was another kernel (or this one before a restart).
+ */
+export function staleOutput(id: number, ranSince: number | null = null): nbformat.IDisplayData {
+  const redraw = `nbdist.runs[${id - 1}].plot()`;
+  const why =
+    ranSince !== null && ranSince >= id
+      ? `; the run has ended since, and its final figure went to the page open then. ${redraw} draws it again.`
+      : `; this kernel did not run it (it restarted, or it is another one). In the kernel that ran it, ${redraw} redraws it.`;
   return {
     output_type: 'display_data',
     metadata: {},
     data: {
-      'text/plain':
-        `nbdist: the live dashboard of Run ${id} was saved while it ran, and this kernel ` +
-        'does not have it. In the kernel that ran it, ' +
-        `nbdist.runs[${id - 1}].plot() redraws it.`
+      'text/plain': `nbdist: the live dashboard of Run ${id} was saved while it ran${why}`
     }
   };
 }
 
 /** Replace the views of runs other than `live` in `panel`; returns how many were replaced. */
-export function replaceStaleViews(panel: NotebookPanel, live: number | null): number {
+export function replaceStaleViews(
+  panel: NotebookPanel,
+  live: number | null,
+  ranSince: number | null = null
+): number {
   let replaced = 0;
   const cells = panel.content.model?.cells;
   if (!cells) {
@@ -68,7 +78,7 @@ export function replaceStaleViews(panel: NotebookPanel, live: number | null): nu
     for (let i = 0; i < outputs.length; i++) {
       const id = dashboardRun(outputs.get(i).toJSON());
       if (id !== null && id !== live) {
-        outputs.set(i, staleOutput(id));
+        outputs.set(i, staleOutput(id, ranSince));
         replaced++;
       }
     }
@@ -107,17 +117,37 @@ export async function repairStaleDashboards(
   if (kernel === null) {
     return replaceStaleViews(panel, null); // no kernel: no widget model anywhere
   }
-  const info = await kernel.requestCommInfo({ target_name: 'nbdist' });
-  if (info.content.status !== 'ok') {
-    return 0;
-  }
-  if (Object.keys(info.content.comms).length === 0) {
-    return replaceStaleViews(panel, null); // nbdist not loaded: no run of its is live
-  }
-  const deadline = Date.now() + waitMs;
-  while (state() === null && Date.now() < deadline) {
-    await new Promise(resolve => setTimeout(resolve, 200));
+  // How many nbdist comms the kernel has: null until it answers (once idle).
+  const kernelHas: { comms: number | null } = { comms: null };
+  const info = kernel.requestCommInfo({ target_name: 'nbdist' }).then(
+    reply => {
+      kernelHas.comms =
+        reply.content.status === 'ok' ? Object.keys(reply.content.comms).length : -1;
+    },
+    () => {
+      kernelHas.comms = -1;
+    }
+  );
+  const wait = async (until: () => boolean) => {
+    const deadline = Date.now() + waitMs;
+    while (!until() && Date.now() < deadline) {
+      await new Promise(resolve => setTimeout(resolve, 200));
+    }
+  };
+  await wait(() => state() !== null || kernelHas.comms !== null);
+  if (state() === null) {
+    await info; // busy with no run of nbdist's going on: it answers when idle
+    const comms = kernelHas.comms;
+    if (comms === 0) {
+      return replaceStaleViews(panel, null); // nbdist not loaded: no run of its is live
+    }
+    if (comms === null || comms < 0) {
+      return 0;
+    }
+    await wait(() => state() !== null);
   }
   const current = state();
-  return current === null ? 0 : replaceStaleViews(panel, liveRun(current));
+  return current === null
+    ? 0
+    : replaceStaleViews(panel, liveRun(current), current.run?.id ?? null);
 }

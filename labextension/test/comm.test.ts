@@ -19,7 +19,10 @@ const STATE: INbdistState = {
 
 /** A comm as the kernel connection hands it to us: records what we send. */
 class FakeComm {
-  constructor(readonly targetName: string) {}
+  constructor(
+    readonly targetName: string,
+    readonly commId: string = ''
+  ) {}
   sent: unknown[] = [];
   opened: unknown[] = [];
   onMsg: (msg: any) => void = () => undefined;
@@ -40,6 +43,7 @@ class FakeComm {
 class FakeKernel {
   targets = new Map<string, (comm: any, msg: any) => void>();
   statusChanged = new Signal<this, string>(this);
+  iopubMessage = new Signal<this, any>(this);
   existingComms: Record<string, { target_name: string }> = {};
   created: FakeComm[] = [];
   registerCommTarget(name: string, cb: (comm: any, msg: any) => void) {
@@ -54,10 +58,20 @@ class FakeKernel {
     expect(content.target_name).toBe(COMM_TARGET);
     return { content: { status: 'ok', comms: this.existingComms } };
   }
-  createComm(target: string) {
-    const comm = new FakeComm(target);
+  createComm(target: string, commId = 'new') {
+    const comm = new FakeComm(target, commId);
     this.created.push(comm);
     return comm;
+  }
+  hasComm(commId: string) {
+    return this.created.some(c => c.commId === commId);
+  }
+  /** A comm_msg on IOPub, as every page connected to the kernel receives it. */
+  broadcast(commId: string, data: unknown) {
+    this.iopubMessage.emit({
+      header: { msg_type: 'comm_msg' },
+      content: { comm_id: commId, data }
+    });
   }
   /** The kernel opens a comm (LabChannel.open in nbdist/lab/comm.py). */
   kernelOpens(data: unknown): FakeComm {
@@ -154,6 +168,53 @@ describe('KernelChannel', () => {
     const { kernel } = setup();
     await flush();
     expect(kernel.created).toHaveLength(0);
+  });
+
+  it("while the kernel is busy, talks on the kernel's comm it hears state messages on", async () => {
+    const { kernel, channel, seen } = setup();
+    kernel.broadcast('widget-1', { method: 'update', state: {} }); // not nbdist's
+    kernel.broadcast('other', { type: 'state', state: { bogus: true } });
+    expect(kernel.created).toHaveLength(0);
+    kernel.broadcast('kernel-comm', { type: 'state', state: STATE });
+    expect(kernel.created.map(c => c.commId)).toEqual(['kernel-comm']);
+    expect(kernel.created[0].opened).toEqual([]); // the kernel's comm: never opened again
+    expect(channel.state).toEqual(STATE);
+    expect(seen).toEqual([STATE]);
+    kernel.broadcast('kernel-comm', { type: 'state', state: STATE }); // now handled by the comm
+    expect(kernel.created).toHaveLength(1);
+  });
+
+  it('asks for a view of the live dashboard and resolves with the reply for its token', async () => {
+    const { kernel, channel } = setup();
+    kernel.broadcast('kernel-comm', { type: 'state', state: STATE });
+    const comm = kernel.created[0];
+    const reply = channel.requestDashboard();
+    const sent = comm.sent[0] as { type: string; what: string; token: string };
+    expect(sent).toMatchObject({ type: 'request', what: 'dashboard' });
+    comm.receive({ type: 'dashboard', token: 'someone-else', run: null });
+    const bundle = { 'text/plain': 'nbdist live dashboard of Run 2 (mirrored)' };
+    comm.receive({ type: 'dashboard', token: sent.token, run: 2, bundle, cell: { id: 'c1' } });
+    await expect(reply).resolves.toEqual({
+      type: 'dashboard',
+      token: sent.token,
+      run: 2,
+      bundle,
+      cell: { id: 'c1', code: null }
+    });
+  });
+
+  it('passes on the final figure of a run and gives up on a view that never comes', async () => {
+    const { kernel, channel } = setup();
+    const comm = kernel.kernelOpens({ type: 'state', state: STATE });
+    const finals: unknown[] = [];
+    channel.finalFigure.connect((_, f) => finals.push(f));
+    const final = { type: 'final', run: 2, views: ['m1'], figure: { a: 1 }, summary: { b: 2 } };
+    comm.receive(final);
+    expect(finals).toEqual([final]);
+    vi.useFakeTimers();
+    const reply = channel.requestDashboard(1000);
+    vi.advanceTimersByTime(1001);
+    await expect(reply).rejects.toThrow(/no view/);
   });
 
   it('unregisters its comm target when disposed', () => {

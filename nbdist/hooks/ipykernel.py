@@ -26,7 +26,8 @@ def watch_comm(comm: Any, on_data: Callable[[Any], None]) -> Callable[[], None]:
     Returns the function that removes the wrapper. ``on_data`` must be quick; its exceptions
     are swallowed (the kernel's message must never be dropped).
 
-    Feature: the dashboard's Stop button while a cell runs (stop mode ``route``). Checked with
+    Features: the dashboard's Stop button while a cell runs (stop mode ``route``), a reloaded
+    page's request for the live dashboard (``lab.comm``). Checked with
     ipykernel 7.4. Without it (``can_watch_comm`` False) Stop falls back to ``uipoll`` or to
     ``off`` (the button then says to interrupt the kernel).
     """
@@ -60,9 +61,11 @@ def _probe_route() -> str | None:
 
 DECLARED = [
     PrivateAPI("ipykernel", "Comm._reply_subshell_for", "ipykernel.watch_comm",
-               "the dashboard's Stop button while a cell runs (stop mode 'route'), and the "
-               "smoothing slider carried into the final figure", CHECKED,
+               "the dashboard's Stop button while a cell runs (stop mode 'route'), the "
+               "smoothing slider carried into the final figure, and the live dashboard back "
+               "on a page reloaded mid-run", CHECKED,
                "Stop uses jupyter-ui-poll if it works, else the button says to interrupt the "
-               "kernel; the final figure is drawn unsmoothed", _probe_route,
+               "kernel; the final figure is drawn unsmoothed; a page reloaded mid-run gets "
+               "no live dashboard", _probe_route,
                ("_reply_subshell_for",)),
 ]

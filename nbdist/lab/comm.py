@@ -11,6 +11,16 @@ so lost the kernel's comm) opens its own comm to the same target with the ``"sta
 as its open data; the kernel keeps every open comm and sends to each. The kernel handles
 frontend messages only while it is idle (the shell channel).
 
+While a cell runs, a page that connected since (a reload, a second tab) learns the comm's id
+from the state messages it sees and asks on it for a view of the live dashboard::
+
+    {"type": "request", "what": "dashboard", "token": T}
+
+That request is seen the moment it arrives, on the kernel's shell-channel thread
+(``hooks.ipykernel.watch_comm``), and handed to the dashboard ``serve_views`` registered; the
+dashboard answers through the ``reply`` it is given (``widgets.dashboard.view_message``), or
+``{"type": "dashboard", "token": T, "run": None}`` comes back at once when none is live.
+
 State messages are throttled to one per ``min_interval`` seconds (5 per second by default):
 a change that comes sooner is kept and sent by the next :meth:`LabChannel.publish` or
 :meth:`LabChannel.flush` call, or by a one-shot timer, so the latest state always arrives.
@@ -34,6 +44,7 @@ from typing import Any, TypeVar
 
 import zmq
 
+from ..hooks.ipykernel import can_watch_comm, watch_comm
 from .requests import answer_request
 from .state import RUN_STATUSES, empty_state, sendable_state, validate_state
 
@@ -57,6 +68,10 @@ COMM_ERRORS: tuple[type[Exception], ...] = (OSError, RuntimeError, zmq.ZMQError)
 
 _log = logging.getLogger(__name__)
 _Method = TypeVar("_Method", bound=Callable[..., None])
+#: Sends one message to the page that asked (on the comm it asked on).
+Reply = Callable[[dict[str, Any]], None]
+#: Where requests for a view of the live dashboard go: ``source(token, reply)``.
+ViewSource = Callable[[str, Reply], None]
 
 
 def _never_raises(method: _Method) -> _Method:
@@ -130,6 +145,9 @@ class LabChannel:
         self._reopens = 0
         self._last_close_time = -float("inf")
         self._reported: set[str] = set()   # kinds of failure logged once already
+        self._views: ViewSource | None = None
+        self._watched: dict[int, Callable[[], None]] = {}   # id(comm) -> remove its hook
+        self._replies: dict[int, Reply] = {}                # id(comm) -> its reply function
 
     # -- public API --------------------------------------------------------------------------
 
@@ -189,6 +207,14 @@ class LabChannel:
             else:
                 self._pending = None
 
+    def serve_views(self, source: ViewSource | None) -> None:
+        """While a cell runs, send pages' requests for a view of its live dashboard to
+        ``source(token, reply)``, called on the kernel's shell-channel thread (it must only
+        take note); None when the cell ends. ``reply(message)`` may be called from any thread,
+        as often as needed (the final figure goes the same way), and never raises."""
+        with self._lock:
+            self._views = source
+
     @_never_raises
     def close(self) -> None:
         """Close every comm and stop accepting new ones. ``open()`` starts again."""
@@ -198,6 +224,7 @@ class LabChannel:
             self._pending = None
             comms, self._comms = self._comms, []
             for c in comms:
+                self._unwatch(c)
                 try:
                     c.close()
                 except (*COMM_ERRORS, KeyError) as exc:   # KeyError: no longer registered
@@ -231,6 +258,14 @@ class LabChannel:
         c.on_msg(lambda msg, c=c: self._on_msg(c, msg))
         c.on_close(lambda msg, c=c: self._on_close(c))
         self._comms.append(c)
+        if can_watch_comm(c):
+            self._watched[id(c)] = watch_comm(c, lambda data, c=c: self._on_arrival(c, data))
+
+    def _unwatch(self, c: Any) -> None:
+        unwatch = self._watched.pop(id(c), None)
+        if unwatch is not None:
+            unwatch()
+        self._replies.pop(id(c), None)
 
     def _mark_sent(self, state: dict[str, Any]) -> None:
         self._last_sent = state
@@ -289,6 +324,33 @@ class LabChannel:
             self._reopens = 0
         self._on_msg(c, msg)
 
+    def _on_arrival(self, c: Any, data: Any) -> None:
+        """A message to comm ``c``, seen on the shell-channel thread as it arrives (the main
+        thread may be busy running a cell for a long time): a request for a view."""
+        if isinstance(data, dict) and data.get("type") == "request" and (
+                data.get("what") == "dashboard"):
+            self._view_request(c, data)
+
+    def _view_request(self, c: Any, data: dict[str, Any]) -> None:
+        token = data.get("token")
+        if not isinstance(token, str):
+            _log.debug("nbdist: ignoring a dashboard request without a token")
+            return
+        with self._lock:
+            source = self._views
+            reply = self._replies.get(id(c))
+            if reply is None:
+                reply = self._replies[id(c)] = functools.partial(self._reply, c)
+        if source is None:
+            reply({"type": "dashboard", "token": token, "run": None})
+        else:
+            source(token, reply)
+
+    def _reply(self, c: Any, data: dict[str, Any]) -> None:
+        with self._lock:
+            if c in self._comms:
+                self._send(data, [c])
+
     def _on_msg(self, c: Any, msg: dict[str, Any]) -> None:
         # Called by the comm manager, which logs what escapes with its traceback (a bug).
         data = msg.get("content", {}).get("data") or {}
@@ -296,6 +358,10 @@ class LabChannel:
             return
         with self._lock:
             self._reopens = 0  # a frontend is listening
+        if data.get("what") == "dashboard":
+            if id(c) not in self._watched:     # else seen as it arrived (_on_arrival)
+                self._view_request(c, data)
+            return
         reply = answer_request(data.get("what"), self._safe_status_text, self._read_state)
         if reply is not None:
             with self._lock:
@@ -311,6 +377,7 @@ class LabChannel:
 
     def _on_close(self, c: Any) -> None:
         with self._lock:
+            self._unwatch(c)
             if c in self._comms:
                 self._comms.remove(c)
             self._last_close_time = self._clock()

@@ -5,7 +5,9 @@ The frontend sends::
     {"type": "request", "what": "status"}      # reply: {"type": "status_text", "text": ...}
     {"type": "request", "what": "state"}       # reply: {"type": "state", "state": STATE}
 
-(labextension/src/comm.ts). Unknown requests get no reply.
+(labextension/src/comm.ts). Unknown requests get no reply. A request for a view of the live
+dashboard (``"what": "dashboard"``) is not answered here: ``comm.LabChannel`` hands it to the
+running cell's dashboard the moment it arrives.
 """
 
 from __future__ import annotations

@@ -12,14 +12,24 @@ give way to a static figure (plotly JSON + SVG, see ``static``) and the text sum
 a widget frontend (terminal IPython): the summary when the run ends, and the static figure only
 where the shell has a renderer for it (``InteractiveShell.mime_renderers``).
 A failure while drawing never stops training: it is reported once and drawing stops.
+
+A page that connects while the run goes on (a reload, a second tab) gets widgets of its own:
+nbdist's JupyterLab extension asks over the lab channel (``request_view``, called on the
+kernel's shell-channel thread: the main thread is running the cell), the next redraw builds
+them (``RunView.add_view``; widgets are made on the main thread only) and answers with their
+bundle and the running cell, where the extension shows them. Such a page never sees the
+kernel's own outputs of this cell (they belong to the page that ran it), so when the run ends
+it also gets the final figure and the summary over the channel (``final_message``).
 """
 
 from __future__ import annotations
 
+import collections
 import html
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ..telemetry.run import Run, RunObserver
@@ -43,6 +53,7 @@ class Dashboard(RunObserver):
     max_interval: float = 2.0       # ... but the view is never older than this (seconds)
     stop_mode: str = "auto"         # see nbdist.widgets.stopper
     stall_after: float = 5.0        # the header says "no new step for N s" after this (s)
+    picture_every: float = 10.0     # s between refreshes of the picture a mid-run save keeps
 
     def __init__(self, shell: Any = None, *, live: bool | None = None, **settings: Any):
         for name, value in settings.items():
@@ -60,18 +71,41 @@ class Dashboard(RunObserver):
         self.failed: str | None = None
         self._next = 0.0
         self._cost: float | None = None     # moving average of a redraw's cost (s)
+        # (token, reply) of the views pages asked for, appended on the shell-channel thread
+        self._requests: collections.deque[tuple[str, Reply]] = collections.deque()
+        self._replies: dict[int, list[Reply]] = {}   # run id -> who got a view of it
+        self._cell = _running_cell(self.kernel)
         if self.live:
             _prewarm()
+
+    def request_view(self, token: str, reply: Reply) -> None:
+        """A page asks for a view of the live run: answered by ``reply(message)`` after the
+        next redraw (``view_message``), or when the cell ends without a live view
+        (``{"type": "dashboard", "token": token, "run": None}``). Safe from any thread."""
+        self._requests.append((token, reply))
 
     # -- observer interface ----------------------------------------------------------------
     def on_step(self, run: Run) -> None:
         if not self.runs or self.runs[-1] is not run:
             if all(r is not run for r in self.runs):
                 self.runs.append(run)
-        elif time.monotonic() < self._next:
+        elif time.monotonic() < self._next and not self._requests:
             return
         if self.live:       # headless: everything is drawn from the Run when it ends
             self._guard(self._redraw, run)
+            if self._requests:
+                self._guard(self._serve_views, run)
+
+    def _serve_views(self, run: Run) -> None:
+        view = self.views.get(run.id)
+        if view is None or view.fig is None:
+            return                  # nothing drawn yet: served by a later redraw
+        while self._requests:
+            token, reply = self._requests.popleft()
+            reply(view_message(token, run, view.add_view(), self._cell))
+            replies = self._replies.setdefault(run.id, [])
+            if reply not in replies:
+                replies.append(reply)
 
     def should_stop(self) -> bool:
         view = self._current()
@@ -87,6 +121,9 @@ class Dashboard(RunObserver):
     def close(self) -> None:
         """The cell ended: last redraw, final header, then the widgets give way to a static
         figure (``static.static_bundle``) and the text summary."""
+        while self._requests:      # no live run left to show
+            token, reply = self._requests.popleft()
+            self._tell(reply, {"type": "dashboard", "token": token, "run": None})
         for run in self.runs:
             view = self.views.get(run.id)
             if view is not None:
@@ -115,6 +152,12 @@ class Dashboard(RunObserver):
         except Exception as err:
             self._fail(err)
             bundle = {"text/plain": run.summary()}
+        if view.extra:      # before their widgets close: the pages swap them for the figure
+            # their page shows none of the cell's own outputs: the summary keeps the error
+            message = final_message(run, view.extra_ids(), bundle,
+                                    _summary_bundle(run.summary()))
+            for reply in self._replies.get(run.id, []):
+                self._tell(reply, message)
         view.leave_static(bundle)
 
     # -- drawing ---------------------------------------------------------------------------
@@ -158,6 +201,13 @@ class Dashboard(RunObserver):
             self._fail(err)
             return None
 
+    def _tell(self, reply: Reply, message: dict[str, Any]) -> None:
+        """Send a page its message, even after a drawing failure (it waits for it)."""
+        try:
+            reply(message)
+        except Exception as err:
+            self._fail(err)
+
     def _fail(self, err: BaseException) -> None:
         if self.failed:
             return
@@ -191,11 +241,56 @@ def observer_for(shell: Any, **settings: Any) -> Any:
     return Dashboard(shell, **settings)
 
 
+def _summary(run: Run) -> str:
+    """The run's summary. The error of a failed or interrupted run is the cell's own error,
+    shown right below it: the summary points at it instead of repeating it."""
+    text = run.summary()
+    if run.error and run.status in ("failed", "interrupted"):
+        text = text.replace(f"  error: {run.error}", "  error: the cell's error, below", 1)
+    return text
+
+
+def _summary_bundle(text: str) -> dict[str, Any]:
+    return {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}
+
+
 def _display_summary(run: Run) -> None:
     from IPython.display import display
 
-    text = run.summary()
-    display({"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}, raw=True)
+    display(_summary_bundle(_summary(run)), raw=True)
+
+
+#: How a view of the live run is sent to the page that asked (``request_view``).
+Reply = Callable[[dict[str, Any]], None]
+
+
+def view_message(token: str, run: Run, bundle: dict[str, Any],
+                 cell: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a page's request for a view: the bundle to show, and the cell that runs
+    (its id as the page that ran it knows it, and its code, for a page whose cell ids differ;
+    labextension/src/recover.ts)."""
+    return {"type": "dashboard", "token": token, "run": run.id, "bundle": bundle, "cell": cell}
+
+
+def final_message(run: Run, views: list[str], figure: dict[str, Any],
+                  summary: dict[str, Any]) -> dict[str, Any]:
+    """What replaces the views ``views`` (widget model ids) when the run ends: the final
+    figure's bundle, then the summary's."""
+    return {"type": "final", "run": run.id, "views": views, "figure": figure,
+            "summary": summary}
+
+
+def _running_cell(kernel: Any) -> dict[str, Any]:
+    """The cell being run, from the request that runs it: JupyterLab puts the cell's id in
+    the request's metadata; the code is the cell's text."""
+    try:
+        parent = kernel.get_parent() if kernel is not None else {}
+    except Exception:   # not an ipykernel kernel: the page falls back to nothing
+        parent = {}
+    cell_id = (parent.get("metadata") or {}).get("cellId")
+    code = (parent.get("content") or {}).get("code")
+    return {"id": cell_id if isinstance(cell_id, str) else None,
+            "code": code if isinstance(code, str) else None}
 
 
 def _display_static(run: Run, shell: Any) -> None:
@@ -209,7 +304,7 @@ def _display_static(run: Run, shell: Any) -> None:
         display(static_bundle(run), raw=True)
         _display_summary(run)
         return
-    display({"text/plain": f"{run.summary()}\n  (the Run in nbdist.runs keeps every number; "
+    display({"text/plain": f"{_summary(run)}\n  (the Run in nbdist.runs keeps every number; "
                            "its .plot() draws the dashboard's figure)"}, raw=True)
 
 

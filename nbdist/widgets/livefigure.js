@@ -19,6 +19,48 @@ function loadPlotly(cdn) {
   return g.__nbdistPlotlyCdn;
 }
 
+// The page's dark theme (JupyterLab's, VS Code's): a transparent background, the theme's
+// text colour, and the near-black aggregate lines drawn in that colour. Light pages: as sent.
+export function darkTheme(doc = globalThis.document) {
+  const body = doc && doc.body;
+  if (!body) return null;
+  const dark = body.dataset.jpThemeLight === "false" || body.classList.contains("vscode-dark");
+  if (!dark) return null;
+  const css = globalThis.getComputedStyle ? globalThis.getComputedStyle(body) : null;
+  const read = (name, fallback) => (css && css.getPropertyValue(name).trim()) || fallback;
+  return { fg: read("--jp-ui-font-color1", "#d4d4d4"), grid: read("--jp-border-color2", "#444") };
+}
+
+const DARK_LINES = new Set(["#111111", "#555555", "#000000", "black"]);
+
+export function themedTraces(traces, theme) {
+  if (!theme) return traces;
+  return traces.map(t => (t.line && DARK_LINES.has(String(t.line.color).toLowerCase()))
+    ? { ...t, line: { ...t.line, color: theme.fg } } : t);
+}
+
+export function themedLayout(layout, theme) {
+  if (!theme) return layout;
+  const out = { ...layout, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+                font: { ...(layout.font || {}), color: theme.fg },
+                legend: { ...(layout.legend || {}), font: { ...((layout.legend || {}).font || {}),
+                                                             color: theme.fg } } };
+  for (const [name, axis] of Object.entries(layout)) {
+    if (/^[xy]axis\d*$/.test(name)) {
+      out[name] = { ...axis, gridcolor: theme.grid, linecolor: theme.grid,
+                    zerolinecolor: theme.grid };
+    }
+  }
+  if (layout.annotations) {      // panel titles and notes: dark grey on a light page
+    out.annotations = layout.annotations.map(a => ({ ...a, font: { ...(a.font || {}),
+                                                                   color: theme.fg } }));
+  }
+  if (layout.title) {
+    out.title = { ...layout.title, font: { ...(layout.title.font || {}), color: theme.fg } };
+  }
+  return out;
+}
+
 // A restyle value: {buffer: i} is the i-th binary buffer (float64), anything else is JSON.
 function decode(value, buffers) {
   if (value && typeof value === "object" && "buffer" in value) {
@@ -46,7 +88,7 @@ function makeQueue(div, smoother) {
       added = [];
       pending = new Map();
       weight = null;
-      if (traces.length) await smoother.added(traces);
+      if (traces.length) await smoother.added(themedTraces(traces, darkTheme()));
       const n = smoother.base;
       const byProps = new Map();      // one restyle per set of properties
       for (const [t, props] of updates) {
@@ -196,7 +238,7 @@ function smoothingControl(onChange) {
   const bar = document.createElement("div");
   bar.className = "nbdist-figure-controls";
   bar.style.cssText = "display:flex;justify-content:flex-end;align-items:center;gap:6px;" +
-    "font:12px sans-serif;color:#444;padding:2px 8px 0 0";
+    "font:12px sans-serif;color:var(--jp-ui-font-color2, #444);padding:2px 8px 0 0";
   const label = document.createElement("label");
   label.textContent = "Smoothing";
   const slider = document.createElement("input");
@@ -252,7 +294,9 @@ async function render({ model, el }) {
   // attached yet) and then only on window resizes, while the output area also changes with
   // side panels. The height stays the figure's (it depends on the panels drawn).
   const width = () => Math.floor(div.getBoundingClientRect().width);
-  await Plotly.newPlot(div, fig.data, { ...fig.layout, width: width() || undefined },
+  const theme = darkTheme();
+  await Plotly.newPlot(div, themedTraces(fig.data, theme),
+                       { ...themedLayout(fig.layout, theme), width: width() || undefined },
                        { displaylogo: false });
   let last = width();
   const resize = new ResizeObserver(() => {

@@ -6,6 +6,10 @@ is ~3 KB: it takes plotly.js from nbdist's JupyterLab extension (JupyterLab 4, N
 loaded once per page) or from plotly's CDN (other widget front ends). Its state is the figure
 as first drawn; later data goes in custom messages (float64 arrays as binary buffers), which
 a saved notebook does not keep: the final figure is left as a static output when the run ends.
+
+A page that connects while the run goes on (a reload, a second tab) cannot ask for those
+messages, so ``follow`` makes another widget that starts from what the figure shows now and
+then gets every later message too: one encoding, one more message per view.
 """
 
 from __future__ import annotations
@@ -45,7 +49,20 @@ class LiveFigure(anywidget.AnyWidget):
         self.current: dict[str, Any] = {"data": [dict(t) for t in figure["data"]],
                                         "layout": figure["layout"]}
         self._slider: float | None = None
+        self._leader: LiveFigure | None = None      # set on a follower (see ``follow``)
+        self._followers: list[LiveFigure] = []
         self._unwatch = watch_comm(self.comm, self._seen) if can_watch_comm(self.comm) else None
+
+    def follow(self) -> LiveFigure:
+        """Another widget showing this figure, for a page that connected mid-run: its state
+        is the figure as shown now (data included), and every later ``add_traces`` and
+        ``restyle`` goes to it too. It shares ``current``; its slider counts as this one's.
+        Closing it stops the copies."""
+        other = LiveFigure(self.current)
+        other.current = self.current
+        other._leader = self
+        self._followers.append(other)
+        return other
 
     def _seen(self, data: Any) -> None:
         """A message from the front end, seen as it arrives (the kernel is busy running the
@@ -56,7 +73,7 @@ class LiveFigure(anywidget.AnyWidget):
         if isinstance(state, dict) and "smoothing" in state:
             value = state["smoothing"]
             if isinstance(value, (int, float)) and 0 <= value < 1:
-                self._slider = float(value)
+                (self._leader or self)._slider = float(value)
 
     def chosen_smoothing(self) -> float:
         """The smoothing the user set on this figure's slider, even while the cell runs."""
@@ -66,6 +83,8 @@ class LiveFigure(anywidget.AnyWidget):
         if self._unwatch is not None:
             unwatch, self._unwatch = self._unwatch, None
             unwatch()
+        if self._leader is not None and self in self._leader._followers:
+            self._leader._followers.remove(self)
         super().close()
 
     def add_traces(self, traces: list[dict[str, Any]]) -> None:
@@ -74,7 +93,11 @@ class LiveFigure(anywidget.AnyWidget):
                               for t in traces])
         self.figure = {**self.figure, "data": [*self.figure["data"], *shells]}
         self.current["data"] += [dict(t) for t in traces]
-        self.send({"type": "add_traces", "traces": plotly_json(traces)})
+        msg = {"type": "add_traces", "traces": plotly_json(traces)}
+        for fig in (self, *self._followers):
+            if fig is not self:
+                fig.figure = {**fig.figure, "data": [*fig.figure["data"], *shells]}
+            fig.send(msg)
 
     def restyle(self, restyle: dict[str, list[Any]], indices: list[int]) -> None:
         """Set ``restyle[prop][i]`` on trace ``indices[i]`` in one message: numpy arrays go
@@ -91,4 +114,6 @@ class LiveFigure(anywidget.AnyWidget):
                 else:
                     encoded.append(value)
             props[prop] = encoded
-        self.send({"type": "restyle", "traces": list(indices), "props": props}, buffers)
+        msg = {"type": "restyle", "traces": list(indices), "props": props}
+        for fig in (self, *self._followers):
+            fig.send(msg, buffers)

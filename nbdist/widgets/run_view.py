@@ -7,21 +7,44 @@ only the traces that changed, in one restyle message of the ``LiveFigure`` (floa
 ``Dashboard`` decides when to call it. When the run ends, ``leave_static`` replaces the widgets
 in the cell's output with a static bundle (``static.static_bundle``) and closes them: the saved
 notebook then shows the final figure without a kernel or a widget model.
+
+A notebook saved while the run goes on keeps no widget (its model lives in the kernel), so a
+second output under the widgets holds the dashboard's picture as of its last refresh (SVG,
+``live_picture``), hidden by nbdist's JupyterLab extension while the live dashboard is there.
+It is refreshed at most every ``picture_every`` seconds (and less often if drawing it costs
+more than 1% of the time): the picture is drawn from what the live figure shows already, and
+a page autosaves every two minutes, so steps pay nothing for it. It is not in the widget's own
+output: updating that output makes the front end build a new widget view, which would lose
+the figure's data (sent in messages, not in the widget's state).
+
+A page that connects while the run goes on (a reload, a second tab) cannot load these widgets
+from the kernel until the cell ends, so ``add_view`` makes it a set of its own, which every
+redraw keeps in step with the first (the figure's messages are encoded once and sent to each).
+The kernel cannot tell when such a page is gone, so at most ``MAX_EXTRA_VIEWS`` are kept: a
+page reloaded again and again does not multiply the messages of every redraw.
 """
 
 from __future__ import annotations
 
 import html
 import threading
+import time
 from typing import Any, Protocol
 
 from ..telemetry.run import Run
 from .aggregate import AGGREGATE_ABOVE
-from .figure import TOP_STRAGGLERS, FigureModel, figure_dict, run_title
+from .figure import TOP_STRAGGLERS, FigureModel, feed, figure_dict, run_title
 from .header import header_html
 from .series import RunSeries
 from .stall import StallWatch, stall_note
 from .stopper import StopSignal
+from .svgplot import figure_svg
+
+#: The live dashboard's last picture (rendered by labextension/src/figure.ts).
+LIVE_PICTURE_MIME = "application/vnd.nbdist.live-picture.v1+json"
+
+#: Views made by ``add_view`` kept at once; the oldest is closed to make room for another.
+MAX_EXTRA_VIEWS = 3
 
 _DONE_STYLE = {"done": "success", "stopped": "warning", "interrupted": "warning",
                "failed": "danger", "running": "info"}
@@ -36,6 +59,7 @@ class ViewSettings(Protocol):
     straggler_min_ms: float
     stop_mode: str
     stall_after: float
+    picture_every: float
     kernel: Any
 
 
@@ -53,6 +77,8 @@ class RunView:
             loss_scale=run.loss_scale,
         )
         self.model = FigureModel(self.series, strategy=run.strategy)
+        self.model.loss_label = run.loss_label
+        self.n_epochs = 0                 # rows of ``run.epoch_metrics`` read
         self.n_rows = 0
         self.fig: Any = None
         self.box: Any = None
@@ -62,11 +88,17 @@ class RunView:
         self._shown = ""                  # what the header shows (+ a pause, see ``stall``)
         self._lock = threading.Lock()     # the header is also written by the stall watch
         self.stall: StallWatch | None = None
+        self.picture: Any = None          # the output holding the last picture (see module)
+        self.extra: list[_Widgets] = []   # views for pages that connected mid-run (add_view)
+        self._picture_due = 0.0           # time.monotonic() of its next refresh
 
     def ingest(self) -> None:
-        rows = self.run.block_since(self.n_rows)
-        self.n_rows += len(rows)
-        self.series.ingest(rows)
+        """The rows (and a fit's metrics and finished epochs) recorded since the last call;
+        the first call also reads the steps of the run this one resumed (``figure.feed``)."""
+        self.n_rows += feed(self.series, self.run, self.n_rows)
+        epochs = self.run.epoch_rows(self.n_epochs)
+        self.n_epochs += len(epochs)
+        self.series.ingest_epochs(epochs)
 
     def draw(self, final: bool = False) -> None:
         if self.fig is None:
@@ -87,6 +119,8 @@ class RunView:
             if heat is not None:
                 self.fig.restyle(*heat)
         self._update_header(final)     # from the same rows as the plots, at the same time
+        if not final and time.monotonic() >= self._picture_due:
+            self._refresh_picture()
 
     def smoothing(self) -> float:
         """The smoothing set on the live figure's slider (0 before it is drawn)."""
@@ -95,50 +129,80 @@ class RunView:
     def leave_static(self, bundle: dict[str, Any]) -> None:
         """Replace the widgets in the cell's output with ``bundle`` and close them."""
         self._stop_watching()
+        if self.picture is not None:       # the final figure says it all
+            self.picture.update({"text/plain": ""}, raw=True)
         if self.handle is not None:
             self.handle.update(bundle, raw=True)
         if self.box is not None:
             _close_tree(self.box)
             self.box = None
+        for parts in self.extra:
+            _close_tree(parts.box)
+        self.extra = []
 
     def _build(self) -> None:
-        import ipywidgets as w
         from IPython.display import display
 
         from .livefigure import LiveFigure
 
         self.model.title = run_title(self.run, self.series, final=False)
+        if self.run.resumed_from is not None:    # the steps before it are the earlier run's
+            self.model.title += (f" · resumed from run {self.run.resumed_from.id} at step "
+                                 f"{self.run.resumed_at}")
         self.fig = LiveFigure(figure_dict(self.model))
-        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
-        self.progress = w.IntProgress(min=0, max=max(1, self.run.total_steps or 1),
-                                      bar_style="info", layout=w.Layout(width="14em"))
-        if not self.run.total_steps:
-            self.progress.layout.visibility = "hidden"
-        self.button = w.Button(description="Stop", icon="stop", button_style="danger",
-                               tooltip="End training at the next step boundary; the partial "
-                                       "Run is kept in nbdist.runs",
-                               layout=w.Layout(width="9em"))   # fits "Stopping…"
-        self.notes = w.HTML()
-        self.box = w.VBox([w.HBox([self.header, self.progress, self.button],
-                                  layout=w.Layout(align_items="center")),
-                           self.notes, self.fig])
-        self.box.add_class("nbdist-dashboard")
-        self.header.add_class("nbdist-header")
-        self.notes.add_class("nbdist-notes")
+        parts = _Widgets(self.fig, self.run)
+        self.header, self.progress, self.button = parts.header, parts.progress, parts.button
+        self.notes, self.box = parts.notes, parts.box
         self.stop = StopSignal(self.button, self.owner.kernel, self.owner.stop_mode)
         if self.stop.mode == "off":
-            self.button.disabled = True
-            self.button.tooltip = ("This kernel cannot receive a click while the cell runs: "
-                                   "use Kernel > Interrupt (the partial Run is kept).")
-        bundle = self.box._repr_mimebundle_()
-        # labextension/src/staleoutputs.ts reads the run id from this text when a notebook
-        # saved during the run is opened after its kernel lost the widgets.
-        bundle["text/plain"] = (
-            f"nbdist live dashboard of Run {self.run.id} ({self.run.strategy}): it needs a "
-            "Jupyter widget front end (JupyterLab 4, Notebook 7, VS Code). When the run ends "
-            "the final figure replaces it here.")
-        self.handle = display(bundle, raw=True, display_id=True)
+            parts.no_live_stop()
+        self.handle = display(parts.bundle(), raw=True, display_id=True)
+        self.picture = display(self.live_picture(), raw=True, display_id=True)
+        self._picture_due = time.monotonic() + self.owner.picture_every
         self.stall = StallWatch(self.owner.stall_after, self._show_stall)
+
+    def add_view(self) -> dict[str, Any]:
+        """Another set of widgets of this run, for a page that connected while it goes on (a
+        reload, another tab: it cannot get the first set's figure data, sent in messages).
+        Built from what the first set shows now, kept in step with it by every later redraw,
+        its Stop button stops the run, and it is closed with the first. Returns the bundle
+        that displays it. Call after the first ``draw`` that built the widgets. The oldest
+        of ``MAX_EXTRA_VIEWS`` such views is closed to make room."""
+        if len(self.extra) >= MAX_EXTRA_VIEWS:
+            _close_tree(self.extra.pop(0).box)
+        parts = _Widgets(self.fig.follow(), self.run)
+        self.extra.append(parts)
+        if self.stop is not None:
+            self.stop.watch(parts.button)
+            if self.stop.mode == "off":
+                parts.no_live_stop()
+        with self._lock:
+            self._mirror()
+        return parts.bundle()
+
+    def extra_ids(self) -> list[str]:
+        """The widget model ids of the views ``add_view`` made."""
+        return [parts.box.model_id for parts in self.extra]
+
+    def live_picture(self) -> dict[str, Any]:
+        """The bundle of the live dashboard's picture as the live figure shows it now."""
+        run, step = self.run, self.series.last_step + 1
+        current = self.fig.current
+        title = (f"{current['layout']['title']['text']} · as of step {step}, "
+                 "live when this was saved")
+        layout = {**current["layout"], "title": {**current["layout"]["title"], "text": title}}
+        return {
+            LIVE_PICTURE_MIME: {"run": run.id, "step": step},
+            "image/svg+xml": figure_svg({"data": current["data"], "layout": layout}),
+            "text/plain": f"Run {run.id} ({run.strategy}): the dashboard as of step {step}; "
+                          "the run was live when this was saved.",
+        }
+
+    def _refresh_picture(self) -> None:
+        start = time.perf_counter()
+        self.picture.update(self.live_picture(), raw=True)
+        cost = time.perf_counter() - start
+        self._picture_due = time.monotonic() + max(self.owner.picture_every, cost / 0.01)
 
     def _update_header(self, final: bool) -> None:
         run, s = self.run, self.series
@@ -175,11 +239,29 @@ class RunView:
         elif self.stop is not None and self.stop.event.is_set():
             self.button.description = "Stopping…"
             self.button.disabled = True
+        if self.extra:
+            with self._lock:
+                self._mirror()
 
     def _show(self, text: str) -> None:
         if text != self._shown:
             self._shown = text
             self.header.value = text
+            for parts in self.extra:
+                parts.header.value = text
+
+    def _mirror(self) -> None:
+        """The views of ``add_view`` show what the first shows (a trait sends only a change,
+        so this costs a message per change and view; nothing without such views)."""
+        for parts in self.extra:
+            parts.header.value = self._shown
+            parts.notes.value = self.notes.value
+            for name in ("max", "value", "bar_style"):
+                setattr(parts.progress, name, getattr(self.progress, name))
+            parts.progress.layout.visibility = self.progress.layout.visibility
+            for name in ("description", "disabled", "tooltip"):
+                setattr(parts.button, name, getattr(self.button, name))
+            parts.button.layout.display = self.button.layout.display
 
     def _show_stall(self, idle: float) -> None:
         with self._lock:
@@ -191,6 +273,47 @@ class RunView:
         if self.stall is not None:
             self.stall.close()
             self.stall = None
+
+
+class _Widgets:
+    """One view's widgets of a Run: header, progress bar, Stop button, notes, figure."""
+
+    def __init__(self, fig: Any, run: Run):
+        import ipywidgets as w
+
+        self.run = run
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto"))
+        self.progress = w.IntProgress(min=0, max=max(1, run.total_steps or 1),
+                                      bar_style="info", layout=w.Layout(width="14em"))
+        if not run.total_steps:
+            self.progress.layout.visibility = "hidden"
+        self.button = w.Button(description="Stop", icon="stop", button_style="danger",
+                               tooltip="End training at the next step boundary; the partial "
+                                       "Run is kept in nbdist.runs",
+                               layout=w.Layout(width="9em"))   # fits "Stopping…"
+        self.notes = w.HTML()
+        self.box = w.VBox([w.HBox([self.header, self.progress, self.button],
+                                  layout=w.Layout(align_items="center")),
+                           self.notes, fig])
+        self.box.add_class("nbdist-dashboard")
+        self.header.add_class("nbdist-header")
+        self.notes.add_class("nbdist-notes")
+
+    def no_live_stop(self) -> None:
+        self.button.disabled = True
+        self.button.tooltip = ("This kernel cannot receive a click while the cell runs: "
+                               "use Kernel > Interrupt (the partial Run is kept).")
+
+    def bundle(self) -> dict[str, Any]:
+        """The output that displays this view."""
+        bundle = self.box._repr_mimebundle_()
+        # labextension/src/staleoutputs.ts reads the run id from this text when a notebook
+        # saved during the run is opened after its kernel lost the widgets.
+        bundle["text/plain"] = (
+            f"nbdist live dashboard of Run {self.run.id} ({self.run.strategy}): the run was "
+            "going on when this notebook was saved; below is its picture as of then. A Jupyter "
+            "widget front end (JupyterLab 4, Notebook 7, VS Code) draws it live.")
+        return bundle
 
 
 def _close_tree(widget: Any) -> None:

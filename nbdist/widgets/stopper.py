@@ -44,6 +44,7 @@ class StopSignal:
         self._button = button
         self._comm = getattr(button, "comm", None)
         self._unwatch: Any = None
+        self._unwatch_more: list[Any] = []     # buttons of views added later (``watch``)
         self._ui: Any = None
         self._poll: Any = None
         self._next_poll = 0.0
@@ -64,13 +65,24 @@ class StopSignal:
 
     # -- route -----------------------------------------------------------------------------
     def _install_route(self) -> None:
+        self._unwatch = self._watch_clicks(self._comm)
+
+    def _watch_clicks(self, comm: Any) -> Any:
         event = self.event
 
         def seen(data: Any) -> None:   # runs on the shell-channel thread
             if _is_click(data):
                 event.set()
 
-        self._unwatch = watch_comm(self._comm, seen)
+        return watch_comm(comm, seen)
+
+    def watch(self, button: Any) -> None:
+        """Another Stop button for the same run (a view for a page that connected mid-run):
+        its click stops the run too, seen the same way as the first button's."""
+        button.on_click(self._clicked)
+        comm = getattr(button, "comm", None)
+        if self.mode == "route" and can_watch_comm(comm):
+            self._unwatch_more.append(self._watch_clicks(comm))
 
     # -- uipoll ----------------------------------------------------------------------------
     def _poll_ui(self) -> None:
@@ -103,6 +115,8 @@ class StopSignal:
         if self._unwatch is not None:
             unwatch, self._unwatch = self._unwatch, None
             unwatch()
+        while self._unwatch_more:
+            self._unwatch_more.pop()()
         if self._ui is not None:
             ui, self._ui, self._poll = self._ui, None, None
             ui.__exit__(None, None, None)

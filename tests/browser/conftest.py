@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import skip_unless_all_required
-from labhelpers import ARTIFACTS
+from labhelpers import ARTIFACTS, KERNEL_CONNECTED
 
 
 def _free_port() -> int:
@@ -133,14 +133,6 @@ def browser():
         )
         yield b
         b.close()
-
-
-# The notebook the page shows has a kernel, connected.
-KERNEL_CONNECTED = (
-    "() => { const w = window.jupyterapp.shell.currentWidget;"
-    " return w && w.sessionContext && w.sessionContext.session &&"
-    " w.sessionContext.session.kernel &&"
-    " w.sessionContext.session.kernel.connectionStatus === 'connected'; }")
 
 
 def _page(browser, notebook_url):

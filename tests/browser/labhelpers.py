@@ -10,6 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 DOCS = ROOT / "docs"
 
+# The notebook the page shows has a kernel, connected.
+KERNEL_CONNECTED = (
+    "() => { const w = window.jupyterapp.shell.currentWidget;"
+    " return w && w.sessionContext && w.sessionContext.session &&"
+    " w.sessionContext.session.kernel &&"
+    " w.sessionContext.session.kernel.connectionStatus === 'connected'; }")
+
+
 # Every cell of the notebook, started without waiting: the promise that
 # `commands.execute('notebook:run-all-cells')` returns resolves only when every cell has run.
 RUN_ALL_NOWAIT = "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
