@@ -36,60 +36,10 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import nbdist_shell, ok  # noqa: E402
+from explain_cells import CONV_STEP, DATA, MLP_STEP, MODELS  # noqa: E402
 
 import nbdist  # noqa: E402
 
-DATA = """
-import time
-import numpy as np
-import tensorflow as tf
-rng = np.random.default_rng(0)
-ex_x = rng.normal(size=(64 * 50, 8)).astype("float32")
-ex_y = rng.normal(size=(64 * 50, 3)).astype("float32")
-def ex_sleep(x, y):
-    time.sleep(0.04)
-    return x, y
-def ex_read(x, y):
-    return tf.numpy_function(ex_sleep, [x, y], [tf.float32, tf.float32])
-ex_base = tf.data.Dataset.from_tensor_slices((ex_x, ex_y)).batch(64)
-ex_fast = ex_base.cache().repeat().prefetch(8)
-ex_slow = ex_base.map(ex_read).repeat()
-ex_threads = tf.data.Options()
-ex_threads.threading.private_threadpool_size = 16   # tf.data's default: one thread per core
-ex_slow_fixed = ex_base.map(ex_read, num_parallel_calls=16).repeat().prefetch(
-    tf.data.AUTOTUNE).with_options(ex_threads)
-ex_images = tf.data.Dataset.from_tensor_slices((
-    rng.normal(size=(256, 32, 32, 3)).astype("float32"),
-    rng.integers(0, 10, size=(256,)).astype("int32"))).batch(64).cache().repeat().prefetch(4)
-"""
-MODELS = """%%distribute
-ex_mlp = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
-                              tf.keras.layers.Dense(3)])
-ex_mlp_opt = tf.keras.optimizers.SGD(0.01)
-ex_conv = tf.keras.Sequential([
-    tf.keras.Input((32, 32, 3)), tf.keras.layers.Conv2D(32, 3, activation="relu"),
-    tf.keras.layers.Conv2D(64, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
-    tf.keras.layers.Conv2D(64, 3, activation="relu"), tf.keras.layers.GlobalAveragePooling2D(),
-    tf.keras.layers.Dense(10)])
-ex_conv_opt = tf.keras.optimizers.SGD(0.01)
-"""
-MLP_STEP = """%%distribute --step --data {data} --steps {steps} {flags}
-x, y = batch
-with tf.GradientTape() as tape:
-    per_example = tf.reduce_sum(tf.square({model}(x, training=True) - y), axis=-1)
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
-grads = tape.gradient(loss, {model}.trainable_variables)
-{model}_opt.apply_gradients(zip(grads, {model}.trainable_variables))
-"""
-CONV_STEP = """%%distribute --step --data ex_images --steps 30
-x, y = batch
-with tf.GradientTape() as tape:
-    logits = ex_conv(x, training=True)
-    per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
-grads = tape.gradient(loss, ex_conv.trainable_variables)
-ex_conv_opt.apply_gradients(zip(grads, ex_conv.trainable_variables))
-"""
 # multiworker: each worker's own data; BATCH is the global batch
 WORKER_SETUP = """%%distribute
 import numpy as np
@@ -173,7 +123,7 @@ def local_runs(ip, rounds: int) -> list[str]:
                                                   model="ex_mlp")},
                          {"cell": MLP_STEP.format(data="ex_fast", steps=400, model="ex_mlp",
                                                   flags="--steps-per-call auto")}, rounds))
-    conv = explained(ip, CONV_STEP)
+    conv = explained(ip, CONV_STEP.format(steps=30))
     print(f"\n== conv net ==\n{conv.text}", flush=True)
     lines.append(f"{'conv net':<14} {'balanced':<14} "
                  f"{'yes' if conv.bottleneck == 'balanced' else 'NO (' + conv.bottleneck + ')':<8}"

@@ -43,7 +43,7 @@ def bench(ip, replicas: int, rounds: int, steps: int) -> None:
         chosen += [n.split(" chose ")[1].split(" ")[0] for n in run.notes if " chose " in n]
     cpu, wall = ratio(hand_side, cell_side, 0), ratio(hand_side, cell_side, 1)
     per_round = ", ".join(f"{h[1] / c[1]:.2f}" for h, c in zip(hand_side, cell_side, strict=True))
-    print(f"mlp x{replicas} replica(s), {steps} steps, {rounds} rounds: --steps-per-call auto "
+    print(f"mlp x{replicas} replicas, {steps} steps, {rounds} rounds: --steps-per-call auto "
           f"vs hand-written one step per call: CPU-time ratio {cpu:.2f}, wall ratio {wall:.2f} "
           f"(per round wall: {per_round}); auto chose K = {', '.join(chosen)}", flush=True)
 

@@ -41,7 +41,7 @@ MULTIWORKER_CPU_DEVICES = (
 )
 
 TOO_LATE = (
-    "TensorFlow has already initialised its devices in this kernel with {have} CPU device(s), "
+    "TensorFlow has already initialised its devices in this kernel with {have}, "
     "so it cannot split the CPU into {want} logical devices any more (TensorFlow allows that "
     "only before the first tensor, model or device query). Restart the kernel and run "
     "`%distribute {name} --devices {want}` before any other TensorFlow code, or use "
@@ -272,7 +272,8 @@ def ensure_local_devices(count: int | None, name: str = DEFAULT_FAMILY
                 )
             except RuntimeError as err:
                 have = len(tf.config.list_logical_devices("CPU"))
-                raise DeviceError(TOO_LATE.format(have=have, want=want, name=name)) from err
+                raise DeviceError(TOO_LATE.format(have=count(have, "CPU device"), want=want,
+                                                   name=name)) from err
         devices, kind = tuple(f"/device:CPU:{i}" for i in range(want)), "CPU"
     # After parameter_server the kernel's own devices are named /job:chief/.../device:CPU:i.
     existing = {"/device:" + d.name.split("/device:")[-1]

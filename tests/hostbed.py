@@ -323,7 +323,7 @@ class HostBed:
         if not daemonize:
             # In the foreground, as this process's child: ipcluster then reaps the engine
             # processes it stops at once (an orphan waits for the machine's init, which may
-            # be slow: ~2 s here). Engine launchers orphaned by another process (a kernel
+            # be slow). Engine launchers orphaned by another process (a kernel
             # that restarted engines, then exited) come to this one and are reaped too.
             self._reap_orphaned_launchers()
         log = open(os.path.join(self.workdir, "ipcluster.log"), "ab")

@@ -126,4 +126,4 @@ def test_fresh_virtualenv_from_binder_runs_tutorials_04_05_and_the_quickstart(tm
         run("jupyter", "execute", "--timeout=600", f"--output={tmp_path / name}.ipynb",
             str(ROOT / "notebooks" / f"{name}.ipynb"), cwd=tmp_path)
     out = run("python", "-m", "nbdist.quickstart", "--devices", "2", cwd=tmp_path)
-    assert re.search(r"Run \d+ \(step, mirrored, 2 replica\(s\)\): done", out), out
+    assert re.search(r"Run \d+ \(step, mirrored, 2 replicas\): done", out), out

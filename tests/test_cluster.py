@@ -1,6 +1,6 @@
 """`%distribute multiworker` with real ipyparallel engines running MultiWorkerMirroredStrategy.
 
-One 2-worker cluster serves the module (starting one costs ~15 s here); a test that finds it
+One 2-worker cluster serves the module (starting one takes seconds); a test that finds it
 broken by a fault test (a worker killed or stopped) restarts it first. The kernel's own
 strategy (4 logical CPUs, conftest) is restored at the end for the other test modules.
 """

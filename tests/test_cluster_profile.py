@@ -306,7 +306,7 @@ def test_a_hand_started_cluster_is_released_on_stop_and_refused_until_restarted(
         said = capsys.readouterr().err
         psutil.Process(fresh[frozen]).resume()
         assert took < PROMPT_S, f"stop waited {took:.0f} s for the frozen engine"
-        assert f"engine(s) {frozen} of profile" in said and "did not answer within 3 s" in said
+        assert f"engine {frozen} of profile" in said and "did not answer within 3 s" in said
     finally:
         if client is not None:
             client.close()

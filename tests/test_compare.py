@@ -139,7 +139,7 @@ def test_compare_draws_a_fits_metrics_and_validation_and_names_runs_without_them
 
 @pytest.mark.parametrize(("kwargs", "says"), [
     ({"x": "wall"}, "x is the axis the runs are drawn against, \"step\""),
-    ({"metric": "nope"}, "none of the 2 run(s) recorded that metric. They have: "),
+    ({"metric": "nope"}, "none of the 2 runs recorded that metric. They have: "),
     ({"runs": "abc"}, "takes a Run or a list of Runs"),
     ({"runs": [1]}, "every item must be a Run"),
     ({"runs": []}, "give at least one Run"),

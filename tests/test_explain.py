@@ -11,6 +11,7 @@ bound run on two hosts with a rate-limited link is benchmarks/explain.py's.
 from __future__ import annotations
 
 import pytest
+from explain_cells import CONV_STEP, DATA, MLP_STEP, MODELS
 from helpers import run_ok
 from IPython.utils.capture import capture_output
 
@@ -176,51 +177,8 @@ def test_runs_that_cannot_be_explained_say_why():
 
 # -- runs trained for real ----------------------------------------------------------------------
 
-DATA = """
-import time
-import numpy as np
-import tensorflow as tf
-rng = np.random.default_rng(0)
-ex_x = rng.normal(size=(64 * 50, 8)).astype("float32")
-ex_y = rng.normal(size=(64 * 50, 3)).astype("float32")
-ex_fast = tf.data.Dataset.from_tensor_slices((ex_x, ex_y)).batch(64).cache().repeat().prefetch(8)
-def ex_sleep(x, y):
-    time.sleep(0.02)
-    return x, y
-ex_slow = tf.data.Dataset.from_tensor_slices((ex_x, ex_y)).batch(64).map(
-    lambda x, y: tf.numpy_function(ex_sleep, [x, y], [tf.float32, tf.float32])).repeat()
-ex_images = tf.data.Dataset.from_tensor_slices((
-    rng.normal(size=(256, 32, 32, 3)).astype("float32"),
-    rng.integers(0, 10, size=(256,)).astype("int32"))).batch(64).cache().repeat().prefetch(4)
-"""
-MODELS = """%%distribute
-ex_mlp = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
-                              tf.keras.layers.Dense(3)])
-ex_opt = tf.keras.optimizers.SGD(0.01)
-ex_conv = tf.keras.Sequential([
-    tf.keras.Input((32, 32, 3)), tf.keras.layers.Conv2D(32, 3, activation="relu"),
-    tf.keras.layers.Conv2D(64, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
-    tf.keras.layers.Conv2D(64, 3, activation="relu"), tf.keras.layers.GlobalAveragePooling2D(),
-    tf.keras.layers.Dense(10)])
-ex_conv_opt = tf.keras.optimizers.SGD(0.01)
-"""
-MLP_STEP = """%%distribute --step --data {data} --steps {steps}
-x, y = batch
-with tf.GradientTape() as tape:
-    per_example = tf.reduce_sum(tf.square(ex_mlp(x, training=True) - y), axis=-1)
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
-grads = tape.gradient(loss, ex_mlp.trainable_variables)
-ex_opt.apply_gradients(zip(grads, ex_mlp.trainable_variables))
-"""
-CONV_STEP = """%%distribute --step --data ex_images --steps 24
-x, y = batch
-with tf.GradientTape() as tape:
-    logits = ex_conv(x, training=True)
-    per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
-grads = tape.gradient(loss, ex_conv.trainable_variables)
-ex_conv_opt.apply_gradients(zip(grads, ex_conv.trainable_variables))
-"""
+def mlp_step(data: str, steps: int) -> str:
+    return MLP_STEP.format(data=data, steps=steps, flags="", model="ex_mlp")
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +200,7 @@ def explained_cell(shell, cell):
 
 
 def test_a_map_that_sleeps_is_named_input(shell):
-    text, page, explained = explained_cell(shell, MLP_STEP.format(data="ex_slow", steps=60))
+    text, page, explained = explained_cell(shell, mlp_step("ex_slow", 60))
     assert explained.bottleneck == "input", text
     assert f"Run {nbdist.runs[-1].id}: " in text and "bottleneck: input" in text
     assert "1. The step waits for its input" in text and "`.prefetch(" in text
@@ -251,19 +209,19 @@ def test_a_map_that_sleeps_is_named_input(shell):
 
 
 def test_a_tiny_mlp_on_4_replicas_is_named_dispatch(shell):
-    text, _, explained = explained_cell(shell, MLP_STEP.format(data="ex_fast", steps=300))
+    text, _, explained = explained_cell(shell, mlp_step("ex_fast", 300))
     assert explained.bottleneck == "dispatch", text
     assert "--steps-per-call auto" in explained.advice[0].text
 
 
 def test_a_conv_net_has_nothing_to_fix(shell):
-    text, _, explained = explained_cell(shell, CONV_STEP)
+    text, _, explained = explained_cell(shell, CONV_STEP.format(steps=24))
     assert explained.bottleneck == "balanced", text
     assert "Nothing to fix" in text
 
 
 def test_explain_names_a_run_by_its_number_and_refuses_others(shell):
-    run_ok(shell, MLP_STEP.format(data="ex_fast", steps=20))
+    run_ok(shell, mlp_step("ex_fast", 20))
     last = nbdist.runs[-1]
     with capture_output() as out:
         shell.run_line_magic("distribute", f"explain {last.id}")
@@ -273,7 +231,7 @@ def test_explain_names_a_run_by_its_number_and_refuses_others(shell):
         shell.run_line_magic("distribute", "explain 999")
     with pytest.raises(ConfigError, match="takes at most one run number, not 'last'"):
         shell.run_line_magic("distribute", "explain last")
-    run_ok(shell, MLP_STEP.format(data="ex_fast", steps=20).replace(
+    run_ok(shell, mlp_step("ex_fast", 20).replace(
         "--steps 20", "--steps 20 --timing-every 0"))
     with pytest.raises(ConfigError, match="no timed steps"):
         shell.run_line_magic("distribute", "explain")

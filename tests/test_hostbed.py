@@ -77,7 +77,7 @@ def test_multiworker_over_three_hosts_addresses_status_push_pull_step_and_fit(
     assert mw.channel.address[0] == bed.bridge_ip                       # reachable from them
     ip.run_line_magic("distribute", "status")
     out = capsys.readouterr().out
-    assert f"on 3 host(s) {', '.join(sorted(bed.hostnames))}" in out, out
+    assert f"on 3 hosts {', '.join(sorted(bed.hostnames))}" in out, out
     for i, host in enumerate(hosts):
         assert re.search(rf"worker {i} +alive, pid \d+ on {host}", out), out
 

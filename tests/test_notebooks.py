@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from nbdist.cluster.paramserver.steps import TAKE_EVERY_ROWS, WINDOW_PER_WORKER
+from nbdist.words import count
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -276,7 +277,7 @@ def test_05_parameter_server():
                              survived).group(1))
     # the rows worker 1 had not handed over die with it (at most a read's worth), said in a note
     assert 300 - TAKE_EVERY_ROWS - 2 * WINDOW_PER_WORKER <= recorded <= 300, survived
-    assert (f"{300 - recorded} step(s) finished on a worker just before it died" in survived
+    assert (f"{count(300 - recorded, 'step')} finished on a worker just before it died" in survived
             ) == (recorded < 300), survived
     assert "ran on worker(s) [0]" in survived
     assert "nbdist: kill worker 1 after step 30." in text(cell(nb, "%distribute inject kill 1"))

@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..hooks.tensorflow import eager_context_initialized
 from ..spec import StrategySpec
 from ..strategies import TOO_LATE, physical_gpus
+from ..words import count
 
 #: Why this kernel's TensorFlow context cannot host another strategy (None: it can).
 _TAINTED: str | None = None
@@ -49,7 +50,8 @@ def why_cannot_host(spec: StrategySpec) -> str | None:
     split = tf.config.get_logical_device_configuration(tf.config.list_physical_devices("CPU")[0])
     if (split and len(split) >= want) or not eager_context_initialized():
         return None
-    return TOO_LATE.format(have=len(tf.config.list_logical_devices("CPU")), want=want,
+    return TOO_LATE.format(have=count(len(tf.config.list_logical_devices("CPU")), "CPU device"),
+                           want=want,
                            name=spec.name)
 
 

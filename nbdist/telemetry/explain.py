@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..words import count
 from .ring import ring_bandwidth, ring_model_ms
 from .run import Run, register_view
 
@@ -193,7 +194,7 @@ def explain(run: Run, link: tuple[float, float] | None = None) -> Explanation:
     frame = run.metrics
     if run.mode != "step" or not len(frame) or frame.step.max() < STEADY_FROM + 2:
         what = ("it has no step rows" if not len(frame) or run.mode != "step"
-                else f"it has {int(frame.step.max()) + 1} step(s)")
+                else f"it has {count(int(frame.step.max()) + 1, 'step')}")
         raise ConfigError(
             f"Run {run.id} cannot be explained: {what}. The explanation splits the steps of a "
             f"step-mode run (`%%distribute --step`) after its first {STEADY_FROM} (they "

@@ -25,6 +25,7 @@ from ..errors import CompareError
 from ..telemetry.rows import MEASURED
 from ..telemetry.rows import POSITION as COL
 from ..telemetry.run import Run
+from ..words import count
 from .decimator import Decimator
 from .figure import earlier_parts
 from .panels import PALETTE
@@ -61,7 +62,7 @@ def comparison_figure(runs: Run | Sequence[Run] | None = None, x: str = "step",
     if not isinstance(metric, str) or not any(metric in names for names in have.values()):
         known = sorted({name for names in have.values() for name in names})
         raise CompareError(
-            f"nbdist.compare(metric={metric!r}): none of the {len(chosen)} run(s) recorded "
+            f"nbdist.compare(metric={metric!r}): none of the {count(len(chosen), 'run')} recorded "
             f"that metric. They have: {', '.join(known)}. `loss` is the global loss per step; "
             "a fit's `val_*` metrics need validation data in its model.fit.")
     drawn = [run for run in chosen if metric in have[id(run)]]

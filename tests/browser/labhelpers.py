@@ -93,3 +93,15 @@ def dismiss_news(page) -> None:
     button = page.locator(".jp-toast-button", has_text="No")
     if button.count():
         button.first.click()
+
+
+def run_new_cell(page, source: str) -> None:
+    """Add a cell with ``source`` at the end of the current notebook and run it, as a user
+    types one; returns once it is sent (wait for its output with ``page.wait_for_function``)."""
+    page.evaluate("""async (source) => {
+        const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+        nb.activeCellIndex = nb.widgets.length - 1;
+        await app.commands.execute('notebook:insert-cell-below');
+        nb.activeCell.model.sharedModel.source = source;
+        await app.commands.execute('notebook:run-cell');
+    }""", source)

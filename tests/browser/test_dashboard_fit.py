@@ -5,7 +5,7 @@ following the fit's steps, then the notebook saved and opened again shows the fi
 import json
 import re
 
-from figurechecks import check_fit_panels
+from figurechecks import FINAL, check_fit_panels
 from labhelpers import RUN_ALL_NOWAIT, dismiss_news, shot, shot_of, write_notebook
 
 STEPS = 3 * 40      # epochs x batches
@@ -62,7 +62,7 @@ def test_fit_shows_its_progress_and_time_left_and_the_saved_notebook_reopens(
 
     page.wait_for_function(f"() => !({FIT_RUNNING})()", timeout=120_000)
     training = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
-    training.locator(".jp-RenderedPlotly, .jp-RenderedSVG").first.wait_for(timeout=30_000)
+    training.locator(FINAL).first.wait_for(timeout=30_000)
     assert f"step {STEPS}/{STEPS} (epoch 3/3)" in training.inner_text()
     shot(page, "dashboard-fit-final")
     shot_of(training.locator(".jp-OutputArea"), "dashboard-fit-final-output")
@@ -80,7 +80,7 @@ def test_fit_shows_its_progress_and_time_left_and_the_saved_notebook_reopens(
     try:
         again.goto(f"{lab_server['url']}/lab/workspaces/fit-again/tree/{name}?reset")
         cell = again.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
-        cell.locator(".jp-RenderedPlotly, .jp-RenderedSVG").first.wait_for(timeout=60_000)
+        cell.locator(FINAL).first.wait_for(timeout=60_000)
         assert "model not found" not in again.evaluate("() => document.body.innerText")
         shot(again, "dashboard-fit-reopened")
     finally:

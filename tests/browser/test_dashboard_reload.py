@@ -11,7 +11,7 @@ The second tab opens the notebook saved mid-run: its view takes the saved view's
 import time
 
 from figurechecks import check_final_figure
-from labhelpers import KERNEL_CONNECTED, RUN_ALL_NOWAIT, shot, write_notebook
+from labhelpers import KERNEL_CONNECTED, RUN_ALL_NOWAIT, run_new_cell, shot, write_notebook
 
 # Stop ends the run long before this.
 TOTAL_STEPS = 100_000
@@ -112,15 +112,8 @@ def test_a_reloaded_page_and_a_second_tab_get_the_live_dashboard_and_stop_it(
     shot(page, "dashboard-reloaded-final")
 
     # The kernel agrees: the run stopped early.
-    page.evaluate("""() => {
-        const app = window.jupyterapp, nb = app.shell.currentWidget.content;
-        nb.activeCellIndex = nb.widgets.length - 1;
-        app.commands.execute('notebook:insert-cell-below').then(() => {
-            nb.activeCell.model.sharedModel.source =
-                'import nbdist; print("RUN", nbdist.runs[-1].status, nbdist.runs[-1].steps_done)';
-            app.commands.execute('notebook:run-cell');
-        });
-    }""")
+    run_new_cell(page, 'import nbdist; print("RUN", nbdist.runs[-1].status, '
+                       'nbdist.runs[-1].steps_done)')
     page.wait_for_function("() => document.body.innerText.includes('RUN stopped')",
                            timeout=60_000)
     steps = int(page.evaluate("() => document.body.innerText").split("RUN stopped", 1)[1]

@@ -1,6 +1,7 @@
 """The live dashboard in Notebook 7: nbdist's extension loads there (plotly.js for the figure
 comes from it, once per page), a small `%%distribute` cell draws, then leaves its final figure."""
 
+from figurechecks import FINAL
 from labhelpers import COUNT_POINTS, RUN_ALL_NOWAIT, shot, write_notebook
 
 CELLS = [
@@ -42,6 +43,6 @@ def test_notebook7_draws_the_live_dashboard(notebook7_server, notebook7_page):
     assert page.evaluate("() => typeof window.nbdistPlotly === 'function'")
     shot(page, "notebook7-dashboard-live")
     cell = page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1)
-    cell.locator(".jp-RenderedPlotly, .jp-RenderedSVG").first.wait_for(timeout=120_000)
+    cell.locator(FINAL).first.wait_for(timeout=120_000)
     assert "Run 1 (step, mirrored, 2 replicas): done, 250 steps" in cell.inner_text()
     shot(page, "notebook7-dashboard-final")

@@ -44,6 +44,7 @@ import psutil
 
 from ...errors import ConfigError
 from ...hooks.ipyparallel import client_config
+from ...words import count
 from .. import tfconfig
 from ..inengine.identity import identify, release_engine
 from .base import ClusterStartError
@@ -138,9 +139,10 @@ class ProfileEngines:
         if len(self._usable_ids()) < want:   # fewer engines may still be enough
             if len(self._usable_ids()) < max(at_least, 1):
                 raise ClusterStartError(
-                    f"--cluster {self.name}: only {len(self._usable_ids())} engine(s) registered "
-                    f"with the controller within {self.timeout:.0f} s. Start engines, e.g. "
-                    f"`ipcluster engines --profile-dir {self.profile_dir} --n 2 --daemonize`, "
+                    f"--cluster {self.name}: only {count(len(self._usable_ids()), 'engine')} "
+                    f"registered with the controller within {self.timeout:.0f} s. Start "
+                    f"engines, e.g. `ipcluster engines --profile-dir {self.profile_dir} --n 2 "
+                    "--daemonize`, "
                     "and check their logs in the profile's log/ directory."
                 ) from None
 
@@ -159,9 +161,10 @@ class ProfileEngines:
         if self.wanted is not None and self.wanted > len(available):
             raise ConfigError(
                 f"{self.asked}: the cluster of profile {self.name!r} has "
-                f"{len(available)} engine(s). Ask for at most {len(available)}, drop --workers "
-                f"to use them all, or start more engines (`ipcluster engines --profile-dir "
-                f"{self.profile_dir} --n {self.wanted - len(available)} --daemonize`)."
+                f"{count(len(available), 'engine')}. Ask for at most {len(available)}, drop "
+                f"--workers to use them all, or start more engines (`ipcluster engines "
+                f"--profile-dir {self.profile_dir} --n {self.wanted - len(available)} "
+                "--daemonize`)."
             )
         self.ids = available[: self.wanted or len(available)]
         host = self._controller_host()
@@ -171,14 +174,14 @@ class ProfileEngines:
         spent = [eid for eid, d in zip(self.ids, self.idents, strict=True) if d["used"]]
         if not self.restartable:
             raise ClusterStartError(
-                f"Engine(s) {', '.join(map(str, spent))} of profile {self.name!r} already "
+                f"{_engines(spent).capitalize()} of profile {self.name!r} already "
                 "served an nbdist session; TensorFlow's cluster state (a "
                 "MultiWorkerMirroredStrategy, a parameter-server gRPC server) lasts as long as "
                 "the process, and this cluster has no cluster file through which nbdist could "
                 "restart its engines. Restart those engines yourself (stop and start their "
                 "`ipengine` processes), then run this line again."
             )
-        print(f"nbdist: engine(s) {', '.join(map(str, spent))} of profile {self.name!r} "
+        print(f"nbdist: {_engines(spent)} of profile {self.name!r} "
               "already served an nbdist session; restarting the cluster's engines "
               "(TensorFlow's cluster state lasts as long as the process).", file=sys.stderr)
         from ..inengine.worker import exit_soon
@@ -208,7 +211,7 @@ class ProfileEngines:
     def describe(self) -> str:
         places = {(d["host"], d.get("boot_id"), d.get("netns")) for d in self.idents}
         where = ("on this machine" if all(shares_network(d) for d in self.idents) else
-                 f"on {len(places)} host(s) {', '.join(sorted({p[0] for p in places}))}")
+                 f"on {count(len(places), 'host')} {', '.join(sorted({p[0] for p in places}))}")
         return (f"{len(self.ids)} engines {list(self.ids)} of ipyparallel profile "
                 f"{self.name!r} ({self.profile_dir}), {where}; not started by nbdist")
 
@@ -301,7 +304,7 @@ class ProfileEngines:
         except Exception as err:
             log.debug("could not release engines %s: %s", self.ids, err)
         if silent:
-            print(f"nbdist: engine(s) {', '.join(map(str, silent))} of profile {self.name!r} "
+            print(f"nbdist: {_engines(silent)} of profile {self.name!r} "
                   f"did not answer within {RELEASE_S:g} s (blocked in TensorFlow, or their "
                   "host is unreachable) and were left as they are.", file=sys.stderr)
         print(f"nbdist: engines {self.ids} of profile {self.name!r} are released (namespaces "
@@ -309,3 +312,8 @@ class ProfileEngines:
               "MultiWorkerMirroredStrategy or a parameter-server gRPC server); nbdist cannot "
               "restart them (no cluster file). Restart them before the next "
               "nbdist session on this profile.", file=sys.stderr)
+
+
+def _engines(ids: list[int]) -> str:
+    """``"engine 3"`` or ``"engines 1, 2"``."""
+    return f"engine{'s' if len(ids) != 1 else ''} {', '.join(map(str, ids))}"

@@ -52,7 +52,7 @@ WINDOW_PER_WORKER = 16
 HEALTH_EVERY_S = 0.25
 #: The workers' rows are read every this many finished steps, or this often (rowbuffer).
 TAKE_EVERY_ROWS, TAKE_EVERY_S = 64, 0.2
-LOST_ROWS = (" step(s) finished on a worker just before it died: their parameter updates "
+LOST_ROWS = (" finished on a worker just before it died: their parameter updates "
              "were applied, but their rows were lost with it")
 #: Errors a step raised on a worker that still answers (its dataset ran out, an assertion or
 #: a shape check in the cell failed): the rows of the steps before it are read before the run
@@ -211,7 +211,7 @@ class PSStepLoop(StepLoop):
         lost = self._finished - self._recorded
         if lost > 0:   # one note, with the latest count (each epoch's checkpoint drains too)
             self.run.notes[:] = [n for n in self.run.notes if LOST_ROWS not in n]
-            self.run.note(f"{lost}{LOST_ROWS}")
+            self.run.note(f"{count(lost, 'step')}{LOST_ROWS}")
 
     def _schedule(self, iterator: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
