@@ -16,6 +16,7 @@ from .errors import ConfigError, DeviceError
 from .families import DEFAULT_FAMILY
 from .hooks.tensorflow import set_collective_key_base
 from .spec import StrategySpec
+from .words import count as counted
 
 TPU_PROBE_TIMEOUT_S = 60.0
 
@@ -272,7 +273,7 @@ def ensure_local_devices(count: int | None, name: str = DEFAULT_FAMILY
                 )
             except RuntimeError as err:
                 have = len(tf.config.list_logical_devices("CPU"))
-                raise DeviceError(TOO_LATE.format(have=count(have, "CPU device"), want=want,
+                raise DeviceError(TOO_LATE.format(have=counted(have, "CPU device"), want=want,
                                                    name=name)) from err
         devices, kind = tuple(f"/device:CPU:{i}" for i in range(want)), "CPU"
     # After parameter_server the kernel's own devices are named /job:chief/.../device:CPU:i.

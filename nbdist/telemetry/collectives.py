@@ -96,9 +96,9 @@ def split_timing(values: dict[str, Any]) -> dict[str, list[float]]:
 
     begin, start, end = (np.asarray(values[k], dtype=np.float64)
                          for k in (T_BEGIN, T_GRAD_START, T_GRAD_END))
-    count = sum(1 for k in values if k.startswith(_OTHER_START))
+    n_other = sum(1 for k in values if k.startswith(_OTHER_START))
     other = np.array([[values[f"{_OTHER_START}{i}"], values[f"{_OTHER_END}{i}"]]
-                      for i in range(count)], dtype=np.float64).reshape(count, 2, len(begin))
+                      for i in range(n_other)], dtype=np.float64).reshape(n_other, 2, len(begin))
     last_arrival = float(start.max())
     compute, others = [], []
     for r in range(len(begin)):

@@ -40,11 +40,11 @@ def spec_from_choices(name: str, devices: int, workers: int, ps: int, cluster: s
 
 def preview_code(spec: StrategySpec, hardware: Hardware) -> str:
     """Equivalent TensorFlow for ``spec`` on this machine, without building anything."""
-    count = spec.devices or 1
+    n = spec.devices or 1
     if hardware.gpus:
-        devices, kind = tuple(f"/device:GPU:{i}" for i in range(count)), "GPU"
+        devices, kind = tuple(f"/device:GPU:{i}" for i in range(n)), "GPU"
     else:
-        devices, kind = tuple(f"/device:CPU:{i}" for i in range(count)), "CPU"
+        devices, kind = tuple(f"/device:CPU:{i}" for i in range(n)), "CPU"
     return equivalent_code(spec, devices, kind)
 
 
