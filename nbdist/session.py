@@ -28,6 +28,7 @@ from .factory import make_backend
 from .spec import RunSpec, StrategySpec
 from .step.pasted import use_session_strategy
 from .telemetry.run import Run, RunObserver, runs
+from .tflogs import import_tensorflow_quietly
 
 
 class Session:
@@ -54,6 +55,7 @@ class Session:
         ``keras``: which Keras worker processes run (``multiworker --keras``). The new backend
         is validated before the current one is stopped: a refused line changes nothing.
         """
+        import_tensorflow_quietly()   # its start-up lines are not the user's business
         current = self.backend
         if current is not None and current.serves(spec, keras):
             return current
@@ -193,6 +195,7 @@ class Session:
     def _run(self, backend: Backend, method: Callable[[Any, list[RunObserver]], Any],
              prepare: Callable[..., Any], cell: str, spec: RunSpec, observers: list[RunObserver],
              header: str) -> Any:
+        import_tensorflow_quietly()
         self._cells += 1
         # strategy code pasted from a tutorial: the session's strategy, or refused here
         text, said = use_session_strategy(cell, backend.spec,

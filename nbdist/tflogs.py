@@ -20,10 +20,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["quiet_cpp_logs", "quiet_tensorflow", "set_verbose", "verbose", "worker_environment"]
+__all__ = ["import_tensorflow_quietly", "quiet_cpp_logs", "quiet_tensorflow", "set_verbose",
+           "verbose", "worker_environment"]
 
 ENV = "NBDIST_VERBOSE"
 QUIET_CPP_LEVEL = "2"
@@ -61,6 +65,43 @@ def quiet_cpp_logs() -> None:
     if TensorFlow has not logged yet in this process)."""
     if not verbose() and not os.environ.get("TF_CPP_MIN_LOG_LEVEL"):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = QUIET_CPP_LEVEL
+
+
+#: What TensorFlow's C++ prints to the process's stderr while it loads, whatever
+#: ``TF_CPP_MIN_LOG_LEVEL`` says (its logger is not initialised yet): absl's notice, oneDNN's
+#: and the CPU-feature lines. A kernel shows them as a red block under the first cell.
+_STARTUP_NOISE = re.compile(
+    r"All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|\] oneDNN custom operations are on"
+    r"|cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized"
+    r"|^To enable the following instructions: .*rebuild TensorFlow with the appropriate")
+
+
+def import_tensorflow_quietly() -> None:
+    """Import TensorFlow with its start-up lines left out of the cell (``_STARTUP_NOISE``);
+    anything else it writes to stderr meanwhile is passed on. Does nothing when TensorFlow is
+    imported already or when ``verbose()``. The lines come from C++ straight to file
+    descriptor 2, so that descriptor is pointed at a file for the import."""
+    if "tensorflow" in sys.modules or verbose():
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):   # no usable descriptor 2: import as is
+        import tensorflow  # noqa: F401
+        return
+    with tempfile.TemporaryFile(mode="w+b") as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        kept = [line for line in caught.read().decode(errors="replace").splitlines()
+                if line.strip() and not _STARTUP_NOISE.search(line)]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)
 
 
 class _BelowWarning(logging.Filter):

@@ -24,8 +24,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 ARTIFACTS = ROOT / "test-artifacts" / "docs"
-#: Printed by a cell, each is a failure: a magic refused its line, or nbdist warned.
-BAD_OUTPUT = ("UsageError", "Warning: nbdist", "nbdist: the dashboard stopped drawing")
+#: Printed by a cell, each is a failure: a magic refused its line, nbdist warned, or
+#: TensorFlow's start-up lines reached the cell (nbdist keeps them out of the cell that
+#: loads TensorFlow: tflogs.import_tensorflow_quietly).
+BAD_OUTPUT = ("UsageError", "Warning: nbdist", "nbdist: the dashboard stopped drawing",
+              "absl::InitializeLog", "oneDNN custom operations")
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
