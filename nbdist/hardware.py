@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 from .families import NEEDS_IPYPARALLEL, NEEDS_TPU, families
+from .words import count
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ def check_local_processes(workers: int, ps: int = 0) -> None:
         return
     flags = f"--workers {workers}" + (f" --ps {ps}" if ps else "")
     raise ConfigError(
-        f"`{flags}` would start {asked} worker processes on this machine, which has {cores} "
-        f"CPU core{'s' if cores != 1 else ''} and {memory / 2**30:.1f} GB of memory: each "
+        f"`{flags}` would start {asked} worker processes on this machine, which has "
+        f"{count(cores, 'CPU core')} and {memory / 2**30:.1f} GB of memory: each "
         f"runs its own TensorFlow (about {WORKER_BYTES / 2**30:.1f} GB), so it holds at most "
         f"{limit} ({WORKERS_PER_CORE} per core, as its memory allows). Ask for {limit} or "
         "fewer, or add `--cluster PROFILE` to run the workers on the engines of an "

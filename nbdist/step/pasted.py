@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..families import Family, family_of_tf_class, tf_class_names
 from ..spec import StrategySpec
+from ..words import count
 
 #: What a pasted constructor call becomes: the session's strategy in the process running the
 #: cell (the kernel, or a worker), looked up when the call would have run.
@@ -275,7 +276,7 @@ def use_session_strategy(cell: str, spec: StrategySpec,
             "strategy is used as it was built)") if ignored else ""
     lines = "cell line" if len(found.strategies) == 1 else "cell lines"
     message = (f"nbdist: {texts} on {lines} {where} uses the session's {spec.name} strategy "
-               f"({replicas} replica{'s' if replicas != 1 else ''}){note}; nothing else was "
+               f"({count(replicas, 'replica')}){note}; nothing else was "
                "built.")
     return replaced(cell, found.strategies), message
 
@@ -294,13 +295,13 @@ def _check_devices(call: StrategyCall, spec: StrategySpec, devices: Sequence[str
     have = {_device_key(d) for d in devices}
     if wanted == have:
         return
-    count = len(call.devices)
+    n = len(call.devices)
     have_text = ", ".join(f"{k}:{i}" for k, i in sorted(k for k in have if k)) or "none"
     fix = (f"name those devices, or drop the argument: the session's `{spec.magic_line()}` "
-           f"already gives {count} replica{'s' if count != 1 else ''}" if count == len(devices)
+           f"already gives {count(n, 'replica')}" if n == len(devices)
            else
-           f"run `%distribute {spec.name} --devices {count}` (GPUs when the machine has "
-           f"them, else the CPU split into {count} devices), then this cell without the "
+           f"run `%distribute {spec.name} --devices {n}` (GPUs when the machine has "
+           f"them, else the CPU split into {n} devices), then this cell without the "
            "devices argument")
     raise ConfigError(
         f"cell line {call.line} `{call.text}` asks for {', '.join(call.devices)}, but this "

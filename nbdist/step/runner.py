@@ -250,16 +250,17 @@ class StepRunner(StepLoop):
     def _record(self, step: int, epoch: int, values: dict[str, Any], step_ms: float,
                 data_ms: float, timed: bool, wall_time: float | None = None) -> None:
         timing = split_timing(values) if T_GRAD_START in values else {}
+        losses = values["loss"].tolist()
         RunWriter(self.run).record_step(
             step, epoch,
-            loss=values["loss"].tolist(),
+            loss=losses,
             grad_norm=values["grad_norm"].tolist() if "grad_norm" in values else None,
             step_ms=step_ms, data_ms=data_ms, wall_time=wall_time, **timing,
         )
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
-        self.check_finite(step, values["loss"].tolist())   # a worker's error names the worker
+        self.check_finite(step, losses)   # on a worker, the kernel names the worker
 
 
 

@@ -130,7 +130,7 @@ def run_name(run: Run) -> str:
     """A run's name in the legend: its title or number, strategy and size, and where it
     resumed from."""
     size = f"{run.replicas} x {run.workers} workers" if run.workers > 1 else \
-        f"{run.replicas} replica{'s' if run.replicas != 1 else ''}"
+        count(run.replicas, "replica")
     name = f"{run.title or f'run {run.id}'} · {run.strategy} · {size}"
     if run.resumed_from is not None:
         name += f" · resumed run {run.resumed_from.id} at step {run.resumed_at}"
@@ -219,7 +219,7 @@ def _layout(metric: str, x: str, n: int, notes: list[str]) -> dict[str, Any]:
         "hovermode": "x unified" if x == "step" else "closest",
         "hoverlabel": {"font": {"size": 11}, "namelength": -1},
         "legend": {"x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top", "font": {"size": 11}},
-        "title": {"text": f"{what} by {x}: {n} run{'s' if n != 1 else ''}", "x": 0.005,
+        "title": {"text": f"{what} by {x}: {count(n, 'run')}", "x": 0.005,
                   "xanchor": "left", "y": 0.995, "yanchor": "top", "yref": "container",
                   "font": {"size": 14}},
         "xaxis": {"title": {"text": X_AXES[x], "standoff": 6}, "rangemode": "nonnegative",

@@ -14,6 +14,7 @@ import html
 import math
 
 from ..telemetry.run import Run
+from ..words import count
 from .series import RunSeries
 
 __all__ = ["OUTCOMES", "epoch_text", "format_bandwidth", "format_duration", "header_html"]
@@ -66,7 +67,7 @@ def header_html(run: Run, series: RunSeries, final: bool) -> str:
     """The header as HTML (two lines; see the module docstring)."""
     done, total = series.last_step + 1, run.total_steps
     who = [f"<b>Run {run.id}</b>", html.escape(run.strategy),
-           f"{run.replicas} replica{'s' if run.replicas != 1 else ''}"
+           count(run.replicas, "replica")
            + (f" × {run.workers} workers" if run.workers > 1 else "")]
     where = [f"step {done}{f'/{total}' if total else ''}",
              epoch_text(series.last_epoch, run.epochs)]
