@@ -292,7 +292,7 @@ class DistributeMagics(Magics):
             print(said + ".")
         elif args.what == "restart":
             backend = session.restart()
-            print(f"nbdist: {backend.status().workers_total} fresh worker processes.")
+            print(f"nbdist: {count(backend.status().workers_total, 'fresh worker process')}.")
         elif args.what in ("push", "pull"):
             self._move(args, session)
         elif args.what == "inject":

@@ -15,4 +15,7 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
     ("parameter server" -> "parameter servers" works; "process" is known)."""
     if n == 1:
         return f"{n} {noun}"
-    return f"{n} {plural or _IRREGULAR.get(noun) or noun + 's'}"
+    if plural is None:
+        head, _, last = noun.rpartition(" ")   # "worker process" -> "worker processes"
+        plural = (f"{head} " if head else "") + _IRREGULAR.get(last, last + "s")
+    return f"{n} {plural}"

@@ -40,6 +40,7 @@ FILE_TIERS = {
     "test_binder.py": "notebooks",
     "test_allocator.py": "kernel",
     "test_channel.py": "unit",
+    "test_words.py": "unit",
     "test_arrivals.py": "unit",
     "test_run_store.py": "unit",
     "test_compare.py": "unit",

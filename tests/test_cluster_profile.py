@@ -151,7 +151,7 @@ def test_a_kernel_exit_leaves_the_engines_and_too_many_workers_is_a_clear_error(
     used = _a_session_then_a_kernel_exit(ip, profile_dir)
     assert sorted(_engine_pids(client).values()) == used   # not restarted, not killed
     with pytest.raises(ConfigError, match=r"--workers 3: the cluster of profile .* has 2 "
-                                          r"engine\(s\)\. Ask for at most 2"):
+                                          r"engines\. Ask for at most 2"):
         ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir} --workers 3")
     assert session_cluster() is None and live_clusters() == []
 
