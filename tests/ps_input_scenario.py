@@ -6,6 +6,8 @@ dataset), against the tutorial's own ``coordinator.schedule`` loop over the same
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import tempfile
 from typing import Any
@@ -63,6 +65,23 @@ tf_losses = sorted({float(r.fetch()) for r in remote})
 """
 
 
+# Examples 0..127, each different: sharded by the input context (a no-op here, pipeline 0 of 1),
+# by the worker, and shuffled with a seed per worker.
+SHARD_CHECK = """%%distribute
+xs = np.arange(128 * 4, dtype="float32").reshape(128, 4) / 512
+examples = lambda: tf.data.Dataset.from_tensor_slices((xs, xs.sum(axis=1, keepdims=True)))
+def context_sharded_fn(input_context):
+    data = examples().shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    return data.batch(4).repeat()
+def worker_sharded_fn(input_context):
+    worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+    return examples().shard(2, worker).batch(4).repeat()
+def worker_seeded_fn(input_context):
+    worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+    return examples().shuffle(128, seed=tf.cast(worker, tf.int64)).batch(4).repeat()
+"""
+
+
 def summary(run: Any) -> dict[str, Any]:
     m = run.metrics.sort_values("step")
     return {"status": run.status, "steps": run.steps_done, "total": run.total_steps,
@@ -82,6 +101,12 @@ def input_scenario(ip: Any, out: dict[str, Any], cell: Any, status: Any) -> None
         _, out[f"{name}_error"] = cell(ip, f"%%distribute --step --data {name} --steps 40\n"
                                            + MEAN_OF_BATCH)
         out[name] = summary(nbdist.runs[-1])
+    _, out["shard_check_error"] = cell(ip, SHARD_CHECK)
+    for name in ("context_sharded_fn", "worker_sharded_fn", "worker_seeded_fn"):
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            _, out[f"{name}_error"] = cell(ip, f"%%distribute --step --data {name} --steps 40\n"
+                                               + MEAN_OF_BATCH)
+        out[name] = dict(summary(nbdist.runs[-1]), printed=printed.getvalue())
     _, out["train_error"] = cell(ip, "%%distribute --step --data dataset_fn --steps 20 "
                                      "--epochs 2\n" + tutorial_step("model", "8"))
     out["train"] = summary(nbdist.runs[-1])

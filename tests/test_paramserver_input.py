@@ -35,6 +35,26 @@ def test_a_dataset_function_is_noted_and_trains(inputs):
     assert train["first_last"][1] < train["first_last"][0]
 
 
+def test_workers_reading_the_same_data_are_named_with_the_fix(inputs):
+    """Under parameter_server TensorFlow gives every worker the same input context, so a
+    dataset function sharded by it (as under multiworker) gives both workers the same batches:
+    the Run and the cell say so once, with the fix for parameter servers; the same examples
+    sharded, or shuffled, by the worker's index say nothing."""
+    assert inputs["shard_check_error"] is None
+    same = inputs["context_sharded_fn"]
+    assert same["status"] == "done" and same["workers"] == [0, 1], same
+    said = [n for n in same["notes"] if "same data" in n]
+    assert len(said) == 1 and said[0].startswith("workers 0 and 1 trained on the same data")
+    assert "experimental_get_current_worker_index()" in said[0]
+    assert same["printed"].count("nbdist: workers") == 1 and f"nbdist: {said[0]}" in \
+        same["printed"]
+    for name in ("worker_sharded_fn", "worker_seeded_fn"):
+        run = inputs[name]
+        assert inputs[f"{name}_error"] is None and run["status"] == "done", (name, run)
+        assert run["workers"] == [0, 1] and not any("same data" in n for n in run["notes"]), run
+        assert "same data" not in run["printed"], run["printed"]
+
+
 def test_an_input_of_unknown_length_needs_steps_and_changes_nothing(inputs):
     error = inputs["no_steps_error"]
     assert error.startswith("DataError: --data dataset_fn is a function") and \

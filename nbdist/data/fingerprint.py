@@ -10,6 +10,12 @@ all-reduce. Nothing fails, and the loss curve looks fine.
 Each worker hashes the values of its first batch (``batch_digest``, a copy of one batch to
 the host, once per run) and sends the digest to the kernel, which compares them
 (``same_input_groups``) and says which workers read the same data and how to shard it.
+
+Under parameter_server the workers run no Python: the scheduled step computes the digest
+in its graph (``graph_digest``), on each worker's first batch of the run only, and returns it
+in its row (``cluster.paramserver.stepfn``). There TensorFlow passes every worker the same
+``input_context`` (pipeline 0 of 1), so sharding by it changes nothing: the fix
+(``SAME_INPUT_PS``) shards or seeds by the worker's index instead.
 """
 
 from __future__ import annotations
@@ -29,6 +35,21 @@ SAME_INPUT = (
     "(options.experimental_distribute.auto_shard_policy = tf.data.experimental."
     "AutoShardPolicy.DATA)."
 )
+
+
+SAME_INPUT_PS = (
+    "workers {workers} trained on the same data: their first batches are identical, so "
+    "they read the same examples in the same order and the run sees each example {n} times "
+    "as often as it should. Under parameter_server TensorFlow passes every worker the same "
+    "input_context (pipeline 0 of 1), so sharding by it changes nothing: in the dataset "
+    "function, shard by the worker, `dataset = dataset.shard(NUM_WORKERS, "
+    "tf.distribute.coordinator.experimental_get_current_worker_index())`, or shuffle with a "
+    "seed that differs per worker (`seed=` that index, cast to tf.int64). A tf.data.Dataset "
+    "given as --data is copied to every worker: shuffle it without a fixed seed, or pass a "
+    "dataset function."
+)
+#: ``graph_digest``'s values are below this, so a float64 row holds them exactly.
+GRAPH_DIGEST_BUCKETS = 1 << 52
 
 
 def batch_digest(batch: Any) -> str:
@@ -51,6 +72,25 @@ def batch_digest(batch: Any) -> str:
     return digest.hexdigest()
 
 
+def graph_digest(batch: Any) -> Any:
+    """In a traced function: an int64 scalar digest of a batch's values (each tensor's
+    dtype, shape and first bytes, per-replica values included), below
+    ``GRAPH_DIGEST_BUCKETS``."""
+    import tensorflow as tf
+
+    parts = []
+    for part in tf.nest.flatten(batch, expand_composites=True):
+        if not isinstance(part, tf.Tensor) or part.dtype in (tf.resource, tf.variant):
+            continue
+        flat = tf.reshape(part, [-1])
+        head = flat[:max(1, _BYTES_PER_TENSOR // max(1, part.dtype.size))]
+        parts += [tf.io.serialize_tensor(tf.shape(part, out_type=tf.int64)),
+                  tf.io.serialize_tensor(head)]
+    if not parts:
+        return tf.constant(0, tf.int64)
+    return tf.strings.to_hash_bucket_fast(tf.strings.join(parts), GRAPH_DIGEST_BUCKETS)
+
+
 def same_input_groups(digests: dict[int, str]) -> list[list[int]]:
     """Groups of two or more workers whose first batches had the same digest."""
     groups: dict[str, list[int]] = {}
@@ -59,8 +99,9 @@ def same_input_groups(digests: dict[int, str]) -> list[list[int]]:
     return [workers for workers in groups.values() if len(workers) > 1]
 
 
-def same_input_note(groups: list[list[int]]) -> str:
-    """What the Run's note says for ``same_input_groups``'s groups."""
+def same_input_note(groups: list[list[int]], message: str = SAME_INPUT) -> str:
+    """What the Run's note says for ``same_input_groups``'s groups (``message``:
+    ``SAME_INPUT_PS`` under parameter_server)."""
     largest = max(groups, key=len)
-    return SAME_INPUT.format(workers=" and ".join(map(str, largest)) if len(largest) == 2
+    return message.format(workers=" and ".join(map(str, largest)) if len(largest) == 2
                              else ", ".join(map(str, largest)), n=len(largest))

@@ -38,6 +38,7 @@ from . import fit as ps_fit
 from .faults import PSFaults
 from .health import TaskProcesses, job_name
 from .rowbuffer import WorkerRows
+from .stepfn import worker_positions
 from .steps import PSStepLoop, require_known_length, ring_capacity
 
 DEFAULT_WORKERS = 2
@@ -81,6 +82,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         self.shell = shell
         self.traced_steps = StepCache()   # a re-run of a step cell reuses its trace
         self.rows: WorkerRows | None = None   # step rows wait on the workers (rowbuffer)
+        self.positions: Any = None   # each worker's count of its steps (stepfn)
         self._atomic: Any = None   # hooks.keras.atomic_variable_updates while started
         self.faults = PSFaults(lambda sig, w: self.signal_task(sig, "worker", w), self.n)
 
@@ -156,7 +158,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
     def stop(self) -> list[int]:
         """Detach the kernel, stop every process; return pids that had to be killed."""
         self.traced_steps.clear()
-        self.rows = None
+        self.rows = self.positions = None
         self.faults.forget()
         if self._atomic is not None:
             self._atomic.__exit__(None, None, None)
@@ -210,7 +212,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
     def push(self, values: dict[str, Any]) -> None:
         raise ConfigError(_NO_PUSH)
 
-    def pull(self, name: str, worker_index: int = 0) -> Any:
+    def pull(self, name: str, worker_index: int = 0, into: Any = None) -> Any:
         raise ConfigError(_NO_PUSH)
 
     def status(self) -> BackendStatus:
@@ -236,6 +238,8 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         require_known_length(cell.spec.data, inputs.per_epoch)   # before any Run exists
         if self.rows is None:
             self.rows = WorkerRows(self.strategy, self.n, ring_capacity(self.n))
+        if self.positions is None:
+            self.positions = worker_positions(self.strategy, self.coordinator)
         run = self.runs.new(mode="step", strategy=self.spec.name, replicas=1,
                             workers=self.n, devices=self.devices, epochs=cell.spec.epochs)
         loop = PSStepLoop(cell.source, user_ns, cell.spec, run,
@@ -244,10 +248,13 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
                           strategy=self.strategy, coordinator=self.coordinator,
                           workers=self.n, watch=self, per_epoch=inputs.per_epoch,
                           epoch_note=inputs.note, on_worker_death=self.dead_workers.add,
-                          cache=self.traced_steps, rows=self.rows,
+                          cache=self.traced_steps, rows=self.rows, positions=self.positions,
                           precise=lambda: bool(self.faults.pending))
         try:
-            return loop.execute()
+            loop.execute()
+            if loop.same_input is not None:   # on the Run already; said here too, at the end
+                print(f"nbdist: {loop.same_input}")
+            return run
         except ClusterError as err:
             self.broken = str(err).split(": ")[0] + "."
             raise

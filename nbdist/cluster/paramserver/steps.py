@@ -20,6 +20,11 @@ hook on the optimizer's ``apply_gradients`` brackets it with timestamps, the sec
 a read of every updated variable on its parameter server, so it covers pushing the
 gradients, applying them there and the acknowledgement. There is no allreduce:
 ``allreduce_ms`` stays empty.
+
+Each worker's first step of a run also returns the digest of its batch in its row; once every
+worker's is in, workers whose first batches are identical (a dataset function that ignores
+which worker it runs on, a dataset copied to every worker unshuffled) get one note on the Run
+(``same_input``, ``data.fingerprint``), which the backend also prints when the cell ends.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...data.fingerprint import SAME_INPUT_PS, same_input_groups, same_input_note
 from ...data.iterate import new_iterator, release
 from ...errors import DataError, StepCodeError
 from ...hooks.tf_coordinator import COORDINATOR_LOG_FILE
@@ -43,7 +49,7 @@ from ...telemetry.run import Run, RunWriter
 from ...words import count
 from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
 from .rowbuffer import WorkerRows
-from .stepfn import SPANS, Scheduler, compile_step
+from .stepfn import DIGEST, SPANS, Scheduler, compile_step
 
 #: Steps scheduled ahead of the oldest unfinished one, per worker (TensorFlow's tutorial
 #: schedules them all: a shallow window leaves workers idle while the kernel records rows).
@@ -107,6 +113,12 @@ class PSStepLoop(StepLoop):
     _dead_seen: set[int] = field(default_factory=set)
     _next_check: float = 0.0
     rows: WorkerRows = field(default=None, kw_only=True)   # the backend's rings of rows
+    #: the backend's per-worker count 0, 1, 2, ... (stepfn.worker_positions): a fresh
+    #: iterator of it per run numbers each worker's steps, so its first batch is fingerprinted
+    positions: Any = field(default=None, kw_only=True)
+    #: the note when workers read the same data (data.fingerprint), once their digests are in
+    same_input: str | None = None
+    _digests: dict[int, str] = field(default_factory=dict)   # worker -> first batch's digest
     _pending: deque[Any] = field(default_factory=deque)   # RemoteValues of scheduled steps
     _taken: deque[tuple[int, bool, dict[str, float]]] = field(default_factory=deque)
     _pacer: TimingPacer | None = None
@@ -159,13 +171,14 @@ class PSStepLoop(StepLoop):
     # -- the loop --------------------------------------------------------------------------
     def _loop(self, first_epoch: int, first: int) -> None:
         self.interrupts.hold()   # raised where check() is: never in TensorFlow's code or a save
-        iterator = new_iterator(self.dataset)   # per-worker already (data.per_worker_input)
+        # per-worker already (data.per_worker_input); the positions start at 0 on each worker
+        iterators = (new_iterator(self.dataset), new_iterator(self.positions))
         try:
-            self._schedule_all(iterator, first)
+            self._schedule_all(iterators, first)
         finally:
-            iterator = release(iterator)   # not on the cell's thread (data.iterate)
+            iterators = tuple(map(release, iterators))   # not on the cell's thread
 
-    def _schedule_all(self, iterator: Any, first: int) -> None:
+    def _schedule_all(self, iterators: Any, first: int) -> None:
         per_epoch = require_known_length(self.spec.data, self.per_epoch)
         total = per_epoch * self.spec.epochs
         window = WINDOW_PER_WORKER * self.workers
@@ -182,7 +195,7 @@ class PSStepLoop(StepLoop):
                 return
             self.interrupts.check()
             self._check_health()
-            self._pending.append(self._schedule(iterator, self._pacer.due(step)))
+            self._pending.append(self._schedule(iterators, self._pacer.due(step)))
             self._scheduled = step
             # a fault waiting for its step: one step in flight, so no worker gets ahead of
             # the rows the kernel has read
@@ -213,17 +226,17 @@ class PSStepLoop(StepLoop):
             self.run.notes[:] = [n for n in self.run.notes if LOST_ROWS not in n]
             self.run.note(f"{count(lost, 'step')}{LOST_ROWS}")
 
-    def _schedule(self, iterator: Any, timed: bool) -> Any:
+    def _schedule(self, iterators: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
         if fn is not None:
-            self._first_call(timed, iterator)
-            return self.coordinator.schedule(fn, args=(iterator,))
+            self._first_call(timed, iterators)
+            return self.coordinator.schedule(fn, args=(iterators,))
         # First use: trace (in schedule), building any Keras optimizer the step would build.
         scheduler, remote = call_building_optimizers(
             lambda: Scheduler(self.coordinator, compile_step(
                 self._factory, self.spec, self.strategy, timed, self._keys, self.rows)),
-            iterator, self.strategy)
-        self._keep_variant(timed, iterator, scheduler.fn)
+            iterators, self.strategy)
+        self._keep_variant(timed, iterators, scheduler.fn)
         return remote
 
     def _collect(self, wait: bool, take: bool = True) -> None:
@@ -262,6 +275,9 @@ class PSStepLoop(StepLoop):
         dequeuing). ``timed``: the compiled variant that ran it."""
         if step < self.run.steps_done:
             return
+        digest = values.get(DIGEST, -1.0)
+        if digest >= 0:
+            self._first_batch(int(values["worker"]), digest)
         ms = {k: (values[b] - values[a]) * 1e3 for k, (a, b) in SPANS.items()
               if a in values and b in values}
         extra = {"update_ms": ms["update_ms"]} if "update_ms" in ms else None
@@ -277,6 +293,24 @@ class PSStepLoop(StepLoop):
             self._pacer.observe(self._scheduled, ms["step_ms"], timed)
         self.check_finite(step, [values["loss"]], worker=int(values["worker"]))
         self.notify()
+
+    def _first_batch(self, worker: int, digest: float) -> None:
+        """A worker's first-batch digest; once every live worker's is in, workers that read
+        the same data are noted on the Run (``data.fingerprint``)."""
+        self._digests[worker] = f"{int(digest):x}"
+        if len(self._digests) >= self.workers - len(self._dead_seen):
+            self._compare_first_batches()
+
+    def _compare_first_batches(self) -> None:
+        if self.same_input is not None or len(self._digests) < 2:
+            return
+        groups = same_input_groups(self._digests)
+        if groups:
+            self.same_input = same_input_note(groups, SAME_INPUT_PS)
+            self.run.note(self.same_input)
+
+    def _done(self) -> None:
+        self._compare_first_batches()   # a worker that ran no step: the others' are compared
 
     def _dead(self) -> set[int]:
         return set(self.watch.dead().get("worker", []))
