@@ -1,5 +1,5 @@
 """`%distribute pull` and `push` refuse TensorFlow and Keras objects at once, and the cluster
-stays usable.
+stays usable; a pulled name that is a Keras model comes as a model of the kernel's Keras.
 
 Pickling a Keras History pickles its model on the one worker it comes from; saving the model
 reads its metrics' SyncOnReadVariables, an all-reduce that only that worker would join, so it
@@ -26,6 +26,7 @@ from cluster_cells import SETUP, STEP
 from helpers import run_ok
 
 import nbdist
+from nbdist.backends.base import NO_WORKERS
 from nbdist.cluster import sendable
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError
@@ -119,6 +120,21 @@ def assert_usable(shell, capsys) -> None:
     assert "BROKEN" not in out and out.count("alive, pid") == 2
 
 
+def test_under_a_strategy_in_the_kernel_a_model_is_already_here(ip, capsys):
+    ip.run_line_magic("distribute", "mirrored --devices 4")
+    run_ok(ip, "import keras\nkernel_net = keras.Sequential([keras.Input((4,)), "
+               "keras.layers.Dense(1)])\nsame_net = kernel_net")
+    capsys.readouterr()
+    ip.run_line_magic("distribute", "pull kernel_net")
+    assert capsys.readouterr().out == (
+        "nbdist: `kernel_net` is already in this kernel: under mirrored every cell runs here, "
+        "so there is nothing to pull.\n")
+    assert ip.user_ns["kernel_net"] is ip.user_ns["same_net"]
+    with pytest.raises(ConfigError) as err:   # a value that is not a model: refused as before
+        ip.run_line_magic("distribute", "pull same_net_weights")
+    assert str(err.value) == NO_WORKERS.format(what="pull")
+
+
 def test_pulling_a_history_is_refused_at_once_and_its_history_dict_comes(mw, tf_keras, capsys):
     run_ok(mw, FIT)
     assert nbdist.runs[-1].mode == "fit" and nbdist.runs[-1].status == "done"
@@ -151,12 +167,10 @@ def test_models_variables_datasets_and_what_holds_them_are_refused_with_what_to_
     run_ok(mw, "%%distribute\nresults = {'model': model, 'epochs': 3}\nv = model.weights[0]\n"
                "t = tf.constant([1.0, 2.0]) * (nbdist_worker + 1)\n")
     cases = {
-        "model": ("`model` on worker 0 is a Keras model (tf_keras.src.engine.sequential.",
-                  "run `weights = model.get_weights()` in a `%%distribute` cell"),
         "optimizer": ("`optimizer` on worker 0 is a Keras optimizer (tf_keras.", "pull those"),
         "results": ("`results` on worker 0 holds a Keras model (tf_keras.src.engine.sequential."
                     "Sequential) at `results['model']`",
-                    "`weights = results['model'].get_weights()`"),
+                    "Pull the model itself instead: `%distribute pull results['model']`"),
         "v": ("`v` on worker 0 is a variable (tensorflow.python.distribute.values."
               "MirroredVariable)", "`value = v.numpy()`"),
         "ds": ("`ds` on worker 0 is a dataset", "list(ds.take(2).as_numpy_iterator())"),
@@ -203,6 +217,81 @@ def test_pushing_a_kernel_side_keras_model_is_refused_at_once(mw):
     assert seen.values == {0: "(False, False)", 1: "(False, False)"}
     mw.run_line_magic("distribute", "push lr_scale")
     assert run_ok(mw, "%%distribute\nlr_scale").values == {0: "2", 1: "2"}
+
+
+PROBE = "import numpy as np\nprobe = np.linspace(-1, 1, 8, dtype='float32').reshape(2, 4)"
+#: A subclassed model, ``{keras}`` being tf.keras on the workers and Keras 3 in the kernel.
+SUBCLASSED = """class Doubler({keras}.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = {keras}.layers.Dense(2)
+
+    def call(self, x):
+        return 2 * self.dense(x)
+
+sub = Doubler()
+sub(probe)
+"""
+
+
+def workers_predict(shell, name: str) -> np.ndarray:
+    """``name``'s output for PROBE on worker 0 (every worker runs the call)."""
+    run_ok(shell, f"%%distribute\n{PROBE}\nworker_out = {name}(probe).numpy()")
+    return current_session().pull("worker_out", 0)
+
+
+def pulled(shell, capsys, line: str) -> str:
+    capsys.readouterr()
+    with not_blocked(f"%distribute {line}"):
+        shell.run_line_magic("distribute", line)
+    return capsys.readouterr().out
+
+
+def test_a_sequential_trained_on_the_workers_comes_built_in_the_kernels_keras(
+        mw, tf_keras, capsys):
+    run_ok(mw, FIT)
+    mw.user_ns.pop("model", None)
+    assert pulled(mw, capsys, "pull model") == (
+        "nbdist: pulled model from worker 0: a Sequential model of this kernel's Keras, built "
+        "from its config, with its weights.\n")
+    model = mw.user_ns["model"]
+    assert type(model).__module__.startswith("keras.src.")   # Keras 3, not tf_keras
+    run_ok(mw, PROBE)
+    np.testing.assert_allclose(model.predict(mw.user_ns["probe"], verbose=0),
+                               workers_predict(mw, "model"), rtol=1e-6)
+
+
+def test_a_kernel_model_of_the_same_shapes_gets_the_weights_in_place(mw, tf_keras, capsys):
+    run_ok(mw, f"import keras\n{PROBE}\nmodel = keras.Sequential([keras.Input((4,)), "
+               "keras.layers.Dense(1)])\nbefore = model\nuntrained = model(probe).numpy()")
+    run_ok(mw, STEP.format(data="ds", flags="--steps 2"))   # the workers train on
+    assert pulled(mw, capsys, "pull model --worker 1") == (
+        "nbdist: pulled model from worker 1: its weights are set into this kernel's `model` "
+        "(the same object).\n")
+    assert mw.user_ns["model"] is mw.user_ns["before"]
+    theirs = workers_predict(mw, "model")
+    assert not np.allclose(mw.user_ns["untrained"], theirs)
+    np.testing.assert_allclose(mw.user_ns["model"](mw.user_ns["probe"]), theirs, rtol=1e-6)
+
+
+def test_a_subclassed_model_is_refused_until_the_kernel_builds_it(mw, tf_keras, capsys):
+    run_ok(mw, f"%%distribute\n{PROBE}\n" + SUBCLASSED.format(keras="tf.keras"))
+    mw.user_ns.pop("sub", None)
+    text, took = refused(mw, "pull sub")
+    assert took < AT_ONCE_S
+    assert text.startswith("`%distribute pull sub` refused: `sub` on worker 0 is a Keras model "
+                           "(__main__.Doubler) that this kernel cannot make, because it is a "
+                           "subclassed model"), text
+    assert "Build the model in this kernel first: run the code that makes it in a plain cell" \
+        in text and "then run `%distribute pull sub` again" in text and "\n" not in text
+    assert "sub" not in mw.user_ns
+    # doing what it says: the same code in the kernel, then the same line
+    run_ok(mw, f"import keras\n{PROBE}\n" + SUBCLASSED.format(keras="keras"))
+    mine = mw.user_ns["sub"]
+    assert "(the same object)" in pulled(mw, capsys, "pull sub")
+    assert mw.user_ns["sub"] is mine
+    np.testing.assert_allclose(mine(mw.user_ns["probe"]), workers_predict(mw, "sub"), rtol=1e-6)
+    assert_usable(mw, capsys)
 
 
 # -- the walker, in this process ---------------------------------------------------------------

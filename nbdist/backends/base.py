@@ -124,8 +124,9 @@ class Backend(abc.ABC):
         """Copy ``values`` into every worker's namespace."""
         raise ConfigError(NO_WORKERS.format(what="push"))
 
-    def pull(self, name: str, worker: int) -> Any:
-        """The value of ``name`` in worker ``worker``'s namespace."""
+    def pull(self, name: str, worker: int, into: Any = None) -> Any:
+        """The value of ``name`` in worker ``worker``'s namespace; a Keras model as a model of
+        the kernel's Keras (``into``, the kernel's model of that name, if its weights fit)."""
         raise ConfigError(NO_WORKERS.format(what="pull"))
 
     def inject(self, fault: str | None, worker: str | None, at_step: int | None,
@@ -156,8 +157,11 @@ def status_text(status: BackendStatus, runs: Sequence[Run]) -> str:
     return "\n".join(lines)
 
 
-def lab_state(status: BackendStatus | None, runs: Sequence[Run], version: str) -> dict[str, Any]:
-    """The JSON state of the JupyterLab extension's status bar (``nbdist.lab.state``)."""
+def lab_state(status: BackendStatus | None, runs: Sequence[Run], version: str,
+              verdict: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON state of the JupyterLab extension's status bar (``nbdist.lab.state``);
+    ``verdict``: the latest run's bottleneck (``nbdist.lab.verdict``), shown while it is the
+    last run's."""
     last = runs[-1] if runs else None
     return {
         "version": version,
@@ -176,4 +180,6 @@ def lab_state(status: BackendStatus | None, runs: Sequence[Run], version: str) -
             # counted from 1, as the dashboard's header shows it (0: no step yet)
             "epoch": int(last.last.get("epoch", -1)) + 1, "total_steps": last.total_steps,
         },
+        "verdict": verdict if last is not None and verdict is not None
+        and verdict["run"] == last.id else None,
     }

@@ -25,6 +25,8 @@ Kernel and engines alike:
 * ``monitor``      the kernel's view of the workers: health, metric rows into Runs, stopping
 * ``dispatch``     running a call on every worker: live output, failures, interrupts
 * ``status``       ``%distribute status`` and the lab extension's state for a cluster
+* ``models``       ``%distribute pull MODEL``: a worker's Keras model, rebuilt in the
+                   kernel's Keras
 
 ``paramserver/`` (the kernel is the coordinator, the processes only host TF servers):
 
@@ -37,8 +39,8 @@ Kernel and engines alike:
 * ``status``       its ``%distribute status`` and lab-extension state
 
 Under ``multiworker`` nothing here imports TensorFlow in the kernel (the kernel is never a
-TensorFlow worker); under ``parameter_server`` the kernel is the coordinator, and TensorFlow
-starts a gRPC server in it too.
+TensorFlow worker) but ``models``, when a model is pulled; under ``parameter_server`` the
+kernel is the coordinator, and TensorFlow starts a gRPC server in it too.
 
 Sockets: the telemetry channel, the ipyparallel controller, engines and nannies listen on
 127.0.0.1 only (with ``--cluster`` on remote engines the channel binds the kernel's address

@@ -30,11 +30,12 @@ from ..compat import check_engines
 from ..engines import make as make_engines
 from ..engines.base import ClusterStartError, EngineSet
 from ..failures import ClusterError, WorkerDied, WorkerError, build_error, died_starting
-from ..inengine import cells, worker
+from ..inengine import cells, transfer, worker
 from ..lifecycle import ClusterLifecycle, live
 from ..protocol import FAULT_KINDS
 from .dispatch import Dispatcher
 from .keras_choice import MIXED_KERAS, kernel_runs_keras3, resolve_keras
+from .models import WorkerModel, into_kernel
 from .monitor import ClusterMonitor
 from .namespaces import pull_value, push_values
 from .outcomes import FIT_NOTE, STEP_NOTE, WorkerValues, finish_runs
@@ -249,7 +250,8 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
 
     def _new_run(self, mode: str) -> Run:
         run = self.runs.new(mode=mode, strategy=self.spec.name, replicas=self.replicas_local,
-                            workers=self.n, devices=self.devices)
+                            workers=self.n, devices=self.devices,
+                            machines=tuple(str(info.get("machine")) for info in self.info))
         run.note(FIT_NOTE if mode == "fit" else STEP_NOTE)
         if mode == "fit":
             run.loss_label = BATCH_LOSS_LABEL
@@ -316,9 +318,21 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         """Copy ``values`` into every worker's namespace (pickled by ipyparallel)."""
         push_values(self._usable().client, self.engines.ids, values)
 
-    def pull(self, name: str, worker_index: int = 0) -> Any:
-        """The value of ``name`` on worker ``worker_index``."""
-        return pull_value(self._usable().client, self.engines.ids, name, worker_index)
+    def pull(self, name: str, worker_index: int = 0, into: Any = None) -> Any:
+        """The value of ``name`` on worker ``worker_index``; a Keras model comes as a model of
+        the kernel's Keras (``models.into_kernel``: ``into``, if it fits)."""
+        return pull_value(self._usable().client, self.engines.ids, name, worker_index,
+                          lambda n, w: into_kernel(self._pull_model(n, w), into))
+
+    def _pull_model(self, name: str, worker_index: int) -> WorkerModel:
+        """Every worker reads the model's weights (a read can be a collective); worker
+        ``worker_index`` sends them, with the model's config."""
+        outcomes, interrupted = self._call(
+            transfer.model_state, [(name, w == worker_index) for w in range(self.n)], [])
+        finish_runs(outcomes, interrupted, [], self.n)
+        state = outcomes[worker_index]["value"]
+        return WorkerModel(name, worker_index, state["weights"], state["config"], state["why"],
+                           state["keras"], state["class"], state["type"])
 
 
 def live_clusters() -> list[MultiWorkerCluster]:

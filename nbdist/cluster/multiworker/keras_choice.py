@@ -35,13 +35,12 @@ def resolve_keras(choice: str) -> tuple[str, str]:
                       "for fit, or train in step mode")
 
 
-#: Said when the workers run tf_keras and this kernel Keras 3: what they save is tf_keras's.
+#: Said when the workers run tf_keras and this kernel Keras 3: how a trained model comes here.
 MIXED_KERAS = (
-    "What the workers save (model.save, tf.train.Checkpoint of a model) is tf_keras's and "
-    "does not load into this kernel's Keras 3 models: load it with `import tf_keras` "
-    "(tf_keras.models.load_model, or a model built with tf_keras), or bring the weights "
-    "over: `weights = model.get_weights()` in a %%distribute cell, then "
-    "`%distribute pull weights` and `model.set_weights(weights)` here."
+    "To bring a model trained on the workers here, run `%distribute pull model` (its name): "
+    "it comes as a Keras 3 model with the workers' weights. What the workers save "
+    "(model.save, tf.train.Checkpoint of a model) is tf_keras's and does not load into this "
+    "kernel's Keras 3 models: load it with `import tf_keras` (tf_keras.models.load_model)."
 )
 
 

@@ -7,11 +7,13 @@ pulled value happens on the one worker it comes from, and pickling a Keras model
 variables: under MultiWorkerMirroredStrategy such a read can be a collective that every worker
 must join, so the worker would wait forever and the cluster would stall. The pulled value is
 checked on the worker first (``inengine.transfer.check_pull``, by type only), before
-ipyparallel pickles anything there.
+ipyparallel pickles anything there. A pulled name that is a Keras model itself comes as a
+model of the kernel's Keras, its weights read on every worker (``models``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import ConfigError
@@ -46,10 +48,9 @@ _READS_VARIABLES = {"history", "model", "metric", "layer", "optimizer", "callbac
 #: What to pull instead; ``{x}``: where the object is in the pulled value.
 PULL_INSTEAD = {
     "history": "Pull `{x}.history` instead: a dict of lists, each metric's value per epoch.",
-    "model": ("Pull its weights instead: run `weights = {x}.get_weights()` in a `%%distribute` "
-              "cell (every worker runs it, so every read is joined by all), then `%distribute "
-              "pull weights` (a list of NumPy arrays); or save them from a `%%distribute` cell "
-              "with `{x}.save_weights(...)`."),
+    "model": ("Pull the model itself instead: `%distribute pull {x}` (every worker reads its "
+              "weights, so every read is joined by all, and it comes as a model of this "
+              "kernel's Keras)."),
     "layer": ("Run `weights = {x}.get_weights()` in a `%%distribute` cell (every worker runs "
               "it), then `%distribute pull weights` (a list of NumPy arrays)."),
     "metric": ("Run `value = float({x}.result())` in a `%%distribute` cell (every worker runs "
@@ -160,13 +161,20 @@ def push_values(client: Any, engine_ids: list[int], values: dict[str, Any]) -> N
                           "Only picklable values can be pushed.") from None
 
 
-def pull_value(client: Any, engine_ids: list[int], name: str, worker_index: int) -> Any:
+def pull_value(client: Any, engine_ids: list[int], name: str, worker_index: int,
+               pull_model: Callable[[str, int], Any] | None = None) -> Any:
     """The value of ``name`` on worker ``worker_index`` (``engine_ids[worker_index]``):
     a variable, with ``.attribute`` and ``[key]`` parts. Checked on that worker first: a value
-    that is or holds a TensorFlow or Keras object is refused, and nothing is pickled."""
+    that is or holds a TensorFlow or Keras object is refused, and nothing is pickled; a value
+    that is a Keras model is ``pull_model(name, worker_index)``, if given."""
     if not 0 <= worker_index < len(engine_ids):
         raise ConfigError(f"--worker {worker_index}: the workers are 0..{len(engine_ids) - 1}.")
-    _check_on_worker(client[engine_ids[worker_index]], name, worker_index)
+    problem = _check_on_worker(client[engine_ids[worker_index]], name, worker_index)
+    if problem is not None:
+        if pull_model is not None and problem["kind"] == "model" \
+                and problem["path"] == name.strip():
+            return pull_model(name.strip(), worker_index)
+        raise ConfigError(pull_refusal(name, worker_index, problem))
     try:
         return client[engine_ids[worker_index]].pull(name, block=False).get()   # see push_values
     except Exception as err:
@@ -178,8 +186,9 @@ def pull_value(client: Any, engine_ids: list[int], name: str, worker_index: int)
                           "be pulled; pull arrays or weights instead.") from None
 
 
-def _check_on_worker(engine: Any, name: str, worker_index: int) -> None:
-    """Raise the refusal ``transfer.check_pull`` finds on the worker, if any."""
+def _check_on_worker(engine: Any, name: str, worker_index: int) -> dict[str, str] | None:
+    """Raise the refusal ``transfer.check_pull`` finds on the worker, if any, but for a
+    TensorFlow or Keras object: returned (``sendable.find_unsendable``'s dict)."""
     try:
         problem = engine.apply_async(transfer.check_pull, name).get(timeout=CHECK_TIMEOUT_S)
     except Exception as err:
@@ -189,7 +198,7 @@ def _check_on_worker(engine: Any, name: str, worker_index: int) -> None:
             f"{getattr(err, 'evalue', err)}). `%distribute status` shows whether it is busy "
             "or stuck.") from None
     if problem is None:
-        return
+        return None
     kind = problem["problem"]
     if kind == "syntax":
         raise ConfigError(
@@ -208,6 +217,6 @@ def _check_on_worker(engine: Any, name: str, worker_index: int) -> None:
             f"`%%distribute` cell, `value = {expr}` (every worker runs it), then `%distribute "
             "pull value`.")
     if kind == "unsendable":
-        raise ConfigError(pull_refusal(name, worker_index, problem))
+        return problem
     raise ConfigError(f"Could not pull `{name}` from worker {worker_index} "
                       f"({problem.get('text', kind)}).")
