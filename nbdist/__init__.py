@@ -14,6 +14,7 @@ from typing import Any
 from . import widgets as widgets  # registers Run.plot (the Run store imports no view)
 from .errors import NbdistError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec
+from .step import baseline as baseline  # registers Run.explain(baseline=True)
 from .telemetry.run import Run, runs
 from .tflogs import set_verbose
 from .version import __version__ as __version__
@@ -87,15 +88,18 @@ def push(*names: str, **values: Any) -> None:
     current_session().push(*names, **values)
 
 
-def pull(name: str, worker: int = 0) -> Any:
-    """The value of ``name`` on worker ``worker`` (default 0); ``%distribute pull NAME``."""
+def pull(name: str, worker: int = 0, into: Any = None) -> Any:
+    """The value of ``name`` on worker ``worker`` (default 0); ``%distribute pull NAME``. A
+    Keras model comes as a model of this kernel's Keras: ``into`` (a kernel model) with its
+    weights set in place when they have the same shapes, else one built from its config."""
     from .session import current_session
 
-    return current_session().pull(name, worker)
+    return current_session().pull(name, worker, into)
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register ``%distribute`` / ``%%distribute`` (called by ``%load_ext nbdist``) and open
+    """Register ``%distribute`` / ``%%distribute`` (called by ``%load_ext nbdist``), the hooks
+    on cells without it (their fits recorded, their pasted strategy code checked), and open
     the comm that keeps the JupyterLab status bar up to date."""
     from .lab.comm import LabChannel
     from .magics import DistributeMagics
@@ -114,6 +118,8 @@ def load_ipython_extension(ipython: Any) -> None:
         ipython.events.register("pre_run_cell", session.pre_run_cell)
         ipython.events.register("post_run_cell", session.post_run_cell)
         session.lab_channel.open()
+    if session.pasted_in_plain_cell not in ipython.input_transformers_post:
+        ipython.input_transformers_post.append(session.pasted_in_plain_cell)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -125,6 +131,8 @@ def unload_ipython_extension(ipython: Any) -> None:
         session.post_run_cell()
         ipython.events.unregister("pre_run_cell", session.pre_run_cell)
         ipython.events.unregister("post_run_cell", session.post_run_cell)
+    if session.pasted_in_plain_cell in ipython.input_transformers_post:
+        ipython.input_transformers_post.remove(session.pasted_in_plain_cell)
     if session.lab_channel is not None:
         session.lab_channel.close()
         session.listeners.remove(session.lab_channel.publish)

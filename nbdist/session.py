@@ -25,10 +25,12 @@ from .backends.kernelstate import strategy_mismatch
 from .data.iterate import release_free_memory_when_idle
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
+from .lab.verdict import LiveVerdict
 from .spec import RunSpec, StrategySpec
 from .step.pasted import use_session_strategy
 from .telemetry.run import Run, RunObserver, runs
 from .tflogs import import_tensorflow_quietly
+from .widgets.progress import has_frontend
 
 
 class Session:
@@ -47,6 +49,8 @@ class Session:
         self._plain: contextlib.ExitStack | None = None  # around a cell without %%distribute
         self._told: set[str] = set()                     # one-time notes already printed
         self.ran_cells: list[RanCell] = []               # %%distribute cells that succeeded
+        # the status bar's bottleneck of the live (or last) run: only where a frontend shows it
+        self.verdict = LiveVerdict(self._changed, enabled=has_frontend(shell))
 
     # -- strategy --------------------------------------------------------------------------
     def configure(self, spec: StrategySpec, keras: str | None = None) -> Backend:
@@ -68,6 +72,7 @@ class Session:
         fresh.start()   # if this fails, a backend that was not exclusive stays the kernel's
         self._stop_backend()
         self.backend = fresh
+        self.verdict.clear()
         self._publish_strategy()
         self._changed()
         return fresh
@@ -123,9 +128,17 @@ class Session:
         self._require_backend("push").push(
             {**{n: self.shell.user_ns[n] for n in names}, **values})
 
-    def pull(self, name: str, worker: int = 0) -> Any:
-        """The value of ``name`` in worker ``worker``'s namespace."""
-        return self._require_backend("pull").pull(name, worker)
+    def pull(self, name: str, worker: int = 0, into: Any = None) -> Any:
+        """The value of ``name`` in worker ``worker``'s namespace. A Keras model comes as a
+        model of this kernel's Keras: ``into`` (a kernel model) with the weights set in place
+        when they have the same shapes, else one built from the model's config. Where cells
+        run on this kernel's Keras, a Keras model ``into`` is already here: it is returned."""
+        from .cluster.multiworker.models import is_keras_model
+
+        backend = self._require_backend("pull")
+        if backend.worker_keras is None and is_keras_model(into):
+            return into
+        return backend.pull(name, worker, into)
 
     def inject(self, fault: str | None, worker: str | None, at_step: int | None = None,
                delay: float | None = None) -> str:
@@ -161,6 +174,7 @@ class Session:
         """Forget the strategy and stop any worker processes (returns pids that had to be
         killed). Logical CPU devices stay: TensorFlow cannot undo them."""
         killed = self._stop_backend()
+        self.verdict.clear()
         self._publish_strategy()
         self._changed()
         return killed
@@ -175,7 +189,7 @@ class Session:
         from .version import __version__
 
         status = self.backend.status() if self.backend is not None else None
-        return lab_state(status, self.runs, __version__)
+        return lab_state(status, self.runs, __version__, self.verdict.verdict)
 
     # -- cells -----------------------------------------------------------------------------
     def run_step_cell(self, cell: str, spec: RunSpec, observers: list[RunObserver],
@@ -205,12 +219,14 @@ class Session:
             print(said)
         self._in_cell = True
         try:
-            result = method(prepared, [*observers, _Notify(self._changed)])
+            result = method(prepared, [*observers, _Notify(self._changed), self.verdict])
             self.ran_cells.append(RanCell(self._history_number(cell), cell, spec,
                                           backend.spec, backend.worker_keras))
             return result
         finally:
             self._in_cell = False
+            if self.runs:
+                self.verdict.finish(self.runs[-1])
             self._changed()
             self._release_memory = True
 
@@ -221,6 +237,23 @@ class Session:
         return len(raw) - 1 if raw[-1].rstrip().endswith(cell.rstrip()) else 0
 
     # -- cells without %%distribute --------------------------------------------------------
+    def pasted_in_plain_cell(self, lines: list[str]) -> list[str]:
+        """IPython input transformer (``shell.input_transformers_post``): while a strategy is
+        set, strategy code pasted into a cell without ``%%distribute`` uses the session's
+        strategy, or is refused before anything runs, as in a ``%%distribute`` cell. Without a
+        strategy, and for the code a ``%%distribute`` cell runs, it changes nothing."""
+        backend = self.backend
+        if backend is None or self._in_cell:
+            return lines
+        cell = "".join(lines)
+        text, said = use_session_strategy(
+            cell, backend.spec, lambda: (backend.replicas, backend.devices), first_line=1,
+            plain=True, kernel_has_it=backend.kernel_strategy() is not None)
+        if said is None:
+            return lines
+        print(said)
+        return text.splitlines(keepends=True)
+
     def pre_run_cell(self, info: Any = None) -> None:
         """Before any cell: while a strategy is set, record a ``model.fit`` of a model built
         under it (the backend decides which; a ``%%distribute`` cell records its own)."""

@@ -583,10 +583,12 @@ def test_loading_the_extension_again_opens_the_channel_and_hooks_once(
         assert callbacks["post_run_cell"].count(session.post_run_cell) == 1
         assert callbacks["post_run_cell"].count(session.flush_listeners) == 1
         assert session.listeners.count(channel.publish) == 1
+        assert ip.input_transformers_post.count(session.pasted_in_plain_cell) == 1
 
     ip.run_line_magic("unload_ext", "nbdist")
     assert session.lab_channel is None
     assert session.pre_run_cell not in callbacks["pre_run_cell"]
+    assert session.pasted_in_plain_cell not in ip.input_transformers_post
     assert session.flush_listeners not in callbacks["post_run_cell"]
     ip.run_line_magic("load_ext", "nbdist")
     check()

@@ -220,6 +220,108 @@ def test_tf_config_in_a_cell_is_refused_with_the_multiworker_line(shell, capsys,
     assert "TF_CONFIG" not in os.environ
 
 
+# -- the same code pasted into cells without %%distribute ------------------------------------
+
+def test_a_plain_cell_pasted_under_mirrored_trains_on_the_sessions_strategy(shell, capsys):
+    session_strategy = nbdist.strategy()
+    before = len(nbdist.runs)
+    plain = TF_KERAS_TUTORIAL.removeprefix("%%distribute\n")
+    capsys.readouterr()
+    run_ok(shell, plain)
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "nbdist: `tf.distribute.MirroredStrategy()` on cell line 1 uses the session's mirrored "
+        "strategy (4 replicas); nothing else was built.\nNumber of devices: 4\n")
+    assert out.count("nbdist: `tf.distribute") == 1
+    ns = shell.user_ns
+    assert ns["strategy"] is session_strategy is nbdist.strategy()   # never a second one
+    assert ns["model"].distribute_strategy is session_strategy
+    run, = nbdist.runs[before:]   # its plain model.fit, recorded: it trained on every replica
+    assert (run.mode, run.status, run.replicas, run.steps_done) == ("fit", "done", 4, 4)
+    # a cell that only uses the strategy runs as written; then %%distribute fits the model
+    run_ok(shell, "with strategy.scope():\n    model_u = tf.keras.Sequential([tf.keras.layers."
+                  "Dense(1)])\n%distribute status")
+    assert "nbdist: `" not in capsys.readouterr().out
+    run_ok(shell, "%%distribute\nmodel.fit(train_dataset, epochs=1, verbose=0)")
+    assert nbdist.runs[-1].status == "done"
+
+
+def test_a_plain_cell_building_another_familys_strategy_is_refused(shell, capsys):
+    message = _refused(shell, capsys, """
+strategy_x = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy_x.scope():
+    model_x = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+""".lstrip())
+    assert message == (
+        "cell line 1 `tf.distribute.MultiWorkerMirroredStrategy()` builds a "
+        "MultiWorkerMirroredStrategy (nbdist's `multiworker`), but this session is `%distribute "
+        "mirrored --devices 4`, and TensorFlow cannot mix two strategies. Run `%distribute "
+        "multiworker --workers 2` first (nbdist then starts the workers, sets their TF_CONFIG "
+        "and builds the strategy on each), then this cell with `%%distribute` as its first "
+        "line: the line then uses the session's strategy.")
+
+
+def test_without_a_session_a_plain_cell_builds_its_own_strategy_untouched(shell, capsys):
+    shell.run_line_magic("distribute", "stop")
+    try:
+        capsys.readouterr()
+        run_ok(shell, "strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])\n"
+                      "with strategy.scope():\n"
+                      "    model_own = tf.keras.Sequential([tf.keras.layers.Dense(1)])\n")
+        assert "nbdist" not in capsys.readouterr().out
+        own = shell.user_ns["strategy"]
+        assert type(own).__name__ == "MirroredStrategy" and own.num_replicas_in_sync == 2
+    finally:
+        shell.user_ns.pop("strategy", None)
+        shell.run_line_magic("distribute", "mirrored --devices 4")
+    assert shell.user_ns["strategy"] is nbdist.strategy()
+
+
+# keras.io "Customizing what happens in evaluate()" (TensorFlow backend): its test_step
+GUIDE_TEST_STEP = """%%distribute
+class CustomModel(keras.Model):
+    def test_step(self, data):
+        x, y = data
+        y_pred = self(x, training=False)
+        loss = self.compute_loss(y=y, y_pred=y_pred)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+inputs = keras.Input((28, 28, 1))
+custom = CustomModel(inputs, keras.layers.Dense(10)(keras.layers.Flatten()(inputs)))
+custom.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+reported = custom.evaluate(images, labels, batch_size=16, verbose=0, return_dict=True)["loss"]
+"""
+
+
+def test_a_custom_test_steps_scaled_loss_is_said_once_with_the_fix(shell, capsys):
+    capsys.readouterr()
+    run_ok(shell, GUIDE_TEST_STEP)
+    run_ok(shell, "%%distribute\nagain = custom.evaluate(images, labels, batch_size=16, verbose=0)")
+    assert capsys.readouterr().out == (
+        "nbdist: `CustomModel.test_step` reports `self.compute_loss(...)`, which Keras divides "
+        "by the replicas in sync so that their gradients add up to the batch's: under these 4 "
+        "replicas the loss evaluate (and fit's val_loss) shows is 4 times too small. Multiply "
+        "it by `self.distribute_strategy.num_replicas_in_sync` where the step updates its loss "
+        "metric or returns it.\n")
+    ns = shell.user_ns
+
+    def true_loss():
+        logits = ns["custom"].predict(ns["images"], verbose=0)
+        return float(ns["custom"].loss(ns["labels"], logits))
+
+    assert ns["reported"] == pytest.approx(true_loss() / 4, rel=1e-4)   # Keras', as said
+    fixed = GUIDE_TEST_STEP.replace("update_state(loss)", "update_state(\n                    "
+                                    "loss * self.distribute_strategy.num_replicas_in_sync)")
+    run_ok(shell, fixed)
+    assert "nbdist:" not in capsys.readouterr().out
+    assert ns["reported"] == pytest.approx(true_loss(), rel=1e-4)
+
+
 # TensorFlow's custom-training tutorial: its objects, then its test_step as a step cell
 EVAL_OBJECTS = """%%distribute
 GLOBAL_BATCH_SIZE = 16
@@ -480,6 +582,9 @@ class _Workers:
     def run_scope_cell(self, cell, observers):
         self.sent.append(cell.text)
 
+    def kernel_strategy(self):
+        return None   # the strategy lives in each worker
+
 
 def test_multiworker_cells_are_checked_in_the_kernel_before_anything_is_sent(ip, capsys):
     from types import SimpleNamespace
@@ -511,3 +616,14 @@ def test_multiworker_cells_are_checked_in_the_kernel_before_anything_is_sent(ip,
     finally:
         worker._STATE = None
     assert namespace["strategy"] is own.handle.strategy
+    # a cell without %%distribute runs in the kernel alone: refused, before it runs
+    with pytest.raises(ConfigError) as refused:
+        session.pasted_in_plain_cell(["import tensorflow as tf\n",
+                                      "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"])
+    assert str(refused.value) == (
+        "cell line 2 `tf.distribute.MultiWorkerMirroredStrategy()` would build a "
+        "MultiWorkerMirroredStrategy in this kernel alone, but the strategy of this session's "
+        "`%distribute multiworker --workers 2` lives in each worker process. Make `%%distribute` "
+        "the cell's first line: the cell then runs on every worker, where this line uses the "
+        "session's strategy.")
+    assert session.pasted_in_plain_cell(["x = 1\n"]) == ["x = 1\n"]

@@ -94,7 +94,7 @@ class LocalBackend(Backend):
         run = self.runs.new(
             mode="step", strategy=self.spec.name, replicas=h.replicas, devices=h.devices,
             total_steps=per_epoch * cell.spec.epochs if per_epoch else None,
-            epochs=cell.spec.epochs,
+            epochs=cell.spec.epochs, step_cell=cell,
         )
         describe_loss(run, cell, h.replicas)
         if inputs.note:
@@ -110,6 +110,7 @@ class LocalBackend(Backend):
     def run_scope_cell(self, cell: ScopeCell, observers: list[RunObserver]) -> Any:
         """Run the cell under ``strategy.scope()``; record every ``model.fit``."""
         from ..fitrecord import recording_fit
+        from ..scaledloss import noting_scaled_loss
 
         h = self._handle()
 
@@ -124,7 +125,8 @@ class LocalBackend(Backend):
             fits = FitCheckpoint(cell.spec.checkpoint, say=print)
         with h.strategy.scope(), recording_fit(
                 new_run, observers, self.spec.family.fit_loss_unreliable,
-                extra_callbacks=fits.callbacks if fits else None) as started:
+                extra_callbacks=fits.callbacks if fits else None) as started, \
+                noting_scaled_loss(h.replicas):
             result = run_cell_code(self.shell, f"# {cell.header}\n{cell.text}")
         if fits is not None and not started:
             from ..checkpoint import NOTHING_TRAINED

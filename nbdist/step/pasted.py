@@ -1,4 +1,4 @@
-"""Strategy code pasted into a ``%%distribute`` cell: found before anything runs.
+"""Strategy code pasted into a cell: found before anything runs.
 
 TensorFlow's and Keras' tutorials build their own strategy (``strategy =
 tf.distribute.MirroredStrategy()``, then ``with strategy.scope():``) and the multi-worker ones
@@ -10,7 +10,9 @@ them, and a second TF_CONFIG points the workers at hosts that do not exist.
 decides, against the session's strategy: a constructor of the session's own family whose
 arguments the session honours is replaced by the session's strategy object (the cell's
 ``strategy`` is then the session's, never a second one); anything else is a ``ConfigError``
-naming the cell line and the ``%distribute`` line that does what the paste wanted.
+naming the cell line and the ``%distribute`` line that does what the paste wanted. Cells
+without ``%%distribute`` get the same while a strategy is set (``Session.pasted_in_plain_cell``,
+an IPython input transformer), and nothing at all while none is.
 """
 
 from __future__ import annotations
@@ -71,11 +73,13 @@ def pasted_code(cell: str, class_names: frozenset[str] | None = None,
     """The strategy constructors (of ``class_names``: the registered families' classes) and
     TF_CONFIG assignments in ``cell``, in any of its scopes, their ``line`` counted from
     ``first_line``. A cell that does not parse has none (its own error comes when it runs)."""
+    names = tf_class_names() if class_names is None else class_names
+    if "TF_CONFIG" not in cell and not any(name in cell for name in names):
+        return PastedCode((), ())   # most cells: a few substring scans, no parse
     try:
         tree = ast.parse(cell)
     except (SyntaxError, ValueError):
         return PastedCode((), ())
-    names = tf_class_names() if class_names is None else class_names
     lines = cell.splitlines()
     aliases = _imported_aliases(tree)
     calls, configs = [], []
@@ -241,12 +245,18 @@ def replaced(cell: str, calls: Sequence[StrategyCall], text: str = SESSION_STRAT
 
 def use_session_strategy(cell: str, spec: StrategySpec,
                          placement: Callable[[], tuple[int, Sequence[str]]],
-                         first_line: int = 2) -> tuple[str, str | None]:
+                         first_line: int = 2, *, plain: bool = False,
+                         kernel_has_it: bool = True) -> tuple[str, str | None]:
     """``cell`` to run under the session ``spec`` (``placement()``: its replicas in sync and
     its devices, asked only of a cell with strategy code), and the one line to print about
     it (None: no strategy code in it). Messages number the
     cell's lines from ``first_line``: 2 below the ``%%distribute`` line, as the notebook and
     step-mode errors number them.
+
+    ``plain``: a cell without ``%%distribute`` (numbered from 1), run in the kernel, where the
+    session's strategy object exists only if ``kernel_has_it`` (not under ``multiworker``, whose
+    strategy lives in each worker): a constructor of its family is then refused too, and every
+    fix that needs the workers says to make the cell a ``%%distribute`` cell.
 
     Raises ConfigError, before anything runs, for a cell that sets TF_CONFIG, builds another
     family's strategy, or asks for devices the session does not have.
@@ -257,17 +267,25 @@ def use_session_strategy(cell: str, spec: StrategySpec,
     session = spec.family
     replicas, devices = placement()
     if found.tf_config:
-        raise ConfigError(_tf_config_message(found.tf_config[0], found, spec, session))
+        raise ConfigError(_tf_config_message(found.tf_config[0], found, spec, session, plain))
     for call in found.strategies:
         wanted = family_of_tf_class(call.class_name)
         assert wanted is not None   # pasted_code found only the families' classes
         if wanted is not session:
+            then = ("this cell with `%%distribute` as its first line" if plain
+                    and not wanted.in_kernel else "this cell")
             raise ConfigError(
                 f"cell line {call.line} `{call.text}` builds a {call.class_name} (nbdist's "
                 f"`{wanted.name}`), but this session is `{spec.magic_line()}`, and TensorFlow "
                 f"cannot mix two strategies. Run `{_line_for(wanted, call)}` first (nbdist "
-                f"then {_builds(wanted)}), then this cell: the line then uses the session's "
+                f"then {_builds(wanted)}), then {then}: the line then uses the session's "
                 "strategy.")
+        if plain and not kernel_has_it:
+            raise ConfigError(
+                f"cell line {call.line} `{call.text}` would build a {call.class_name} in this "
+                f"kernel alone, but the strategy of this session's `{spec.magic_line()}` lives "
+                "in each worker process. Make `%%distribute` the cell's first line: the cell "
+                "then runs on every worker, where this line uses the session's strategy.")
         _check_devices(call, spec, devices)
     where = ", ".join(str(c.line) for c in found.strategies)
     texts = ", ".join(f"`{c.text}`" for c in found.strategies)
@@ -332,7 +350,7 @@ def _line_for(fam: Family, call: StrategyCall | None = None, workers: int | None
 
 
 def _tf_config_message(config: TfConfigSet, found: PastedCode, spec: StrategySpec,
-                       session: Family) -> str:
+                       session: Family, plain: bool) -> str:
     wants = next((family_of_tf_class(c.class_name) for c in found.strategies), None)
     if wants is None or wants.in_kernel:   # TF_CONFIG alone: a cluster of workers
         wants = family_of_tf_class("ParameterServerStrategy" if config.ps else
@@ -344,13 +362,15 @@ def _tf_config_message(config: TfConfigSet, found: PastedCode, spec: StrategySpe
     other_count = bool(config.workers and spec.workers and config.workers != spec.workers)
     if wants is session and not other_count:
         what = (f"This session's `{spec.magic_line()}` already runs those workers with "
-                "TF_CONFIG set: remove the TF_CONFIG lines and run the cell again")
+                "TF_CONFIG set: remove the TF_CONFIG lines and run the cell again"
+                + (" with `%%distribute` as its first line" if plain else ""))
     else:
         what = (f"`{local}` starts the workers on this machine{listed}, "
                 f"`{_line_for(wants, cluster=True)}` on the engines of an ipyparallel "
                 "cluster (SSH, MPI, Slurm...)" + (" such as the hosts it names" if remote
                                                   else "")
-                + "; then run the cell without the TF_CONFIG lines")
+                + "; then run the cell without the TF_CONFIG lines"
+                + (", `%%distribute` as its first line" if plain else ""))
     return (f"cell line {config.line} `{config.text}`: nbdist sets TF_CONFIG for its workers "
             "itself (each worker gets its own, with free ports) and builds the strategy on "
             f"each, so a cell must not set it. {what}: its strategy line then uses the "
