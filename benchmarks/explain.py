@@ -11,14 +11,18 @@ measures (mean time between steps after the compile steps).
   (the sleep stands for waiting on storage, which overlaps beyond this machine's 2 cores);
 * dispatch: the tiny MLP on 4 replicas, cached input; applied: ``--steps-per-call auto``;
 * nothing to fix: a small conv net on 4 replicas (its replicas share the cores: compute);
-* straggler: ``multiworker --workers 2`` with ``%distribute inject slow 1 --delay 0.05``;
+* straggler: ``multiworker --workers 2`` with ``%distribute inject slow 1 --delay 0.05``
+  (``--delay``);
   applied: the delay taken away;
 * communication: ``multiworker`` with one engine on each of two simulated hosts whose links
   are rate-limited (``tests/hostbed.py``, ``--rate``), a dense layer of ~1 MB of gradients;
   the α-β model on that link (its rate and measured latency) given to ``explain``; applied:
   twice the batch per replica. Needs root (network namespaces); without it, said and skipped.
 
-    python3 benchmarks/explain.py [--rounds 2] [--rate 100mbit]
+The tiny MLP's dispatch-bound run and the conv net are also measured against one replica
+(``explain(baseline=True)``): the speed-up of their 4 replicas and its efficiency.
+
+    python3 benchmarks/explain.py [--rounds 2] [--rate 100mbit] [--delay 0.05]
                                   [--runs local,straggler,communication]
 """
 
@@ -87,8 +91,7 @@ def compare(ip, name: str, expected: str, first: dict, second: dict, rounds: int
         shown = shown or e
         before.append(e)
         after.append(explained(ip, link=link, **second))
-    print(f"\n== {name} ==\n{shown.text}\nafter the advice: "
-          + after[0].text.splitlines()[0].split(": ", 1)[1], flush=True)
+    print(f"\n== {name} ==\n{shown.text}\n-- after the advice --\n{after[0].text}", flush=True)
     rate_before = statistics.median(e.steps_per_s for e in before) * examples[0]
     rate_after = statistics.median(e.steps_per_s for e in after) * examples[1]
     named = [e.bottleneck for e in before]
@@ -123,22 +126,33 @@ def local_runs(ip, rounds: int) -> list[str]:
                                                   model="ex_mlp")},
                          {"cell": MLP_STEP.format(data="ex_fast", steps=400, model="ex_mlp",
                                                   flags="--steps-per-call auto")}, rounds))
+    mlp = next(r for r in reversed(nbdist.runs) if r.step_cell.spec.data == "ex_fast"
+               and str(r.step_cell.spec.steps_per_call) == "1")
+    print(f"\n== dispatch, against one replica ==\n{scaling(mlp)}", flush=True)
     conv = explained(ip, CONV_STEP.format(steps=30))
-    print(f"\n== conv net ==\n{conv.text}", flush=True)
+    print(f"\n== conv net ==\n{conv.text}\n{scaling(nbdist.runs[-1])}", flush=True)
     lines.append(f"{'conv net':<14} {'balanced':<14} "
                  f"{'yes' if conv.bottleneck == 'balanced' else 'NO (' + conv.bottleneck + ')':<8}"
                  f" {'steps/s':<11} {conv.steps_per_s:9.1f} {'-':>9} {'-':>9} {'-':>9} {'-':>6}")
     return lines
 
 
-def straggler_run(ip, rounds: int) -> str:
+def scaling(run) -> str:
+    """``run``'s replicas against one replica (``explain(baseline=True)``), in one line."""
+    e = run.explain(baseline=True)
+    return (f"--baseline: {e.replicas} replicas give {e.speedup:.2f}x one replica's examples/s "
+            f"(efficiency {e.efficiency:.0%}); one replica {e.baseline.examples_per_s:.0f} "
+            f"examples/s at batch {e.baseline.batch}; the probe took {e.baseline.seconds:.1f} s")
+
+
+def straggler_run(ip, rounds: int, delay: float) -> str:
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "multiworker --workers 2")
     try:
         ok(ip, WORKER_SETUP.format(width=4))
         step = WORKER_STEP.format(data="ds32", steps=40, batch=32)
         return compare(ip, "straggler", "straggler",
-                       {"cell": step, "before": "inject slow 1 --delay 0.05",
+                       {"cell": step, "before": f"inject slow 1 --delay {delay:g}",
                         "after": "inject slow 1 --delay 0"}, {"cell": step}, rounds)
     finally:
         ip.run_line_magic("distribute", "stop")
@@ -178,6 +192,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="before/after pairs per run")
     parser.add_argument("--rate", default="100mbit",
                         help="the simulated hosts' link rate (tc units)")
+    parser.add_argument("--delay", type=float, default=0.05,
+                        help="seconds the straggler run's slow worker sleeps after each step")
     parser.add_argument("--runs", default="local,straggler,communication",
                         help="which of local (input, dispatch, conv net), straggler, "
                              "communication (simulated hosts)")
@@ -188,7 +204,7 @@ def main() -> int:
     runs = args.runs.split(",")
     lines = local_runs(ip, args.rounds) if "local" in runs else []
     if "straggler" in runs:
-        lines.append(straggler_run(ip, args.rounds))
+        lines.append(straggler_run(ip, args.rounds, args.delay))
     if "communication" in runs:
         lines.append(communication_run(ip, args.rounds, args.rate))
     print(f"\nmedians of {args.rounds} rounds; before/after in the unit's rate; predicted: "

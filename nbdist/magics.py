@@ -63,7 +63,8 @@ def placement_args(f: Callable) -> Callable:
           help=f"{', '.join(STRATEGY_NAMES)}; or status, stop, restart, push, "
                "pull, inject, export, explain (default: the picker)")
 @argument("names", nargs="*", metavar="NAME",
-          help=f"push/pull: variable names; inject: {_FAULTS} WORKER; explain: [RUN]")
+          help=f"push/pull: variables (Keras models too); inject: {_FAULTS} "
+               "WORKER; explain: [RUN]")
 @placement_args
 @argument("--worker", type=int, metavar="I", help="pull: the worker (default: 0)")
 @argument("--at-step", type=int, metavar="N",
@@ -73,6 +74,8 @@ def placement_args(f: Callable) -> Callable:
                f"(default: {_DELAYED[0].delay:g})")
 @argument("--keras", choices=("auto", "legacy", "keras3"), metavar="KERAS",
           help="multiworker: auto, legacy (tf_keras) or keras3 (default: auto)")
+@argument("--baseline", action="store_true",
+          help="explain: also time the step on one replica, a few seconds (default: off)")
 def _line_args(line: str) -> None:
     """The ``%distribute`` line's parser (its ``.parser``)."""
 
@@ -271,6 +274,8 @@ class DistributeMagics(Magics):
                               "`inject` and `explain` take names.")
         if (args.at_step is not None or args.delay is not None) and args.what != "inject":
             raise ConfigError("--at-step and --delay apply to `%distribute inject FAULT WORKER`.")
+        if args.baseline and args.what != "explain":
+            raise ConfigError("--baseline applies to `%distribute explain [RUN] --baseline`.")
         if args.what == "status":
             print(session.status_text())
         elif args.what == "stop":
@@ -304,7 +309,7 @@ class DistributeMagics(Magics):
         elif args.what == "explain":
             from IPython.display import display
 
-            display(_explained_run(args.names).explain())
+            display(_explained_run(args.names).explain(baseline=args.baseline))
         elif strategy is None:
             from .widgets.picker import picker
 
@@ -327,13 +332,31 @@ class DistributeMagics(Magics):
             return
         if len(args.names) != 1:
             raise ConfigError("`%distribute pull` takes one name (and --worker i).")
-        name = args.names[0]
-        value = session.pull(name, args.worker or 0)
+        name, worker = args.names[0], args.worker or 0
         # `history.history` or `results["loss"]` lands in a variable of its own
         target = name if name.isidentifier() else re.sub(r"\W+", "_", name).strip("_")
+        into = self.shell.user_ns.get(target)
+        value = session.pull(name, worker, into)
         self.shell.user_ns[target] = value
-        print(f"nbdist: pulled {name} from worker {args.worker or 0}"
-              + (f" into `{target}`." if target != name else "."))
+        print(_pulled(name, worker, target, value, into, session))
+
+
+def _pulled(name: str, worker: int, target: str, value: Any, into: Any, session: Any) -> str:
+    """What ``%distribute pull`` did, in one line."""
+    from .cluster.multiworker.models import is_keras_model
+
+    into_target = f" into `{target}`" if target != name else ""
+    if not is_keras_model(value):
+        return f"nbdist: pulled {name} from worker {worker}{into_target}."
+    if session.backend.worker_keras is None:
+        return (f"nbdist: `{target}` is already in this kernel: under "
+                f"{session.backend.spec.name} every cell runs here, so there is nothing to "
+                "pull.")
+    if value is into:
+        return (f"nbdist: pulled {name} from worker {worker}: its weights are set into this "
+                f"kernel's `{target}` (the same object).")
+    return (f"nbdist: pulled {name} from worker {worker}{into_target}: a {type(value).__name__} "
+            f"model of this kernel's Keras, built from its config, with its weights.")
 
 
 def _explained_run(names: list[str]) -> Any:

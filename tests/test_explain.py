@@ -1,7 +1,8 @@
 """`%distribute explain` and `Run.explain()`: runs whose bottleneck is known are named by it.
 
 Unit tests build a Run's rows by hand for each rule (input, dispatch, communication, a
-straggler and its cause, a model too small for its replicas, nothing to fix) and check the
+straggler and its cause and gain on a shared machine, a congested link's stalls that are no
+straggler, a model too small for its replicas, nothing to fix) and check the
 parts add up to the measured step. Kernel tests train real runs slowed on purpose: a `map`
 that sleeps (input), a tiny MLP on 4 replicas (dispatch), a conv net (nothing to fix); the
 cluster test slows one worker with `%distribute inject slow` (straggler). The communication-
@@ -26,13 +27,15 @@ from nbdist.telemetry.run import Run, RunWriter
 
 def synthetic(*, steps=60, replicas=1, workers=1, compute=10.0, data=0.5, ready=None,
               allreduce=1.0, outside=0.5, between=0.2, nbytes=4000, late=None,
-              slow_input=None, timed_every=5) -> Run:
+              slow_input=None, stalls=None, timed_every=5) -> Run:
     """A finished step run of ``steps`` steps: per step ``data`` ms fetching (``ready`` after
     the two compile steps), the replicas' ``compute`` (a list: one per replica, taking turns
     never), the gradient all-reduce, ``outside`` ms of dispatch, ``between`` ms between steps.
     ``late=(worker, ms)``: that worker reaches every step ``ms`` later (time between its
     steps); ``slow_input=(worker, ms)``: its fetch takes ``ms`` more. The others wait for it as
-    the kernel records it: inside the all-reduce, or at the iterator (in wait_ms)."""
+    the kernel records it: inside the all-reduce, or at the iterator (in wait_ms).
+    ``stalls=(ms, {step: worker})``: at those steps that worker's all-reduce ends ``ms`` later
+    (a congested link)."""
     run = Run(id=7, mode="step", strategy="mirrored" if workers == 1 else "multiworker",
               replicas=replicas, workers=workers, allreduce_bytes=nbytes)
     writer = RunWriter(run)
@@ -42,6 +45,8 @@ def synthetic(*, steps=60, replicas=1, workers=1, compute=10.0, data=0.5, ready=
         timed = step % timed_every == 0
         for w in range(workers):
             delay = late[1] if late and late[0] != w else 0.0       # waiting in the all-reduce
+            if stalls and stalls[1].get(step) == w:
+                delay += stalls[0]
             moved = slow_input[1] if slow_input and slow_input[0] != w else 0.0
             fetch = data + (slow_input[1] if slow_input and slow_input[0] == w else 0.0)
             if step in (1, 2) and ready is not None:
@@ -132,6 +137,43 @@ def test_a_worker_late_between_its_steps_is_the_straggler():
     waited = float(first.evidence.split("the others waited ")[1].split(" ms")[0])
     assert waited == pytest.approx(40.0, abs=0.5), first.evidence
     assert first.gain > 5
+
+
+@pytest.mark.unit
+def test_workers_sharing_a_machine_add_up_their_own_work_once_the_straggler_is_gone():
+    apart = synthetic(workers=2, compute=3.0, late=(1, 40.0))
+    shared = synthetic(workers=2, compute=3.0, late=(1, 40.0))
+    shared.machines = ("box", "box")
+    gains = []
+    for run in (apart, shared):
+        explained = run.explain()
+        first = explained.advice[0]
+        assert explained.bottleneck == "straggler", explained.text
+        after = float(first.evidence.split("a step takes about ")[1].split(" ms")[0])
+        gains.append(first.gain)
+        # each worker's own work: its fetch, compute, dispatch and time between steps (and
+        # ~0.1 ms of timing, ~0.2 ms of the timed steps' longer compute)
+        own = 0.5 + 3.0 + 0.5 + 0.2
+        step = explained.breakdown.step_ms.mean()
+        expected = (2 if run is shared else 1) * own + 1.0   # ... and the all-reduce, once
+        assert after == pytest.approx(expected, abs=0.7), first.evidence
+        assert first.gain == pytest.approx(step / after - 1, rel=0.03)
+    assert "workers 0, 1 share one machine's cores" in explained.advice[0].evidence
+    assert gains[1] < gains[0] / 1.5
+
+
+@pytest.mark.unit
+def test_a_congested_link_stalling_now_and_then_is_no_straggler():
+    # an all-reduce ending 900 ms later on one side at four of eleven timed steps (three on
+    # worker 1): the others waited long at a few steps, not for one worker at most steps
+    rate, latency = 12.5e6, 0.5
+    nbytes = 4_000_000
+    model = ring_model_ms(nbytes, 2, rate, latency)
+    run = synthetic(workers=2, compute=40.0, allreduce=model, nbytes=nbytes, outside=1.0,
+                    stalls=(900.0, {10: 1, 25: 1, 40: 1, 55: 0}))
+    explained = run.explain(link=(rate, latency))
+    _parts_add_up(explained, run)
+    assert [a.kind for a in explained.advice] == ["communication"], explained.text
 
 
 @pytest.mark.unit
@@ -263,3 +305,5 @@ def test_a_worker_slowed_by_inject_slow_is_named_the_straggler(ip):
     # the 50 ms injected after each of worker 1's steps, measured as its time between steps
     longer = float(first.evidence.split("its time between its steps took ")[1].split(" ms")[0])
     assert 35 < longer < 150, first.evidence
+    # local workers share this machine's cores: the gain adds up their own work
+    assert "workers 0, 1 share one machine's cores" in first.evidence

@@ -21,7 +21,8 @@ def test_help_is_the_docstring_with_examples(ip):
 
     doc = ip.find_line_magic("distribute").__doc__
     lines = doc.splitlines()
-    assert 40 <= len(lines) <= 80 and max(map(len, lines)) <= 100, len(lines)
+    # IPython 9's %timeit help is 85 lines, %run's 157
+    assert 40 <= len(lines) <= 90 and max(map(len, lines)) <= 100, len(lines)
     assert "  %distribute [--devices N]" in doc and "  %%distribute [--devices N]" in doc
     assert "Examples::" in doc and "%%distribute --step --data train_ds" in doc
     for magic in (_line_args, _cell_args):

@@ -29,8 +29,18 @@ serialise the step a little, so their parts are scaled down to the untimed steps
 Rules then turn the shares into ranked advice, each with the number it rests on and the
 steps/s (or examples/s) gain predicted if the advice removed that time: input-bound (a wait
 longer than the host's own fetch and dispatch), dispatch-bound, communication-bound (a
-gradient of 1 MB or more), a straggler (arrives last at most steps while the others wait),
-a model too small for its replicas; none of them: balanced.
+gradient of 1 MB or more), a straggler (arrives last at most steps while the others wait
+long at each), a model too small for its replicas; none of them: balanced.
+
+A straggler's gain is the step it leaves behind: each worker's own work (its step without
+the waiting and the collectives; the straggler's without what it takes beyond the others),
+added up over the workers of one machine (``Run.machines``), which take turns on its cores,
+plus the collectives at their modelled time.
+
+With a ``Baseline`` (one replica's speed on the same step, measured by
+``nbdist.step.baseline``: ``%distribute explain --baseline``), the explanation also gives the
+run's speed-up over one replica and its scaling efficiency, and the measurement decides the
+"tiny model" advice in place of its estimate.
 """
 
 from __future__ import annotations
@@ -73,6 +83,7 @@ MIN_GAIN = 0.1           # advice predicting less than +10% is left out
 STRAGGLER_SHARE = 0.6    # arrived last at this share of the timed steps...
 STRAGGLER_WAIT = 0.25    # ...while the others waited this share of their step...
 STRAGGLER_MIN_MS = 2.0   # ...and at least this long (less is scheduling noise)
+STRAGGLER_TIMED = 3      # timed steps of each waiter, where too few were timed by all of them
 LONG_STEP = 5.0          # a step this many times the median (a compile) fills input buffers
 #: replicas take turns when their computes add up to about the step's in-graph time (this
 #: range of it); computing side by side, they add up to about their number times it
@@ -100,13 +111,33 @@ class Advice:
         return f"{self.text} [{self.evidence}; expected +{self.gain:.0%} {self.unit}]"
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """One replica's speed on a run's own step and per-replica batch, measured by running the
+    step alone for a few seconds (``nbdist.step.baseline``; ``%distribute explain --baseline``).
+    ``steps_per_s``: its steps after the compile steps; ``batch``: the examples of one step
+    (the run's global batch over its replicas); ``steps`` measured, in ``seconds`` for the
+    whole probe (compiling included), on ``device``."""
+
+    steps_per_s: float
+    batch: int
+    steps: int
+    seconds: float
+    device: str
+
+    @property
+    def examples_per_s(self) -> float:
+        return self.steps_per_s * self.batch
+
+
 @dataclass
 class Explanation:
     """Where a run's step time goes and what to change (``Run.explain()``).
 
     ``breakdown``: one row per worker and replica, the ms per step of each part (``PARTS``)
     and ``step_ms`` (their sum, the measured time between steps); ``bottleneck``: one of
-    ``BOTTLENECKS``; ``advice``: ranked, the most gain first; ``text``: all of it as plain
+    ``BOTTLENECKS``; ``advice``: ranked, the most gain first; ``baseline``: one replica's
+    speed, if measured (then ``speedup`` and ``efficiency``); ``text``: all of it as plain
     text (``print``), ``_repr_html_``: a table with bars (the notebook)."""
 
     run_id: int
@@ -115,6 +146,31 @@ class Explanation:
     advice: list[Advice]
     facts: list[str] = field(default_factory=list)
     steps_per_s: float = math.nan
+    #: one replica's speed on the same step (``explain(baseline=...)``), None if not measured
+    baseline: Baseline | None = None
+    replicas: int = 1   # replicas in sync over every worker: what the baseline is scaled by
+
+    @property
+    def speedup(self) -> float:
+        """The run's examples/s over one replica's (NaN without a baseline): each step of the
+        run takes ``replicas`` times the baseline's batch."""
+        if self.baseline is None or not self.baseline.steps_per_s > 0:
+            return math.nan
+        return self.replicas * self.steps_per_s / self.baseline.steps_per_s
+
+    @property
+    def efficiency(self) -> float:
+        """``speedup`` over the number of replicas: 1.0 is perfect scaling (NaN without a
+        baseline)."""
+        return self.speedup / self.replicas
+
+    def _scaling(self) -> str:
+        b = self.baseline
+        assert b is not None
+        return (f"scaling: {count(self.replicas, 'replica')} give {_times(self.speedup)} one "
+                f"replica's examples/s (efficiency {self.efficiency:.0%}); one replica: "
+                f"{b.examples_per_s:,.0f} examples/s at batch {b.batch} ({count(b.steps, 'step')}"
+                f" measured on {b.device}, the probe took {b.seconds:.1f} s)")
 
     @property
     def shares(self) -> dict[str, float]:
@@ -142,6 +198,8 @@ class Explanation:
                          + "; ".join(f"{_label(r, workers)} {r.step_ms:.2f} ({_top(r)})"
                                      for r in self.breakdown.itertuples()))
         lines += [f"  {fact}" for fact in self.facts]
+        if self.baseline is not None:
+            lines.append(f"  {self._scaling()}")
         if self.advice:
             lines.append("What to change, most gain first:")
             lines += [f"  {i}. {a.line()}" for i, a in enumerate(self.advice, 1)]
@@ -179,7 +237,8 @@ class Explanation:
                 "</div></td></tr>")
         advice = "".join(f"<li>{html.escape(a.line())}</li>" for a in self.advice) or (
             f"<li>Nothing to fix: {html.escape(self._balanced())}</li>")
-        facts = "".join(f"<div>{html.escape(f)}</div>" for f in self.facts)
+        scaling = [self._scaling()] if self.baseline is not None else []
+        facts = "".join(f"<div>{html.escape(f)}</div>" for f in [*self.facts, *scaling])
         return (f"<div><b>Run {self.run_id}</b>: {step:.2f} ms per step "
                 f"({self.steps_per_s:.1f} steps/s) · bottleneck: <b>{self.bottleneck}</b>"
                 "<table style='font-size:90%'><tr><th style='text-align:left'>part</th>"
@@ -187,10 +246,13 @@ class Explanation:
                 f"<div style='font-size:90%;color:#57606a'>{facts}</div><ol>{advice}</ol></div>")
 
 
-def explain(run: Run, link: tuple[float, float] | None = None) -> Explanation:
+def explain(run: Run, link: tuple[float, float] | None = None,
+            baseline: Baseline | None = None) -> Explanation:
     """The explanation of ``run`` (see the module docstring). ``link``: (bytes/s, one-way
     latency ms) of the link between ranks, if known, for the all-reduce's α-β prediction;
-    without it the prediction is the run's own fastest all-reduces."""
+    without it the prediction is the run's own fastest all-reduces. ``baseline``: one
+    replica's speed on the same step (``nbdist.step.baseline``), for the scaling efficiency
+    and the advice it measures (replicas slower than one)."""
     frame = run.metrics
     if run.mode != "step" or not len(frame) or frame.step.max() < STEADY_FROM + 2:
         what = ("it has no step rows" if not len(frame) or run.mode != "step"
@@ -234,8 +296,34 @@ def explain(run: Run, link: tuple[float, float] | None = None) -> Explanation:
                      "step): what one waits for is the others' compute, shown as their turn")
     straggler = _straggler(run, timed, derived, breakdown)
     advice = _advice(run, breakdown, grouped, ranks, model, straggler)
+    steps_per_s = 1e3 / cycle if cycle > 0 else math.nan
+    if baseline is not None:
+        advice = _measured_scaling(advice, ranks, steps_per_s, baseline)
     return Explanation(run.id, breakdown, advice[0].kind if advice else "balanced", advice,
-                       facts, 1e3 / cycle if cycle > 0 else math.nan)
+                       facts, steps_per_s, baseline, ranks)
+
+
+def _measured_scaling(advice: list[Advice], ranks: int, steps_per_s: float,
+                      baseline: Baseline) -> list[Advice]:
+    """``advice`` with the measured verdict on the replicas, which replaces the estimate of
+    the same advice: when the run's replicas give fewer examples/s than one replica alone,
+    training on one is the gain, measured; when they give more, fewer replicas are no
+    advice."""
+    kept = [a for a in advice if a.kind != "tiny model"]
+    run_rate = ranks * steps_per_s * baseline.batch
+    one = baseline.examples_per_s
+    gain = one / run_rate - 1 if run_rate > 0 else math.nan
+    if not gain >= MIN_GAIN:
+        return kept
+    measured = Advice(
+        "tiny model",
+        f"{count(ranks, 'replica')} are slower than one on this model: train it on one "
+        "(`%distribute mirrored --devices 1`), or give each replica a larger batch so that "
+        "its compute outweighs the exchange",
+        f"measured: one replica {one:,.0f} examples/s at batch {baseline.batch}, the "
+        f"{ranks} replicas {run_rate:,.0f} examples/s",
+        gain, "examples/s")
+    return sorted([*kept, measured], key=lambda a: -a.gain)
 
 
 # -- the parts ----------------------------------------------------------------------------------
@@ -383,14 +471,19 @@ class _Straggler:
     waited_ms: float    # the others' waiting per step
     cause: str
     excess_ms: float    # how much longer its ``cause`` takes than the others'
+    after_ms: float     # the step once it is as fast as the others (``_after_straggler``)
+    sharing: list[list[int]]   # the workers that share a machine's cores, more than one
 
 
 def _straggler(run: Run, timed: pd.DataFrame, derived: pd.DataFrame,
                breakdown: pd.DataFrame) -> _Straggler | None:
     """The worker (several workers) or replica the others wait for at most steps, if they wait
-    long enough to matter, and which of its parts makes it late."""
+    long enough to matter, and which of its parts makes it late. A step counts for it where
+    the others waited long enough at that step: on a congested link one all-reduce ends later
+    on one side now and then, which is no straggler."""
     by = "worker" if run.workers > 1 else "replica"
     cycle = float(breakdown.step_ms.mean())
+    enough = max(STRAGGLER_WAIT * cycle, STRAGGLER_MIN_MS)
     waits = breakdown.groupby(by)[["peers", "input", "fetch", "compute", "between"]].mean()
     if len(waits) < 2 or (by == "replica" and bool(derived.turns.any())):
         return None   # replicas taking turns: the last is last by turn, not by being slow
@@ -398,18 +491,30 @@ def _straggler(run: Run, timed: pd.DataFrame, derived: pd.DataFrame,
     at_step = derived.peers + timed.moved   # in the step, and at the iterator
     per_step = at_step.groupby([timed.step, timed[by]]).min().unstack().dropna()
     if len(per_step) >= 5:
-        last = per_step.idxmin(axis=1).value_counts(normalize=True)
-        index, share = int(last.index[0]), float(last.iloc[0])
-    else:   # too few steps timed by all: the one that waits far less than the others
-        index = int(waits.peers.idxmin())
-        share = float(waits.peers[index] < 0.25 * waits.peers.drop(index).mean())
+        ordered = np.sort(per_step.to_numpy(), axis=1)
+        last = per_step.idxmin(axis=1)[ordered[:, 1] - ordered[:, 0] >= enough]
+        if last.empty:
+            return None
+        index = int(last.value_counts().index[0])
+        share = float((last == index).sum() / len(per_step))
+    else:   # too few steps timed by all: the one that typically waits least, and at how
+        # many of their timed steps the others waited for it (a stall or two is no straggler)
+        waiting = at_step.groupby(timed[by])
+        if waiting.ngroups < len(waits):
+            return None
+        typical = waiting.median()
+        index = int(typical.idxmin())
+        others = at_step[timed[by] != index]
+        if int(others.groupby(timed[by]).size().min()) < STRAGGLER_TIMED:
+            return None
+        share = float((others >= typical[index] + enough).mean())
     others = waits.drop(index)
     waited = float(others.peers.mean())
     if by == "worker" and run.waited_for:   # the kernel's own finding across workers
         named = int(next(iter(run.waited_for)).split()[-1])
         if named == index:
             share = max(share, STRAGGLER_SHARE)
-    if share < STRAGGLER_SHARE or waited < max(STRAGGLER_WAIT * cycle, STRAGGLER_MIN_MS):
+    if share < STRAGGLER_SHARE or waited < enough:
         return None
     mine = waits.loc[index]
     excess = {"input": (mine["input"] + mine["fetch"])
@@ -417,7 +522,30 @@ def _straggler(run: Run, timed: pd.DataFrame, derived: pd.DataFrame,
               "compute": mine["compute"] - others["compute"].mean(),
               "time between its steps": mine["between"] - others["between"].mean()}
     cause = max(excess, key=excess.get)
-    return _Straggler(f"{by} {index}", index, share, waited, cause, float(excess[cause]))
+    after, sharing = _after_straggler(run, breakdown, by, index, float(excess[cause]))
+    return _Straggler(f"{by} {index}", index, share, waited, cause, float(excess[cause]),
+                      after, sharing)
+
+
+def _after_straggler(run: Run, breakdown: pd.DataFrame, by: str, index: int,
+                     excess: float) -> tuple[float, list[list[int]]]:
+    """ms per step once the straggler ``index`` takes no longer than the others, and the
+    workers that share a machine: each worker's (replica's) own work, its step without the
+    waiting and the collectives (the straggler's without its ``excess`` too), adds up over the
+    workers of one machine, which take turns on its cores (each worker's TensorFlow sizes its
+    threads to all of them) as replicas on shared cores do; the slowest machine's sum, plus the
+    collectives at their modelled time, is the step. Replicas of one worker run side by side."""
+    collectives = float((breakdown.allreduce + breakdown.other_collectives).mean())
+    own = (breakdown.step_ms - breakdown.peers - breakdown.allreduce
+           - breakdown.allreduce_extra - breakdown.other_collectives).groupby(
+        breakdown[by]).mean()
+    own[index] = max(float(own[index]) - excess, 0.0)
+    machines = (run.machines if by == "worker" and len(run.machines) == run.workers
+                else [str(unit) for unit in own.index])
+    on = own.groupby([machines[int(unit)] for unit in own.index]).sum()
+    sharing = [[int(u) for u in own.index if machines[int(u)] == m]
+               for m in dict.fromkeys(machines)]
+    return float(on.max()) + collectives, [units for units in sharing if len(units) > 1]
 
 
 def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: float,
@@ -441,10 +569,11 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
             "Find what slows it there, or give it less to do",
             f"it arrived last at {s.share:.0%} of the timed steps; the others waited "
             f"{s.waited_ms:.1f} ms of each {cycle:.1f} ms step; its {s.cause} took "
-            f"{s.excess_ms:.1f} ms longer than theirs",
-            # as fast as the others, it would take away what it adds (some of the others'
-            # waiting may show inside their all-reduce)
-            gain(min(max(s.waited_ms, s.excess_ms), 0.95 * cycle))))
+            f"{s.excess_ms:.1f} ms longer than theirs; without that a step takes about "
+            f"{s.after_ms:.1f} ms"
+            + "".join(f" (workers {', '.join(map(str, units))} share one machine's cores: their "
+                      "own work adds up)" for units in s.sharing),
+            gain(cycle - max(s.after_ms, 0.05 * cycle))))
     input_ms = float(mean["input"])
     host = float(mean["fetch"] + mean["dispatch"])
     # a wait shorter than the host's own work per step (fetching, dispatching) is that host
@@ -509,6 +638,10 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
 
 
 # -- formatting --------------------------------------------------------------------------------
+def _times(ratio: float) -> str:
+    return f"{ratio:.2g}x" if ratio < 1 else f"{ratio:.1f}x"
+
+
 def _label(row: Any, workers: bool) -> str:
     return f"w{row.worker}/r{row.replica}" if workers else f"r{row.replica}"
 

@@ -85,6 +85,9 @@ class Run:
     #: workers the other workers waited for at most recent steps (label -> median ms they
     #: waited), found from every worker's rows under multiworker; the dashboard flags them
     waited_for: dict[str, float] = field(default_factory=dict)
+    #: per worker, the machine it runs on (its Linux boot id, else its host name): workers on
+    #: one machine share its cores (empty where not known)
+    machines: tuple[str, ...] = ()
     #: see the class docstring: the Run this one resumed and the step it resumed at
     resumed_from: Run | None = field(default=None, repr=False)
     resumed_at: int | None = None
@@ -94,6 +97,9 @@ class Run:
     title: str | None = None
     #: what the ``loss`` column holds, for the dashboard's legend (None: the step's loss)
     loss_label: str | None = None
+    #: a step run in the kernel: the cell it ran (``backends.cells.StepCell``: its text, flags
+    #: and rewritten step), which ``explain(baseline=True)`` runs again on one replica
+    step_cell: Any = field(default=None, repr=False)
     _epochs: list[dict[str, float]] = field(default_factory=list, repr=False)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -285,11 +291,16 @@ class Run:
         TensorBoard overlays them; returns the run's directory (``logdir/name``)."""
         return _view("tensorboard")(self, logdir, name)
 
-    def explain(self, link: tuple[float, float] | None = None) -> Any:
+    def explain(self, link: tuple[float, float] | None = None, baseline: bool = False) -> Any:
         """Where this run's step time goes and what to change, ranked by the gain predicted
         (``telemetry.explain``; ``print`` it, or let the notebook draw its table).
-        ``link``: (bytes/s, one-way latency ms) of the link between ranks, if known."""
-        return _view("explain")(self, link)
+        ``link``: (bytes/s, one-way latency ms) of the link between ranks, if known.
+        ``baseline``: also run the step on one replica for a few seconds, on copies of the
+        objects it trains (``nbdist.step.baseline``), for the run's scaling efficiency."""
+        explained = _view("explain")(self, link)   # refuses a run it cannot explain first
+        if not baseline:
+            return explained
+        return _view("explain")(self, link, _view("baseline")(self))
 
     def last_losses(self) -> list[float]:
         """Each replica's (or worker's) loss at the most recent step."""
@@ -426,8 +437,8 @@ _VIEWS: dict[str, Callable[..., Any]] = {}
 
 
 def register_view(name: str, function: Callable[..., Any]) -> None:
-    """Provide ``Run.plot`` (``name="plot"``), ``Run.to_tensorboard`` (``"tensorboard"``) or
-    ``Run.explain`` (``"explain"``);
+    """Provide ``Run.plot`` (``name="plot"``), ``Run.to_tensorboard`` (``"tensorboard"``),
+    ``Run.explain`` (``"explain"``) or its one-replica probe (``"baseline"``);
     called by the modules that draw, export or explain a Run, so that the store imports none
     of them."""
     _VIEWS[name] = function

@@ -127,11 +127,22 @@ def _my_address(st: WorkerState) -> str:
     return st.tf_config["cluster"]["worker"][st.index]
 
 
+def _machine() -> str:
+    """This machine: its running kernel's boot id (Linux), else the host name. Workers with
+    the same one share its cores (simulated hosts in network namespaces included)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or socket.gethostname()
+    except OSError:
+        return socket.gethostname()
+
+
 def describe() -> dict[str, Any]:
     """This worker's identity, TF_CONFIG, devices and Keras, for ``%distribute status``."""
     st = state()
     info: dict[str, Any] = {
         "worker": st.index, "pid": os.getpid(), "host": socket.gethostname(),
+        "machine": _machine(),
         "tf_config": st.tf_config, "keras_mode": st.keras,
     }
     if st.handle is not None:
