@@ -52,6 +52,7 @@ FILE_TIERS = {
     "test_cluster_input.py": "cluster",
     "test_cluster_profile.py": "cluster",
     "test_cluster_pull.py": "cluster",    # its name-parsing and walking tests: unit
+    "test_baseline.py": "kernel",
     "test_cluster_shutdown.py": "cluster",
     "test_cluster_unit.py": "unit",       # its magic-line tests: kernel
     "test_correctness.py": "kernel",
@@ -76,6 +77,7 @@ FILE_TIERS = {
     "test_header.py": "unit",
     "test_interrupts.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
+    "test_labverdict.py": "unit",         # its real-kernel test: kernel
     "test_launch.py": "cluster",
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",

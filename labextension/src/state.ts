@@ -26,6 +26,31 @@ export interface IRunState {
   total_steps: number | null;
 }
 
+/**
+ * Why the current (or last) run is as fast as it is: what `%distribute explain` says of it,
+ * computed now and then while it trains (`nbdist/lab/verdict.py`).
+ */
+export interface IVerdict {
+  /** the run explained: `run.id` */
+  run: number;
+  /** the step it had reached */
+  step: number;
+  /** one of `nbdist.telemetry.explain.BOTTLENECKS` ("input", "balanced"...) */
+  bottleneck: string;
+  /** the first advice, without the numbers behind it; null when there is nothing to fix */
+  advice: string | null;
+}
+
+/** How the status bar names a bottleneck; one it does not know shows as the kernel names it. */
+export const BOTTLENECK_LABELS: { [bottleneck: string]: string } = {
+  input: 'input-bound',
+  dispatch: 'dispatch-bound',
+  communication: 'communication-bound',
+  straggler: 'straggler-bound',
+  'tiny model': 'model too small',
+  balanced: 'balanced'
+};
+
 /** What the kernel sends in `{"type": "state", "state": STATE}`. */
 export interface INbdistState {
   version: string;
@@ -38,6 +63,7 @@ export interface INbdistState {
   dead_workers: number[];
   stragglers: string[];
   run: IRunState | null;
+  verdict: IVerdict | null;
 }
 
 /** A message from the kernel, once validated. */
@@ -120,6 +146,26 @@ function validateRun(value: unknown): IRunState | null {
   };
 }
 
+function validateVerdict(value: unknown): IVerdict | null {
+  // undefined: a kernel whose nbdist has no verdicts yet; its status bar shows none
+  if (value === null || value === undefined) {
+    return null;
+  }
+  if (!isDict(value)) {
+    fail('verdict', 'an object or null', value);
+  }
+  // any name: a newer kernel may know bottlenecks this page does not
+  if (typeof value.bottleneck !== 'string' || value.bottleneck === '') {
+    fail('verdict.bottleneck', 'a bottleneck name', value.bottleneck);
+  }
+  return {
+    run: count('verdict.run', value.run),
+    step: count('verdict.step', value.step),
+    bottleneck: value.bottleneck,
+    advice: stringOrNull('verdict.advice', value.advice)
+  };
+}
+
 /**
  * Check an incoming state and return a clean copy of it. Unknown keys are ignored (a newer
  * kernel may send more); missing keys and wrong types raise a `StateError`.
@@ -166,7 +212,8 @@ export function validateState(value: unknown): INbdistState {
     workers_alive: workersAlive,
     dead_workers: [...(dead as number[])],
     stragglers: stringList('stragglers', value.stragglers),
-    run: validateRun(value.run)
+    run: validateRun(value.run),
+    verdict: validateVerdict(value.verdict)
   };
 }
 
@@ -221,7 +268,16 @@ function formatRun(run: IRunState | null): string | null {
   return `run ${run.id} ${run.status}`;
 }
 
-/** The status bar text, e.g. `nbdist: mirrored ×2` or `nbdist: multiworker ×2 · workers 1/2`. */
+/** How the status bar names a verdict's bottleneck, e.g. `input-bound`. */
+export function verdictLabel(verdict: IVerdict): string {
+  const known = Object.prototype.hasOwnProperty.call(BOTTLENECK_LABELS, verdict.bottleneck);
+  return known ? BOTTLENECK_LABELS[verdict.bottleneck] : verdict.bottleneck;
+}
+
+/**
+ * The status bar text, e.g. `nbdist: mirrored ×2`, `nbdist: multiworker ×2 · workers 1/2` or
+ * `nbdist: mirrored ×4 · step 120/1000 · input-bound`.
+ */
 export function formatStatus(state: INbdistState): string {
   if (state.strategy === null) {
     return 'nbdist: no strategy';
@@ -241,6 +297,9 @@ export function formatStatus(state: INbdistState): string {
   const run = formatRun(state.run);
   if (run !== null) {
     parts.push(run);
+  }
+  if (state.verdict !== null) {
+    parts.push(verdictLabel(state.verdict));
   }
   return parts.join(' · ');
 }
@@ -272,6 +331,12 @@ export function formatTooltip(state: INbdistState): string {
     // `epoch` is counted from 1 (0: no step yet), as the dashboard's header shows it
     const epoch = r.epoch > 0 ? `epoch ${r.epoch}, ` : '';
     lines.push(`Run ${r.id}: ${r.status}, ${epoch}step ${r.step}${total}`);
+  }
+  if (state.verdict !== null) {
+    const v = state.verdict;
+    lines.push(`Bottleneck of run ${v.run} at step ${v.step}: ${verdictLabel(v)}`);
+    lines.push(v.advice ?? 'Nothing to fix.');
+    lines.push('%distribute explain shows where the time goes');
   }
   lines.push('Click for %distribute status');
   return lines.join('\n');

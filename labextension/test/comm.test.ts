@@ -14,7 +14,8 @@ const STATE: INbdistState = {
   workers_alive: 0,
   dead_workers: [],
   stragglers: [],
-  run: null
+  run: null,
+  verdict: null
 };
 
 /** A comm as the kernel connection hands it to us: records what we send. */

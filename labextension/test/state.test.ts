@@ -12,7 +12,8 @@ import {
   hasStrategy,
   isAlert,
   parseMessage,
-  validateState
+  validateState,
+  verdictLabel
 } from '../src/state';
 
 const fixtures = JSON.parse(
@@ -33,7 +34,8 @@ const base: INbdistState = {
   workers_alive: 0,
   dead_workers: [],
   stragglers: [],
-  run: null
+  run: null,
+  verdict: null
 };
 
 function state(overrides: Partial<INbdistState>): INbdistState {
@@ -58,6 +60,11 @@ describe('validateState', () => {
     const out = validateState(input);
     expect(out).toEqual(base);
     expect(out.devices).not.toBe(input.devices);
+  });
+
+  it('takes a state without a verdict (an older kernel) as one with none', () => {
+    const { verdict: _, ...older } = base;
+    expect(validateState(older)).toEqual(base);
   });
 
   it('names the offending key', () => {
@@ -134,6 +141,49 @@ describe('formatStatus', () => {
     );
     expect(formatStatus(state({ stragglers: ['replica 0', 'replica 1'] }))).toBe(
       'nbdist: mirrored ×2 · 2 stragglers'
+    );
+  });
+});
+
+describe('the verdict', () => {
+  const run = { id: 3, status: 'running' as const, step: 120, epoch: 1, total_steps: 1000 };
+  const verdict = {
+    run: 3,
+    step: 100,
+    bottleneck: 'input',
+    advice: 'The step waits for its input: read it ahead (expected +80% steps/s)'
+  };
+
+  it('names the bottleneck while the run trains and after it ended', () => {
+    const replicas4 = { replicas: 4, run, verdict };
+    expect(formatStatus(state(replicas4))).toBe(
+      'nbdist: mirrored ×4 · step 120/1000 · input-bound'
+    );
+    expect(formatStatus(state({ ...replicas4, run: { ...run, status: 'done' } }))).toBe(
+      'nbdist: mirrored ×4 · input-bound'
+    );
+    expect(
+      formatStatus(state({ run, verdict: { ...verdict, bottleneck: 'tiny model' } }))
+    ).toBe('nbdist: mirrored ×2 · step 120/1000 · model too small');
+  });
+
+  it('shows a bottleneck it has no label for as the kernel names it', () => {
+    for (const bottleneck of ['memory', 'constructor']) {
+      expect(verdictLabel({ ...verdict, bottleneck })).toBe(bottleneck);
+    }
+  });
+
+  it('puts the first advice in the tooltip', () => {
+    const lines = formatTooltip(state({ run, verdict })).split('\n');
+    expect(lines.slice(-4)).toEqual([
+      'Bottleneck of run 3 at step 100: input-bound',
+      verdict.advice,
+      '%distribute explain shows where the time goes',
+      'Click for %distribute status'
+    ]);
+    const balanced = { ...verdict, bottleneck: 'balanced', advice: null };
+    expect(formatTooltip(state({ run, verdict: balanced }))).toContain(
+      'balanced\nNothing to fix.'
     );
   });
 });

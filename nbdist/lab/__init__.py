@@ -1,2 +1,2 @@
-"""The kernel side of the JupyterLab extension: ``comm`` (labextension/src/comm.ts) and
-``state`` (labextension/src/state.ts)."""
+"""The kernel side of the JupyterLab extension: ``comm`` (labextension/src/comm.ts),
+``state`` (labextension/src/state.ts) and ``verdict``, the bottleneck the status bar names."""

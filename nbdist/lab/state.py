@@ -20,8 +20,10 @@ _STATE_KEYS = (
     "dead_workers",
     "stragglers",
     "run",
+    "verdict",
 )
 _RUN_KEYS = ("id", "status", "step", "epoch", "total_steps")
+_VERDICT_KEYS = ("run", "step", "bottleneck", "advice")
 
 
 # -- the state shape -------------------------------------------------------------------------
@@ -64,6 +66,20 @@ def _check_run(run: Any) -> None:
     _check_count("run.epoch", run["epoch"])
     if run["total_steps"] is not None:
         _check_count("run.total_steps", run["total_steps"])
+
+
+def _check_verdict(verdict: Any) -> None:
+    from ..telemetry.explain import BOTTLENECKS
+
+    _check_keys("verdict", verdict, _VERDICT_KEYS)
+    _check_count("verdict.run", verdict["run"])
+    _check_count("verdict.step", verdict["step"])
+    if verdict["bottleneck"] not in BOTTLENECKS:
+        raise ValueError(f"nbdist state: verdict.bottleneck must be one of {list(BOTTLENECKS)}, "
+                         f"got {verdict['bottleneck']!r}")
+    if verdict["advice"] is not None and not isinstance(verdict["advice"], str):
+        raise ValueError(
+            f"nbdist state: verdict.advice must be a str or None, got {verdict['advice']!r}")
 
 
 def validate_state(d: Any) -> dict[str, Any]:
@@ -109,6 +125,8 @@ def validate_state(d: Any) -> dict[str, Any]:
         raise ValueError(f"nbdist state: dead_workers must be a list of int >= 0, got {dead!r}")
     if d["run"] is not None:
         _check_run(d["run"])
+    if d["verdict"] is not None:
+        _check_verdict(d["verdict"])
     return d
 
 
@@ -127,6 +145,7 @@ def empty_state(version: str | None = None) -> dict[str, Any]:
         "dead_workers": [],
         "stragglers": [],
         "run": None,
+        "verdict": None,
     }
 
 

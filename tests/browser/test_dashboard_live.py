@@ -1,5 +1,6 @@
 """The live dashboard in a real browser: it grows while the cell runs, its header and the
-status bar follow it (replica 1 is made slow: both name the straggler), and Stop stops it.
+status bar follow it (replica 1 is made slow: both name the straggler; the status bar names
+the run's bottleneck too, and keeps it once the run ended), and Stop stops it.
 The dashboard's screenshot is the README's picture (``pytest --update-docs`` puts it in docs/).
 
 Two traps of the harness (measured; neither is the dashboard's doing):
@@ -13,6 +14,7 @@ Two traps of the harness (measured; neither is the dashboard's doing):
   ``idle`` while the cell keeps running. The cell's own ``executionState`` is read instead.
 """
 
+import json
 import re
 import time
 
@@ -60,6 +62,13 @@ optimizer.apply_gradients(zip(grads, model.trainable_variables))""",
 ]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+# The status bar's names of the bottlenecks (labextension/src/state.ts, BOTTLENECK_LABELS).
+BOTTLENECK_LABELS = {"input": "input-bound", "dispatch": "dispatch-bound",
+                     "communication": "communication-bound", "straggler": "straggler-bound",
+                     "tiny model": "model too small", "balanced": "balanced"}
+# The status bar's verdict on the running run: what follows its step (the last item).
+LIVE_VERDICT = rf"step \d+/{TOTAL_STEPS} · ([^·]+)$"
 
 # The training cell (the notebook's last) is running.
 TRAINING = """() => {
@@ -132,17 +141,29 @@ def test_dashboard_grows_while_the_cell_runs_and_stop_ends_the_run(
     print("plotted points, read by read:", reads)
     assert reads[-1] > reads[-2], reads
 
+    # Once the run has trained long enough to be explained, the status bar names its bottleneck
+    page.wait_for_function(
+        f"() => new RegExp({json.dumps(LIVE_VERDICT)}).test("
+        "document.querySelector('.nbdist-status-item').textContent)", timeout=60_000)
+    live = re.search(LIVE_VERDICT, page.locator(".nbdist-status-item").text_content())
+    print("the status bar's live verdict:", live and live.group(1))
+    assert live and live.group(1) in BOTTLENECK_LABELS.values(), live
+    assert page.evaluate(TRAINING)
+
     page.locator(".nbdist-dashboard button", has_text="Stop").click()
     # A click reaches the kernel between steps; a loaded machine delays it, hence the margin.
     page.wait_for_function(f"() => !({TRAINING})()", timeout=120_000)
     shot(page, "dashboard-stopped")
     run_new_cell(page, 'import nbdist; print("RUN", nbdist.runs[-1].status, '
-                       'nbdist.runs[-1].steps_done)')
+                       'nbdist.runs[-1].steps_done, nbdist.runs[-1].explain().bottleneck)')
     page.wait_for_function(
         "() => document.body.innerText.includes('RUN stopped')", timeout=60_000)
     text = page.evaluate("() => document.body.innerText")
-    steps = int(text.split("RUN stopped", 1)[1].split()[0])
-    assert 0 < steps < TOTAL_STEPS
+    steps, bottleneck = text.split("RUN stopped", 1)[1].split("\n")[0].split(maxsplit=1)
+    assert 0 < int(steps) < TOTAL_STEPS
+    # The status bar keeps the stopped run's verdict: what `%distribute explain` says of it.
+    status = page.locator(".nbdist-status-item").text_content()
+    assert status.endswith(f"stopped · {BOTTLENECK_LABELS[bottleneck.strip()]}"), status
     # The run ended: its widgets gave way to the static final figure (no widget model needed
     # to show it again) and the summary, which says "stopped".
     assert "stopped" in training.locator(".jp-OutputArea").inner_text()
