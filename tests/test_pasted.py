@@ -261,6 +261,16 @@ with strategy_x.scope():
         "line: the line then uses the session's strategy.")
 
 
+def test_a_plain_cell_building_a_one_device_baseline_keeps_it_and_says_so(shell, capsys):
+    capsys.readouterr()
+    run_ok(shell, "baseline_x = tf.distribute.OneDeviceStrategy('/cpu:0')")
+    assert type(shell.user_ns["baseline_x"]).__name__ == "OneDeviceStrategy"
+    assert capsys.readouterr().out == (
+        "nbdist: cell line 1 `tf.distribute.OneDeviceStrategy('/cpu:0')` builds a "
+        "OneDeviceStrategy in this kernel beside the session's mirrored strategy: models built "
+        "in its scope train on its devices, and `%%distribute` cells cannot use them.\n")
+
+
 def test_without_a_session_a_plain_cell_builds_its_own_strategy_untouched(shell, capsys):
     shell.run_line_magic("distribute", "stop")
     try:

@@ -256,7 +256,9 @@ def use_session_strategy(cell: str, spec: StrategySpec,
     ``plain``: a cell without ``%%distribute`` (numbered from 1), run in the kernel, where the
     session's strategy object exists only if ``kernel_has_it`` (not under ``multiworker``, whose
     strategy lives in each worker): a constructor of its family is then refused too, and every
-    fix that needs the workers says to make the cell a ``%%distribute`` cell.
+    fix that needs the workers says to make the cell a ``%%distribute`` cell. Another family
+    that runs in a kernel (a ``OneDeviceStrategy`` built as a baseline) is left as written there,
+    with a line saying its models stay out of ``%%distribute`` cells.
 
     Raises ConfigError, before anything runs, for a cell that sets TF_CONFIG, builds another
     family's strategy, or asks for devices the session does not have.
@@ -268,9 +270,15 @@ def use_session_strategy(cell: str, spec: StrategySpec,
     replicas, devices = placement()
     if found.tf_config:
         raise ConfigError(_tf_config_message(found.tf_config[0], found, spec, session, plain))
+    beside = []   # plain cells: another strategy this kernel can hold beside the session's
     for call in found.strategies:
         wanted = family_of_tf_class(call.class_name)
         assert wanted is not None   # pasted_code found only the families' classes
+        if wanted is not session and plain and wanted.in_kernel:
+            # built on purpose outside %%distribute (a one-device baseline, a comparison):
+            # TensorFlow holds both; only using its objects in %%distribute cells would mix
+            beside.append(call)
+            continue
         if wanted is not session:
             then = ("this cell with `%%distribute` as its first line" if plain
                     and not wanted.in_kernel else "this cell")
@@ -287,16 +295,22 @@ def use_session_strategy(cell: str, spec: StrategySpec,
                 "in each worker process. Make `%%distribute` the cell's first line: the cell "
                 "then runs on every worker, where this line uses the session's strategy.")
         _check_devices(call, spec, devices)
-    where = ", ".join(str(c.line) for c in found.strategies)
-    texts = ", ".join(f"`{c.text}`" for c in found.strategies)
-    ignored = [a for c in found.strategies for a in c.unchecked]
+    said = [f"nbdist: cell line {c.line} `{c.text}` builds a {c.class_name} in this kernel "
+            f"beside the session's {spec.name} strategy: models built in its scope train on "
+            "its devices, and `%%distribute` cells cannot use them." for c in beside]
+    own = [c for c in found.strategies if c not in beside]
+    if not own:
+        return cell, "\n".join(said)
+    where = ", ".join(str(c.line) for c in own)
+    texts = ", ".join(f"`{c.text}`" for c in own)
+    ignored = [a for c in own for a in c.unchecked]
     note = (f" (its {', '.join(f'`{a}`' for a in ignored)} not applied: the session's "
             "strategy is used as it was built)") if ignored else ""
-    lines = "cell line" if len(found.strategies) == 1 else "cell lines"
+    lines = "cell line" if len(own) == 1 else "cell lines"
     message = (f"nbdist: {texts} on {lines} {where} uses the session's {spec.name} strategy "
                f"({count(replicas, 'replica')}){note}; nothing else was "
                "built.")
-    return replaced(cell, found.strategies), message
+    return replaced(cell, own), "\n".join([message, *said])
 
 
 def _builds(fam: Family) -> str:
