@@ -101,6 +101,8 @@ def test_fit_in_a_plain_cell_on_a_distributed_model_is_recorded(shell, capsys):
     before = len(nbdist.runs)
     capsys.readouterr()
     session = current_session(shell)
+    # the shell is the whole test session's: another module's plain fit may have been told
+    session._told.discard("plain fit")
     seen: list[int] = []          # the steps the lab status bar is told about
 
     def listener() -> None:
