@@ -107,10 +107,12 @@ def _checked_cell(run: Run, session: Any) -> Any:
     current = (None if backend is None or backend.kernel_strategy() is None
                else (backend.spec.name, tuple(backend.devices)))
     if current != (run.strategy, tuple(run.devices)):
-        now = "no strategy" if current is None else f"{current[0]} on {_devices(current[1])}"
+        now = ("no strategy" if current is None
+               else f"{current[0]} on {count(len(current[1]), 'device')}")
         raise ConfigError(
-            f"{name} trained under {run.strategy} on {_devices(run.devices)}, and the session "
-            f"now has {now}: one replica reads the run's data as the run's strategy split it. "
+            f"{name} trained under {run.strategy} on {count(len(run.devices), 'device')}, "
+            f"and the session now has {now}: one replica reads the run's data as the run's "
+            "strategy split it. "
             f"Set that strategy again (`%distribute {run.strategy} --devices "
             f"{len(run.devices)}`), then `%distribute explain {run.id} --baseline`.")
     _check_names(run, cell, session.shell.user_ns)
@@ -438,10 +440,6 @@ def _batch_size(batch: Any) -> int:
 def _names(names: list[str]) -> str:
     quoted = [f"`{n}`" for n in names]
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
-
-
-def _devices(devices: tuple[str, ...] | list[str]) -> str:
-    return count(len(devices), "device")
 
 
 def _short(device: str) -> str:
