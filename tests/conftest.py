@@ -78,6 +78,7 @@ FILE_TIERS = {
     "test_interrupts.py": "unit",
     "test_labcomm.py": "unit",            # its real-kernel test: kernel
     "test_labverdict.py": "unit",         # its real-kernel test: kernel
+    "test_lossform.py": "kernel",
     "test_launch.py": "cluster",
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..spec import RunSpec, StrategySpec
 from ..step.rewrite import StepSource, register_source, rewrite_step
-from ..telemetry.run import Run, RunWriter
 
 if TYPE_CHECKING:
     from ..data import ReadData
@@ -150,19 +149,6 @@ def step_inputs(cell: StepCell, strategy: Any, user_ns: dict[str, Any], replicas
     data = step_data(cell, strategy, user_ns, replicas, say, coordinator)
     return StepInputs(data.dataset, data.per_epoch, step_checkpoint(cell, strategy, user_ns, say),
                       data.note)
-
-
-def describe_loss(run: Run, cell: StepCell, in_sync: int) -> None:
-    """How the Run's headline loss comes from the replicas' losses (``Run.loss_scale``)."""
-    if in_sync <= 1:
-        return
-    if cell.source.global_batch_loss:
-        RunWriter(run).sum_replica_losses(in_sync)
-        return
-    run.note(f"loss (global) is the mean of the {in_sync} replicas' losses: the cell does not "
-             "divide its loss by the global batch (tf.nn.compute_average_loss(..., "
-             "global_batch_size=...)), and the optimizer sums the replicas' gradients, so they "
-             f"are {in_sync} times the gradients of that mean")
 
 
 def run_cell_code(shell: Any, text: str, filename: str | None = None) -> Any:

@@ -17,7 +17,7 @@ from ..step.cache import StepCache
 from ..strategies import StrategyHandle
 from ..telemetry.run import Run, RunList, RunObserver
 from .base import Backend, BackendStatus, refuse_keras_choice
-from .cells import ScopeCell, StepCell, describe_loss, run_cell_code, step_inputs
+from .cells import ScopeCell, StepCell, run_cell_code, step_inputs
 from .kernelstate import check_kernel_usable
 
 
@@ -96,7 +96,6 @@ class LocalBackend(Backend):
             total_steps=per_epoch * cell.spec.epochs if per_epoch else None,
             epochs=cell.spec.epochs, step_cell=cell,
         )
-        describe_loss(run, cell, h.replicas)
         if inputs.note:
             run.note(inputs.note)
         runner = StepRunner(cell.source, user_ns, cell.spec, run, observers=observers,

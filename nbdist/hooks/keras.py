@@ -6,6 +6,7 @@ Checked with keras 3.15 on the TensorFlow backend. Keras is imported inside the 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 from .api import PrivateAPI, first_problem, lacks, used_in
@@ -84,6 +85,25 @@ def atomic_variable_updates() -> contextlib.AbstractContextManager[None]:
     return patched([(cls, name, atomic(name)) for name in ("assign_add", "assign_sub")])
 
 
+def replica_scaling_site() -> tuple[Any, str] | None:
+    """Where Keras 3 divides a loss by the replicas in sync inside ``strategy.run``: the
+    module and name of ``keras.src.losses.loss.scale_loss_for_distribution``, which loss
+    objects (mean reductions) and ``Model.compute_loss`` call through the module, or None.
+
+    Feature: step mode reports a Keras loss's global value as one device computes it (the
+    replicas' values summed). Checked with keras 3.15. Without it a Keras loss is read as
+    undivided: its global loss would be shown at 1/N of its value, so the caller falls back to
+    the cell's text and says so.
+    """
+    try:
+        from keras.src.losses import loss as loss_module
+    except ImportError:
+        return None
+    if not callable(getattr(loss_module, "scale_loss_for_distribution", None)):
+        return None
+    return loss_module, "scale_loss_for_distribution"
+
+
 def _probe_initial_epoch() -> str | None:
     import keras
     from keras.src.trainers import trainer
@@ -112,7 +132,26 @@ def _probe_atomic_updates() -> str | None:
                          lambda: used_in(keras.Variable.assign_add, "assign"))
 
 
+def _probe_replica_scaling() -> str | None:
+    import keras
+    from keras.src.losses import loss as loss_module
+
+    def calls(function: Any, name: str) -> str | None:   # looked up in the module, by name
+        source = inspect.getsource(function)
+        return None if f"{name}(" in source else f"{function.__qualname__} no longer calls {name}"
+
+    return first_problem(lambda: lacks(loss_module, "scale_loss_for_distribution"),
+                         lambda: calls(keras.losses.Loss.__call__, "reduce_weighted_values"),
+                         lambda: calls(loss_module.reduce_values,
+                                       "scale_loss_for_distribution"))
+
+
 DECLARED = [
+    PrivateAPI("keras", "keras.src.losses.loss.scale_loss_for_distribution",
+               "keras.replica_scaling_site",
+               "step mode: a Keras loss's global value is the sum of its replicas' values",
+               CHECKED, "a Keras loss's global value falls back to the cell's text",
+               _probe_replica_scaling, ("scale_loss_for_distribution",)),
     PrivateAPI("keras", "Trainer._initial_epoch", "keras.clear_initial_epoch",
                "--checkpoint on Keras 3 fit: a later plain fit starts at epoch 0", CHECKED,
                "a later plain fit of a resumed model may skip epochs",

@@ -51,6 +51,29 @@ def accept_tensor_logs(callback: Any) -> bool:
     return True
 
 
+def replica_scaling_site() -> tuple[Any, str] | None:
+    """Where tf_keras divides a loss by the replicas in sync (``compute_loss`` and its
+    regularization losses under a strategy): ``tf_keras.src.utils.losses_utils`` and
+    ``scale_loss_for_distribution``, or None (tf_keras not installed or changed).
+
+    Feature: step mode on multiworker workers reports a tf_keras loss's global value as one
+    device computes it. Checked with tf_keras 2.21. Without it such a loss falls back to the
+    cell's text.
+    """
+    try:
+        from tf_keras.src.utils import losses_utils
+    except ImportError:
+        return None
+    if not callable(getattr(losses_utils, "scale_loss_for_distribution", None)):
+        return None
+    return losses_utils, "scale_loss_for_distribution"
+
+
+def _probe_replica_scaling() -> str | None:
+    return None if replica_scaling_site() else (
+        "tf_keras.src.utils.losses_utils.scale_loss_for_distribution is gone")
+
+
 def _probe_aggregators() -> str | None:
     found = gradient_aggregators()
     return found if isinstance(found, str) else None
@@ -65,6 +88,11 @@ def _probe_tensor_logs() -> str | None:
 
 
 DECLARED = [
+    PrivateAPI("tf_keras", "tf_keras.src.utils.losses_utils.scale_loss_for_distribution",
+               "tf_keras.replica_scaling_site",
+               "step mode: a tf_keras loss's global value is the sum of its replicas' values",
+               CHECKED, "a tf_keras loss's global value falls back to the cell's text",
+               _probe_replica_scaling, ("scale_loss_for_distribution",), optional=True),
     PrivateAPI("tf_keras", "OptimizerV2._aggregate_gradients (and Optimizer.aggregate_gradients)",
                "tf_keras.gradient_aggregators",
                "allreduce_ms in tf_keras model.fit (multiworker) and tf_keras optimizers in "

@@ -48,6 +48,7 @@ class TracedStep:
     filename: str                       # the traced code's file (errors map through it)
     notes: list[str] = field(default_factory=list)
     depends: Any = None                 # ``depends_on(...)`` when the run ended
+    loss_scale: int = 1                 # ``Run.loss_scale`` the trace decided
 
 
 class StepCache:

@@ -35,6 +35,7 @@ from ..errors import (
 from ..hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
 from ..interrupts import HeldInterrupts
 from ..spec import RunSpec
+from ..telemetry.lossform import LossForm, global_loss, recording_divisions
 from ..telemetry.run import Run, RunObserver, RunWriter
 from .cache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
 from .gradcheck import checking_gradients
@@ -137,7 +138,7 @@ class StepLoop:
                 self.observers = [*self.observers, self.checkpoint]
                 first_epoch, first_step = self.checkpoint.restore(self.spec.epochs, run)
             self._epoch = first_epoch
-            with self._running(), self.interrupts:
+            with self._running(), self.interrupts, recording_divisions():
                 self._loop(first_epoch, first_step)
         except KeyboardInterrupt:
             message = self._interrupted()
@@ -196,7 +197,8 @@ class StepLoop:
         if not self._compiled:
             return None
         return TracedStep(dict(self._compiled), dict(self._functions), self._keys, self._kept(),
-                          self._factory, self.source.filename, list(self._trace_notes))
+                          self._factory, self.source.filename, list(self._trace_notes),
+                          loss_scale=self.run.loss_scale)
 
     def _depends(self) -> Any:
         return depends_on(self.source, self.user_ns, self._strategy(), self.dataset)
@@ -208,8 +210,18 @@ class StepLoop:
         self._restored(entry.kept)
         self.source = adopted_source(self.source, entry)
         self._trace_notes = list(entry.notes)
+        self.run.loss_scale = entry.loss_scale
         for text in entry.notes:
             self.run.note(text)
+
+    def _report_loss(self, form: LossForm | None, replicas: int) -> None:
+        """After a trace: how the Run's global loss comes from the replicas' losses, read
+        from the traced loss (``telemetry.lossform``), its note among the trace's notes."""
+        scale, note = global_loss(form, replicas, self.source.global_batch_loss)
+        self.run.loss_scale = scale
+        if note is not None and note not in self._trace_notes:
+            self._trace_notes.append(note)
+            self.run.note(note)
 
     @contextlib.contextmanager
     def tracing(self) -> Iterator[None]:

@@ -44,6 +44,7 @@ class StepRunner(StepLoop):
     #: Called with the run's first batch (one step per call only): a worker's input check.
     on_first_batch: Callable[[Any], None] | None = field(default=None, kw_only=True)
     _timed_probe: StepProbe | None = None
+    _last_probe: StepProbe | None = None   # of the variant compiled last (its loss form)
     _first_step: int = 0
 
     @property
@@ -57,6 +58,7 @@ class StepRunner(StepLoop):
         import tensorflow as tf
 
         probe = StepProbe(timed=timed, loss_name=self.spec.loss, grads_name=self.spec.grads)
+        self._last_probe = probe
         if timed:
             self._timed_probe = probe
         replica_fn = self._factory(probe)
@@ -207,6 +209,8 @@ class StepRunner(StepLoop):
         if unsynced:
             self._trace_notes.append(unsynced_batchnorm_note(unsynced, replicas))
             self.run.note(self._trace_notes[-1])
+        if self._last_probe is not None:
+            self._report_loss(self._last_probe.loss_form, replicas)
         tf_function = getattr(fn, "tf_function", fn)
         self._keep_variant(timed, arg, tf_function, FastCall(tf_function, arg, fallback=fn))
         return self._compiled[timed]

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import LossError, LossNotScalar, StepCodeError
 from ..patching import patched
 from .collectives import Attribution, Collective, attribute
+from .lossform import LossForm, read_loss_form
 
 
 class StepProbe:
@@ -36,6 +37,8 @@ class StepProbe:
         self.loss_name = loss_name
         self.grads_name = grads_name
         self.attribution: Attribution | None = None   # of the last traced replica
+        #: how the traced loss adds up over the replicas (``lossform``; None: not read)
+        self.loss_form: LossForm | None = None
         self._local = threading.local()  # MirroredStrategy traces each replica on its own thread
 
     # -- called from the generated step (at trace time) -----------------------------------
@@ -47,6 +50,7 @@ class StepProbe:
         state.applying = 0    # > 0 inside an optimizer's apply: its all_reduce is the gradients'
         state.t_begin = None
         state.ops_before = len(tf.compat.v1.get_default_graph().get_operations())
+        state.batch_size = _leading_dimension(batch)
         if not self.timed:
             return batch
         state.t_begin = tf.timestamp()
@@ -59,6 +63,9 @@ class StepProbe:
         import tensorflow as tf
 
         out: dict[str, Any] = {"loss": self._scalar_loss(loss)}
+        form = self._read_loss_form(loss)
+        if form is not None and form.reduction == "mixed":
+            out["loss"] = form.share()   # its share of the global loss (``lossform``)
         if grads is not None:
             out["grad_norm"] = tf.linalg.global_norm(self._grad_list(grads))
         state = self._local
@@ -170,6 +177,18 @@ class StepProbe:
         nbytes = sum(_nbytes(t) for t in tensors if hasattr(t, "shape"))
         reduces.append(Collective(t0, t1, nbytes, gradient))
 
+    def _read_loss_form(self, loss: Any) -> LossForm | None:
+        """How the loss just traced adds up over the replicas in sync (kept as
+        ``loss_form``); None with one replica, where it is the batch's loss as it is."""
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync if context is not None else 1
+        if replicas <= 1:
+            return None
+        self.loss_form = read_loss_form(loss, replicas, getattr(self._local, "batch_size", None))
+        return self.loss_form
+
     # -- checks ----------------------------------------------------------------------------
     def _differentiated(self) -> bool:
         """Whether the step traced so far took gradients (``tape.gradient``, ``tf.gradients``,
@@ -244,6 +263,18 @@ def _identity(value: Any) -> Any:
     import tensorflow as tf
 
     return tf.identity(value) if isinstance(value, tf.Tensor) else value
+
+
+def _leading_dimension(batch: Any) -> int | None:
+    """The static leading dimension of the batch's first tensor (this replica's batch size),
+    or None."""
+    import tensorflow as tf
+
+    for value in tf.nest.flatten(batch):
+        shape = getattr(value, "shape", None)
+        if shape is not None and shape.rank:
+            return shape[0] if isinstance(shape[0], int) else None
+    return None
 
 
 def _nbytes(tensor: Any) -> int:

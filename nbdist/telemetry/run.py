@@ -77,7 +77,9 @@ class Run:
     allreduce_bytes: int | None = None         # bytes each replica contributes per gradient
     #                                            all-reduce (the bus bandwidth's numerator)
     #: the global (headline) loss of a step = the mean of its rows' losses x loss_scale: the
-    #: replicas in sync when their losses add up (divided by the global batch), else 1
+    #: replicas in sync when their losses add up to the global batch's (a Keras loss, one
+    #: divided by the global batch, a sum), else 1; read from the traced step
+    #: (``telemetry.lossform``), its note says which
     loss_scale: int = 1
     #: labels of the replicas/workers the live dashboard flags as stragglers at its latest
     #: redraw (empty without a dashboard); the lab extension's status bar shows them
@@ -391,16 +393,6 @@ class RunWriter:
         if first_step > 0 and earlier is not None and earlier is not run:
             run.resumed_from, run.resumed_at = earlier, first_step
         _LAST_IN[directory] = run
-
-    def sum_replica_losses(self, in_sync: int) -> None:
-        """The replicas' losses are parts of one global loss (each divided by the global
-        batch): the headline loss of a step is their sum over the ``in_sync`` replicas."""
-        self.run.loss_scale = in_sync
-        self.run.note(f"loss (global) is the sum of the {in_sync} replicas' losses, as "
-                      "TensorFlow's tutorials report it (strategy.reduce(SUM, "
-                      "per_replica_losses)): each replica's loss is already divided by the "
-                      "global batch; the per-replica values are the `loss` column of "
-                      "run.metrics")
 
     def finish(self, status: str, error: str | None = None) -> None:
         if status not in STATUSES:

@@ -95,6 +95,7 @@ class RunView:
     def ingest(self) -> None:
         """The rows (and a fit's metrics and finished epochs) recorded since the last call;
         the first call also reads the steps of the run this one resumed (``figure.feed``)."""
+        self.series.loss_scale = self.run.loss_scale   # decided when the step was traced
         self.n_rows += feed(self.series, self.run, self.n_rows)
         epochs = self.run.epoch_rows(self.n_epochs)
         self.n_epochs += len(epochs)

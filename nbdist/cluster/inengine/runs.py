@@ -52,7 +52,7 @@ class Forwarder(RunObserver):
             self.sent += len(values)
             self.st.channel.send({"type": protocol.ROWS, "run": self.key,
                                   **pack(names, values), "total_steps": run.total_steps,
-                                  "epochs": run.epochs})
+                                  "epochs": run.epochs, "loss_scale": run.loss_scale})
 
     def should_stop(self) -> bool:
         return False

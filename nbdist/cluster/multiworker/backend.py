@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from ...backends.base import Backend, BackendStatus
-from ...backends.cells import ScopeCell, StepCell, describe_loss
+from ...backends.cells import ScopeCell, StepCell
 from ...errors import ConfigError
 from ...families import check_served
 from ...fitrecord import BATCH_LOSS_LABEL
@@ -274,7 +274,6 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         finish_runs(outcomes, interrupted, [], self.n)   # a refusal: raised, no Run made
         run = self._new_run("step")
         run.epochs = cell.spec.epochs
-        describe_loss(run, cell, self.replicas)
         self.monitor.expect_run(key, run)
         outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
                                            observers)

@@ -342,6 +342,9 @@ class ClusterMonitor:
             value = message.get(name)
             if isinstance(value, int) and value > 0 and getattr(entry.run, name) is None:
                 setattr(entry.run, name, value)
+        scale = message.get("loss_scale")   # read from the step each worker traced
+        if isinstance(scale, int) and 1 <= scale <= entry.run.replicas * entry.run.workers:
+            entry.run.loss_scale = scale
         if len(block):
             entry.append(worker, block, extras)
             self.health[worker].step = int(block[-1, POSITION.step]) + 1
