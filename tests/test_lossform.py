@@ -119,3 +119,84 @@ def test_the_global_loss_is_the_one_device_loss_of_the_global_batch(ip, replicas
     else:
         assert f"mean of the {replicas} replicas' losses" in notes or "loss (global)" \
             not in notes
+
+
+# -- on two worker processes (multiworker): each worker traces the step and sends its rows --
+
+MW_SETUP = """%%distribute
+import numpy as np
+import tensorflow as tf
+import keras
+GB = 8   # the global batch: TensorFlow rebatches each worker's batch of 8 into its 4
+def worker_data(index):
+    rng = np.random.default_rng(index)
+    return (rng.normal(size=(3 * GB, 3)).astype("float32"),
+            rng.normal(size=(3 * GB, 1)).astype("float32"))
+X, Y = worker_data(nbdist_worker)
+options = tf.data.Options()
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(GB, drop_remainder=True).with_options(
+    options)
+mse = keras.losses.MeanSquaredError()
+model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(
+    1, kernel_regularizer=tf.keras.regularizers.L2(0.1),
+    kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1))])
+optimizer = tf.keras.optimizers.SGD(learning_rate=0.0)
+"""
+
+MW_STEP = """%%distribute --step --data ds --steps-per-call 1
+x, y = batch
+with tf.GradientTape() as tape:
+    loss = {expr}
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))
+"""
+
+MW_FORMS = {
+    "keras loss object": ("mse(y, model(x))", "sum"),
+    "reduce_mean": ("tf.reduce_mean(tf.square(y - model(x)))", "mean"),
+    "keras loss + model.losses": ("mse(y, model(x)) + tf.add_n(model.losses)", "mixed"),
+}
+
+
+@pytest.fixture(scope="module")
+def two_workers(ip):
+    from nbdist.session import current_session
+
+    kernel_strategy(ip, "multiworker --workers 2")
+    run_ok(ip, MW_SETUP)
+    session = current_session()
+    yield ip
+    procs = session.backend.processes() if session.backend is not None else []
+    kernel_strategy(ip)
+    assert not [p for p in procs if p.is_running()]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("form", sorted(MW_FORMS))
+def test_two_workers_show_the_one_device_loss_of_the_global_batch(two_workers, form):
+    expr, adds = MW_FORMS[form]
+    run_ok(two_workers, MW_STEP.format(expr=expr))
+    run = nbdist.runs[-1]
+    assert run.status == "done" and run.workers == 2 and run.steps_done == 6
+    truth = run_ok(two_workers, f"""
+import numpy as np
+import tensorflow as tf
+import keras
+def worker_data(index):
+    rng = np.random.default_rng(index)
+    return (rng.normal(size=(24, 3)).astype("float32"),
+            rng.normal(size=(24, 1)).astype("float32"))
+(x0, y0), (x1, y1) = worker_data(0), worker_data(1)
+mse = keras.losses.MeanSquaredError()
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(
+    1, kernel_regularizer=keras.regularizers.L2(0.1),
+    kernel_initializer=keras.initializers.GlorotUniform(seed=1))])
+def one_device_loss(model, x, y):
+    return {expr}
+[float(one_device_loss(model, np.concatenate([x0[s:s + 4], x1[s:s + 4]]),
+                       np.concatenate([y0[s:s + 4], y1[s:s + 4]]))) for s in range(0, 24, 4)]
+""")
+    shown = run.metrics.groupby("step")["loss"].mean().to_numpy() * run.loss_scale
+    np.testing.assert_allclose(shown, truth, rtol=1e-5)
+    assert ("sum of the 2 replicas'" in " ".join(run.notes)) == (adds != "mean")
