@@ -1,4 +1,5 @@
-"""Private Keras 3 API: the epoch BackupAndRestore resumes from, and a variable's tf.Variable.
+"""Private Keras 3 API: the epoch BackupAndRestore resumes from, a variable's tf.Variable, and
+the factor an optimizer's ``scale_loss`` multiplies a loss by.
 
 Checked with keras 3.15 on the TensorFlow backend. Keras is imported inside the probes only.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from .api import PrivateAPI, first_problem, lacks, used_in
@@ -104,6 +106,40 @@ def replica_scaling_site() -> tuple[Any, str] | None:
     return loss_module, "scale_loss_for_distribution"
 
 
+def loss_scalers() -> list[tuple[type, str, Callable[[Any], Any]]]:
+    """The Keras 3 optimizer methods that scale a loss before its gradients are taken, as
+    ``(class, name, factor)``: ``factor(optimizer)`` is what the method multiplies the loss
+    by (a tensor, a number, or None: left unscaled). ``LossScaleOptimizer.scale_loss``
+    multiplies by its ``dynamic_scale`` variable (``initial_scale`` before it is built);
+    ``Optimizer.scale_loss`` by ``loss_scale_factor``.
+
+    Feature: step mode's gradient norm under mixed precision (the norm of gradients of a
+    scaled loss is divided by the scale) and the ``loss_scale_factor`` column. Checked with
+    keras 3.15. Without these attributes the factor is None: the norm is left as the cell's
+    gradients give it (scaled).
+    """
+    import keras
+
+    def dynamic(optimizer: Any) -> Any:
+        if not getattr(optimizer, "built", False):
+            return getattr(optimizer, "initial_scale", None)
+        scale = getattr(optimizer, "dynamic_scale", None)
+        return getattr(scale, "value", scale)   # the tf.Variable a keras.Variable holds
+
+    return [(keras.optimizers.LossScaleOptimizer, "scale_loss", dynamic),
+            (keras.optimizers.Optimizer, "scale_loss",
+             lambda optimizer: getattr(optimizer, "loss_scale_factor", None))]
+
+
+def _probe_loss_scalers() -> str | None:
+    import keras
+
+    return first_problem(
+        lambda: used_in(keras.optimizers.LossScaleOptimizer.scale_loss, "dynamic_scale",
+                        "initial_scale"),
+        lambda: used_in(keras.optimizers.Optimizer.scale_loss, "loss_scale_factor"))
+
+
 def _probe_initial_epoch() -> str | None:
     import keras
     from keras.src.trainers import trainer
@@ -166,4 +202,9 @@ DECLARED = [
                CHECKED, "Keras 3 assign_add/assign_sub read then write: concurrent workers' "
                "updates to one variable can be lost", _probe_atomic_updates,
                ("_value", "in_stateless_scope")),
+    PrivateAPI("keras", "LossScaleOptimizer.scale_loss multiplying by dynamic_scale "
+               "(Optimizer.scale_loss by loss_scale_factor)", "keras.loss_scalers",
+               "step mode's gradient norm under mixed precision, and loss_scale_factor",
+               CHECKED, "the gradient norm of a scaled loss's gradients is left scaled",
+               _probe_loss_scalers, ("dynamic_scale", "initial_scale", "loss_scale_factor")),
 ]

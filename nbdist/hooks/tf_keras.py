@@ -1,4 +1,5 @@
-"""Private tf_keras API: the optimizers' gradient aggregation and callbacks that take tensors.
+"""Private tf_keras API: the optimizers' gradient aggregation, their loss scaling, and
+callbacks that take tensors.
 
 tf_keras is optional (the ``legacy-keras`` extra): every hook here answers "unavailable" when
 it is not installed, and is imported inside the functions only. Checked with tf_keras 2.21.
@@ -6,6 +7,7 @@ it is not installed, and is imported inside the functions only. Checked with tf_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .api import PrivateAPI, first_problem, lacks, used_in
@@ -34,6 +36,28 @@ def gradient_aggregators() -> list[tuple[type, str]] | str:
             and callable(getattr(legacy, "_aggregate_gradients", None))):
         return "tf_keras's optimizers no longer have aggregate_gradients/_aggregate_gradients"
     return [(optimizer, "aggregate_gradients"), (legacy, "_aggregate_gradients")]
+
+
+def loss_scalers() -> list[tuple[type, str, Callable[[Any], Any]]] | str:
+    """The tf_keras methods that scale a loss for mixed precision, as ``(class, name,
+    factor)`` (``factor(optimizer)``: what the loss is multiplied by), or why there are none:
+    ``get_scaled_loss`` of the ``LossScaleOptimizer`` classes (the legacy one and
+    ``LossScaleOptimizerV3``, which ``tf_keras.mixed_precision.LossScaleOptimizer`` makes for
+    the default optimizers: both in the private ``mixed_precision.loss_scale_optimizer``
+    module), which multiply by the public ``loss_scale``.
+
+    Feature: step mode's gradient norm under mixed precision (tf_keras). Checked with tf_keras
+    2.21. Without them a norm of scaled gradients is left scaled.
+    """
+    try:
+        from tf_keras.src.mixed_precision import loss_scale_optimizer as module
+    except ImportError as err:
+        return f"tf_keras's loss scale optimizers cannot be imported ({err})"
+    classes = [getattr(module, name, None) for name in ("LossScaleOptimizer",
+                                                        "LossScaleOptimizerV3")]
+    if not all(callable(getattr(cls, "get_scaled_loss", None)) for cls in classes):
+        return "tf_keras's LossScaleOptimizer classes moved or lost get_scaled_loss"
+    return [(cls, "get_scaled_loss", lambda optimizer: optimizer.loss_scale) for cls in classes]
 
 
 def accept_tensor_logs(callback: Any) -> bool:
@@ -79,6 +103,14 @@ def _probe_aggregators() -> str | None:
     return found if isinstance(found, str) else None
 
 
+def _probe_loss_scalers() -> str | None:
+    found = loss_scalers()
+    if isinstance(found, str):
+        return found
+    return first_problem(*(lambda cls=cls: used_in(cls.get_scaled_loss, "loss_scale")
+                           for cls, _, _ in found))
+
+
 def _probe_tensor_logs() -> str | None:
     import tf_keras
 
@@ -102,4 +134,10 @@ DECLARED = [
                "parameter_server tf_keras fit recording each step without a sync per step",
                CHECKED, "the fit trains but its steps are not recorded (the Run says so)",
                _probe_tensor_logs, ("_supports_tf_logs",), optional=True),
+    PrivateAPI("tf_keras", "src.mixed_precision.loss_scale_optimizer (LossScaleOptimizer, "
+               "LossScaleOptimizerV3).get_scaled_loss", "tf_keras.loss_scalers",
+               "step mode's gradient norm under mixed precision (tf_keras)", CHECKED,
+               "the gradient norm of a scaled loss's gradients is left scaled",
+               _probe_loss_scalers, ("loss_scale_optimizer", "LossScaleOptimizerV3"),
+               optional=True),
 ]

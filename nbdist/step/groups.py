@@ -16,6 +16,7 @@ between calls), measured on the run's first calls (3 of one step, 3 of 8 steps).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import statistics
@@ -43,10 +44,12 @@ def unconverted_stack() -> Any:
     return tf.autograph.experimental.do_not_convert(stack_replicas)
 
 
-def compile_group(strategy: Any, replica_fn: Any, keys: list[str]) -> Any:
+def compile_group(strategy: Any, replica_fn: Any, keys: list[str],
+                  tracing: Callable[[], contextlib.AbstractContextManager[Any]]) -> Any:
     """A ``tf.function`` of ``(iterator, n)`` running up to ``n`` steps; it returns the steps'
     rows [steps, metrics, replicas], ``steps + 1`` timestamps (the call's start, then after each
-    step) and how many steps ran (fewer than ``n`` when the data ended)."""
+    step) and how many steps ran (fewer than ``n`` when the data ended). ``tracing()`` wraps
+    the tracing of the step on the replicas (``StepProbe.tracing``)."""
     import tensorflow as tf
 
     stack = unconverted_stack()
@@ -58,7 +61,8 @@ def compile_group(strategy: Any, replica_fn: Any, keys: list[str]) -> Any:
             optional = iterator.get_next_as_optional()
 
             def step() -> Any:
-                out = strategy.run(replica_fn, args=(optional.get_value(),))
+                with tracing():
+                    out = strategy.run(replica_fn, args=(optional.get_value(),))
                 keys[:] = list(out)
                 row = stack(strategy, out)
                 with tf.control_dependencies([row, last]):   # after this step and the last

@@ -27,7 +27,7 @@ from ..data.iterate import new_iterator, release, timed_batches
 from ..hooks.tensorflow import quiet_retracing_warning
 from ..strategies import StrategyHandle
 from ..telemetry.collectives import T_GRAD_START, split_timing
-from ..telemetry.probe import StepProbe
+from ..telemetry.probe import LOSS_SCALE_FACTOR, StepProbe
 from ..telemetry.run import RunWriter
 from . import groups
 from .fastcall import FastCall
@@ -44,7 +44,7 @@ class StepRunner(StepLoop):
     #: Called with the run's first batch (one step per call only): a worker's input check.
     on_first_batch: Callable[[Any], None] | None = field(default=None, kw_only=True)
     _timed_probe: StepProbe | None = None
-    _last_probe: StepProbe | None = None   # of the variant compiled last (its loss form)
+    _untimed_probe: StepProbe | None = None
     _first_step: int = 0
 
     @property
@@ -57,41 +57,31 @@ class StepRunner(StepLoop):
         one step of a distributed batch, or (``grouped``) up to n steps of an iterator."""
         import tensorflow as tf
 
-        probe = StepProbe(timed=timed, loss_name=self.spec.loss, grads_name=self.spec.grads)
-        self._last_probe = probe
+        strategy = self.handle.strategy
+        probe = StepProbe(timed=timed, loss_name=self.spec.loss, grads_name=self.spec.grads,
+                          strategy=strategy)
         if timed:
             self._timed_probe = probe
+        else:
+            self._untimed_probe = probe
         replica_fn = self._factory(probe)
-        strategy = self.handle.strategy
 
         keys = self._keys.setdefault(timed, [])
         stack = groups.unconverted_stack()
 
         def train_step(dist_batch: Any) -> Any:
-            out = strategy.run(replica_fn, args=(dist_batch,))
+            with probe.tracing():   # (re)traced only: its hooks cost nothing per call
+                out = strategy.run(replica_fn, args=(dist_batch,))
             keys[:] = list(out)
             return stack(strategy, out)
 
-        compiled = (groups.compile_group(strategy, replica_fn, keys) if self.grouped
-                    else tf.function(train_step))
+        compiled = (groups.compile_group(strategy, replica_fn, keys, probe.tracing)
+                    if self.grouped else tf.function(train_step))
         # Each cell compiles a fresh tf.function of this same code, and FastCall's calls do not
         # count as calls for TensorFlow, so after a few cells it would warn about "frequent
         # retracing" of train_step: wrong here, and noise in the user's output.
         quiet_retracing_warning(compiled)
-        if not timed:
-            return compiled
-
-        def call_timed(arg: Any) -> Any:
-            with probe.hooked():   # the hook only matters while (re)tracing, but is cheap
-                return compiled(arg)
-
-        def trace_timed(arg: Any) -> Any:
-            with probe.hooked():
-                return compiled.get_concrete_function(arg)
-
-        call_timed.tf_function = compiled   # type: ignore[attr-defined] # for on_traced
-        call_timed.trace = trace_timed      # type: ignore[attr-defined]
-        return call_timed
+        return compiled
 
     # -- what a kept trace needs (``step.cache``) --------------------------------------------
     def _strategy(self) -> Any:
@@ -206,13 +196,17 @@ class StepRunner(StepLoop):
               self.tracing()):
             fn, _ = call_building_optimizers(lambda: self._compile(timed), arg,
                                              self.handle.strategy, first_call=_trace_only)
-        if unsynced:
-            self._trace_notes.append(unsynced_batchnorm_note(unsynced, replicas))
-            self.run.note(self._trace_notes[-1])
-        if self._last_probe is not None:
-            self._report_loss(self._last_probe.loss_form, replicas)
-        tf_function = getattr(fn, "tf_function", fn)
-        self._keep_variant(timed, arg, tf_function, FastCall(tf_function, arg, fallback=fn))
+        notes = [unsynced_batchnorm_note(unsynced, replicas)] if unsynced else []
+        probe = self._timed_probe if timed else self._untimed_probe
+        if probe is not None and probe.unscaled:
+            notes.append(UNSCALED_NOTE.format(grads=self.source.grads))
+        for text in notes:
+            if text not in self._trace_notes:
+                self._trace_notes.append(text)
+            self.run.note(text)
+        if probe is not None:
+            self._report_loss(probe.loss_form, replicas)
+        self._keep_variant(timed, arg, fn, FastCall(fn, arg, fallback=fn))
         return self._compiled[timed]
 
     def _one_step(self, step: int, epoch: int, batch: Any, data_ms: float, timed: bool) -> float:
@@ -255,11 +249,13 @@ class StepRunner(StepLoop):
                 data_ms: float, timed: bool, wall_time: float | None = None) -> None:
         timing = split_timing(values) if T_GRAD_START in values else {}
         losses = values["loss"].tolist()
+        scale = values.get(LOSS_SCALE_FACTOR)
         RunWriter(self.run).record_step(
             step, epoch,
             loss=losses,
             grad_norm=values["grad_norm"].tolist() if "grad_norm" in values else None,
             step_ms=step_ms, data_ms=data_ms, wall_time=wall_time, **timing,
+            extra={LOSS_SCALE_FACTOR: scale} if scale is not None else None,
         )
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
@@ -268,8 +264,13 @@ class StepRunner(StepLoop):
 
 
 
+#: The Run's note when the cell's gradients are those of a scaled loss (mixed precision).
+UNSCALED_NOTE = ("grad_norm is the norm of `{grads}` divided by the loss scale: `{grads}` are "
+                 "gradients of the loss the optimizer scaled (scale_loss / get_scaled_loss, "
+                 "mixed precision), so their own norm is the true one times the scale; each "
+                 "step's scale is the loss_scale_factor column of run.metrics")
+
 
 def _trace_only(fn: Any, arg: Any) -> Any:
     """Trace a compiled variant for ``arg`` without running it."""
-    trace = getattr(fn, "trace", None) or fn.get_concrete_function
-    return trace(arg)
+    return fn.get_concrete_function(arg)

@@ -16,6 +16,9 @@ gradients in the backward pass, before the optimizer all-reduces the gradients. 
   (overlapping ones counted once), waiting for the other replicas included; 0 when the step
   made none.
 
+A step whose gradient all-reduce did not run (a loss scale optimizer skips a step whose
+gradients are not finite) has NaN stamps for it: its timing columns are NaN.
+
 The bus bandwidth (``Run.allreduce_bytes`` over ``allreduce_ms``) then counts the gradient
 all-reduce alone. Host side is numpy only; the in-graph side takes the stamps as given.
 """
@@ -105,11 +108,11 @@ def split_timing(values: dict[str, Any]) -> dict[str, list[float]]:
         spans = _merged(other[:, :, r])
         others.append(sum(e - s for s, e in spans) * 1e3)
         inside = sum(max(0.0, min(e, start[r]) - max(s, begin[r])) for s, e in spans)
-        compute.append(max(0.0, (start[r] - begin[r] - inside) * 1e3))
-    return {
+        compute.append(float(np.maximum(0.0, (start[r] - begin[r] - inside) * 1e3)))
+    return {   # NaN stays NaN (np.maximum): a step whose gradient all-reduce did not run
         "compute_ms": compute,
         "wait_ms": ((last_arrival - start) * 1e3).tolist(),
-        "allreduce_ms": [max(0.0, (float(e) - last_arrival) * 1e3) for e in end],
+        "allreduce_ms": [float(np.maximum(0.0, (e - last_arrival) * 1e3)) for e in end],
         "other_collective_ms": others,
     }
 

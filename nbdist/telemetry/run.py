@@ -340,12 +340,13 @@ class RunWriter:
         data_ms: float = _NAN,
         worker: int = 0,
         replica: int | None = None,
-        extra: dict[str, float] | None = None,
+        extra: Mapping[str, float | Sequence[float]] | None = None,
         wall_time: float | None = None,
     ) -> None:
         """Append one step: one row per entry of ``loss`` (one per replica).
 
         ``replica=-1`` labels a single value already reduced over all replicas (Keras fit).
+        ``extra``: metrics beyond the columns, each one value for every row or one per row.
         """
         n = len(loss)
         columns = Row(step, epoch, np.arange(n) if replica is None else replica, worker, loss,
@@ -354,7 +355,8 @@ class RunWriter:
         block = np.empty((n, len(COLUMNS)))
         for i, values in enumerate(columns):
             block[:, i] = _NAN if values is None else values
-        self.append_block(block, {k: np.full(n, float(v)) for k, v in (extra or {}).items()})
+        self.append_block(block, {k: np.broadcast_to(np.asarray(v, dtype=np.float64), n).copy()
+                                  for k, v in (extra or {}).items()})
 
     def append_block(self, block: np.ndarray,
                      extras: Mapping[str, np.ndarray] | None = None) -> None:
