@@ -83,6 +83,7 @@ FILE_TIERS = {
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
     "test_memory.py": "kernel",
+    "test_mixed_precision.py": "kernel",
     "test_notebooks.py": "notebooks",
     "test_nonfinite.py": "kernel",
     "test_paramserver.py": "cluster",
