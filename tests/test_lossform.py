@@ -141,6 +141,7 @@ mse = keras.losses.MeanSquaredError()
 model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(
     1, kernel_regularizer=tf.keras.regularizers.L2(0.1),
     kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1))])
+model.compile(loss="mse")   # for compute_loss (tf_keras on the workers)
 optimizer = tf.keras.optimizers.SGD(learning_rate=0.0)
 """
 
@@ -156,6 +157,7 @@ MW_FORMS = {
     "keras loss object": ("mse(y, model(x))", "sum"),
     "reduce_mean": ("tf.reduce_mean(tf.square(y - model(x)))", "mean"),
     "keras loss + model.losses": ("mse(y, model(x)) + tf.add_n(model.losses)", "mixed"),
+    "tf_keras model.compute_loss": ("model.compute_loss(x, y, model(x))", "sum"),
 }
 
 
@@ -192,6 +194,7 @@ mse = keras.losses.MeanSquaredError()
 model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(
     1, kernel_regularizer=keras.regularizers.L2(0.1),
     kernel_initializer=keras.initializers.GlorotUniform(seed=1))])
+model.compile(loss="mse")
 def one_device_loss(model, x, y):
     return {expr}
 [float(one_device_loss(model, np.concatenate([x0[s:s + 4], x1[s:s + 4]]),
