@@ -297,3 +297,36 @@ def test_dataset_function_exported_under_parameter_server_and_resumed(ip, tmp_pa
     assert "resumed from epoch 1 of 3" in out, out
     assert [e for e, _ in resumed] == [e for e, _ in whole[1:]] == ["2/3 16", "3/3 24"]
     np.testing.assert_allclose([v for _, v in resumed], [v for _, v in whole[1:]], rtol=1e-4)
+
+
+def test_a_keras_loss_object_prints_the_loss_of_the_global_batch(ip, tmp_path):
+    # Keras divides a loss object's value by the replicas inside strategy.run: the script sums
+    # the replicas' losses, as the notebook's run found when it traced the step
+    assert run_cell(ip, """\
+        import keras
+        import numpy as np
+        import tensorflow as tf
+        tf.keras.utils.set_random_seed(7)
+        x_kl = np.arange(128, dtype='float32').reshape(32, 4) / 128
+        ds_kl = tf.data.Dataset.from_tensor_slices((x_kl, x_kl.sum(1, keepdims=True))).batch(8)
+        mse_kl = keras.losses.MeanSquaredError()""").success
+    assert run_cell(ip, """\
+        %%distribute
+        model_kl = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        opt_kl = tf.keras.optimizers.Adam(0.05)""").success
+    assert run_cell(ip, """\
+        %%distribute --step --data ds_kl --epochs 2
+        x, y = batch
+        with tf.GradientTape() as tape:
+            loss = mse_kl(y, model_kl(x))
+        grads = tape.gradient(loss, model_kl.trainable_variables)
+        opt_kl.apply_gradients(zip(grads, model_kl.trainable_variables))""").success
+    run = nbdist.runs[-1]
+    assert run.replicas == 4 and run.loss_scale == 4
+    notebook = run.metrics.groupby("step")["loss"].sum().to_numpy()
+    script = tmp_path / "train.py"
+    assert run_cell(ip, f"%distribute export {script} --force").success
+    assert "ReduceOp.SUM" in script.read_text()
+    out = _script(["-c", WITHOUT_NBDIST, str(script)], tmp_path)
+    printed = [float(v) for v in re.findall(r"epoch \d/2: loss (\S+) \(\d+ steps\)", out)]
+    np.testing.assert_allclose(printed, notebook[[3, 7]], rtol=1e-4)

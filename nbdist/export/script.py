@@ -10,6 +10,7 @@ from typing import Any
 
 from ..families import Family, families, find_family
 from ..step.rewrite import divides_by_global_batch, indent_code, rewrite_step
+from ..telemetry.lossform import remembered_reduction
 from . import template
 from .history import SCOPE, NotebookCell
 from .plan import Plan
@@ -182,7 +183,8 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
         worker_line=("nbdist_worker, nbdist_workers = worker_index_and_count()   # nbdist's "
                      "names for them" if plan.provided & {"nbdist_worker", "nbdist_workers"}
                      else ""))
-    global_batch = divides_by_global_batch(ast.parse(step.code))
+    traced = remembered_reduction(step.code)   # as the notebook's run traced it (lossform)
+    global_batch = divides_by_global_batch(ast.parse(step.code)) if traced is None else traced
     grads = (f"tf.linalg.global_norm({source.grads})" if source.grads
              else 'tf.constant(float("nan"))')
     distribute = _distribute(user_ns.get(spec.data), spec.data in _functions(plan))

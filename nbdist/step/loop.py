@@ -35,7 +35,7 @@ from ..errors import (
 from ..hooks.tf_gradients import recording_gradient_registrations, release_gradient_registrations
 from ..interrupts import HeldInterrupts
 from ..spec import RunSpec
-from ..telemetry.lossform import LossForm, global_loss, recording_divisions
+from ..telemetry.lossform import LossForm, global_loss, recording_divisions, remember_reduction
 from ..telemetry.run import Run, RunObserver, RunWriter
 from .cache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
 from .gradcheck import checking_gradients
@@ -219,6 +219,8 @@ class StepLoop:
         from the traced loss (``telemetry.lossform``), its note among the trace's notes."""
         scale, note = global_loss(form, replicas, self.source.global_batch_loss)
         self.run.loss_scale = scale
+        if replicas > 1:
+            remember_reduction(self.source.cell, scale)
         if note is not None and note not in self._trace_notes:
             self._trace_notes.append(note)
             self.run.note(note)

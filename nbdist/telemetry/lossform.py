@@ -10,8 +10,11 @@ model.losses)``) is the same on every replica. So the loss's scalar tail (the op
 reduction over the batch) is walked at trace time, term by term (``a + b - c``), and each term
 is put in one of four kinds:
 
-- ``divided``: multiplied by 1/N or divided by N or by the global batch: its replicas' values
-  add up to the global batch's value;
+- ``divided``: returned by a call that divides by the replicas (Keras 3 and tf_keras losses
+  and ``compute_loss``, ``tf.nn.compute_average_loss``, ``tf.nn.scale_regularization_loss``:
+  ``recording_divisions`` notes their results while the step traces, so a constant 0.5 in the
+  cell is a weight, never "1/2 replicas"), or divided by a constant equal to the global batch:
+  its replicas' values add up to the global batch's value;
 - ``summed``: a sum over the replica's batch: the replicas' values add up as well;
 - ``mean``: a mean over the replica's batch: the global value is the replicas' mean;
 - ``same``: reads no data (variables and constants only): the same on every replica.
@@ -355,6 +358,31 @@ def _scalar_value(value: Any) -> float | None:
 
 def _close(a: float, b: float) -> bool:
     return abs(a - b) <= _RTOL * max(abs(a), abs(b), 1e-12)
+
+
+#: step cell text -> whether its replicas' losses add up to the global loss, as the last run
+#: of it in this kernel traced it (``%distribute export`` reduces its printed loss the same way)
+_ADDS_UP: dict[str, bool] = {}
+
+
+def remember_reduction(cell: str, loss_scale: int) -> None:
+    """Keep what a run of the step cell ``cell`` decided (``Run.loss_scale``)."""
+    _ADDS_UP[_body(cell)] = loss_scale > 1
+
+
+def remembered_reduction(cell: str) -> bool | None:
+    """Whether the replicas' losses of ``cell`` add up, as its last run traced it; None when
+    no run of it traced on several replicas here."""
+    return _ADDS_UP.get(_body(cell))
+
+
+def _body(cell: str) -> str:
+    """The cell's code without its ``%%distribute`` line (the traced step keeps it as a
+    comment, the export's history does not)."""
+    lines = cell.strip().splitlines()
+    if lines and lines[0].lstrip("# ").startswith("%%distribute"):
+        lines = lines[1:]
+    return "\n".join(lines).strip()
 
 
 def global_loss(form: LossForm | None, replicas: int, text_divides: bool) -> tuple[int, str | None]:

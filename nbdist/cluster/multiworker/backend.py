@@ -23,6 +23,7 @@ from ...families import check_served
 from ...fitrecord import BATCH_LOSS_LABEL
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
+from ...telemetry.lossform import remember_reduction
 from ...telemetry.run import Run, RunList, RunObserver, RunWriter
 from ...tflogs import worker_environment
 from .. import injection, tfconfig
@@ -283,6 +284,8 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             run.note(note)
         if first.get("bytes"):
             run.allreduce_bytes = first["bytes"]
+        if run.steps_done:   # the workers traced the step: how its losses add up is known
+            remember_reduction(cell.text, run.loss_scale)
         same = self.monitor.same_input(key)
         if same is not None:   # on the Run already; said here too, where the cell ends
             print(f"nbdist: {same}")
