@@ -17,7 +17,7 @@ import pytest
 from helpers import kernel_strategy, run_ok
 
 import nbdist
-from nbdist.step.runner import UNSCALED_NOTE
+from nbdist.step.runner import SKIPPED_NOTE, UNSCALED_NOTE
 
 DATA = """
 import numpy as np
@@ -144,3 +144,20 @@ def test_every_optimizer_path_times_its_allreduce_and_shows_the_true_gradient_no
     # The note says the norm was divided when the cell's `grads` are the scaled gradients.
     scaled_grads = wrap and "minimize" not in path and "grads = optimizer.get_unscaled" not in after
     assert (UNSCALED_NOTE.format(grads="grads") in run.notes) == scaled_grads, run.notes
+
+
+def test_steps_a_loss_scale_optimizer_skips_have_no_allreduce_time_and_say_why(shell):
+    # A loss scale far too high: every step's float16 gradients overflow, the optimizer skips
+    # the update (no all-reduce) and halves the scale.
+    run_ok(shell, BUILD.format(keras="keras", policy="mixed_float16", wrap=True).replace(
+        "LossScaleOptimizer(optimizer)", "LossScaleOptimizer(optimizer, initial_scale=2.0**24)"))
+    _, _, tape_end, after = PATHS["keras-lso-apply_gradients"]
+    run_ok(shell, STEP.format(tape_end=tape_end, after=after))
+    run = nbdist.runs[-1]
+    frame = run.metrics
+    assert run.status == "done" and run.steps_done == 3
+    scales = frame.groupby("step")["loss_scale_factor"].first().tolist()
+    assert scales == [2.0 ** 24, 2.0 ** 23, 2.0 ** 22]
+    # NaN, not 0 ms: nothing was all-reduced.
+    assert frame[["allreduce_ms", "wait_ms", "compute_ms"]].isna().all().all()
+    assert SKIPPED_NOTE.format(steps="3 timed steps") in run.notes, run.notes

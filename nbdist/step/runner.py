@@ -29,6 +29,7 @@ from ..strategies import StrategyHandle
 from ..telemetry.collectives import T_GRAD_START, split_timing
 from ..telemetry.probe import LOSS_SCALE_FACTOR, StepProbe
 from ..telemetry.run import RunWriter
+from ..words import count
 from . import groups
 from .fastcall import FastCall
 from .keras_builds import call_building_optimizers, unsynced_batchnorm, unsynced_batchnorm_note
@@ -45,6 +46,7 @@ class StepRunner(StepLoop):
     on_first_batch: Callable[[Any], None] | None = field(default=None, kw_only=True)
     _timed_probe: StepProbe | None = None
     _untimed_probe: StepProbe | None = None
+    _no_allreduce: int = 0   # timed steps whose gradient all-reduce did not run
     _first_step: int = 0
 
     @property
@@ -175,6 +177,8 @@ class StepRunner(StepLoop):
                 self.run.note(probe.attribution.describe())
         elif every is None or every > 0:
             self.run.note("no all_reduce was seen in the step, so allreduce_ms is not measured")
+        if self._no_allreduce:
+            self.run.note(SKIPPED_NOTE.format(steps=count(self._no_allreduce, "timed step")))
 
     # -- calls -----------------------------------------------------------------------------
     def _call(self, timed: bool, arg: Any) -> Any:
@@ -248,6 +252,8 @@ class StepRunner(StepLoop):
     def _record(self, step: int, epoch: int, values: dict[str, Any], step_ms: float,
                 data_ms: float, timed: bool, wall_time: float | None = None) -> None:
         timing = split_timing(values) if T_GRAD_START in values else {}
+        if timing and all(math.isnan(v) for v in timing["allreduce_ms"]):
+            self._no_allreduce += 1
         losses = values["loss"].tolist()
         scale = values.get(LOSS_SCALE_FACTOR)
         RunWriter(self.run).record_step(
@@ -269,6 +275,13 @@ UNSCALED_NOTE = ("grad_norm is the norm of `{grads}` divided by the loss scale: 
                  "gradients of the loss the optimizer scaled (scale_loss / get_scaled_loss, "
                  "mixed precision), so their own norm is the true one times the scale; each "
                  "step's scale is the loss_scale_factor column of run.metrics")
+
+#: The Run's note when timed steps made no gradient all-reduce (a loss scale optimizer
+#: skipped them).
+SKIPPED_NOTE = ("allreduce_ms, wait_ms and compute_ms are NaN on {steps} whose gradient "
+                "all-reduce did not run: a loss scale optimizer skips the update of a step "
+                "whose gradients are not finite and halves its loss scale (the "
+                "loss_scale_factor column)")
 
 
 def _trace_only(fn: Any, arg: Any) -> Any:
