@@ -53,6 +53,7 @@ FILE_TIERS = {
     "test_cluster_profile.py": "cluster",
     "test_cluster_pull.py": "cluster",    # its name-parsing and walking tests: unit
     "test_baseline.py": "kernel",
+    "test_batchsizes.py": "unit",
     "test_cluster_shutdown.py": "cluster",
     "test_cluster_unit.py": "unit",       # its magic-line tests: kernel
     "test_correctness.py": "kernel",

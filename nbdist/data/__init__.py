@@ -31,7 +31,9 @@ gets a warning saying the same).
 ``kinds`` says what a ``--data`` value is (``classify``), ``checks`` what is wrong with it,
 ``read`` hands it to the strategy (``distributed_input``; ``per_worker_input`` under
 parameter_server), ``iterate`` reads it (``timed_batches``) and deletes the iterators it made on
-a background thread (``release``: TensorFlow can block for a long time deleting one). Both
+a background thread (``release``: TensorFlow can block for a long time deleting one);
+``batchsizes`` says why a replica's batch at a step was empty or short (a NaN loss's cause, or
+a note on the Run), from the batch sizes the step really had. ``read`` and ``iterate``
 build TensorFlow's input graphs on a thread of their own (``freshstack``: built under the
 cell's code, TensorFlow would keep part of each run's input for the rest of the session).
 """

@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import errormap
+from ..data.batchsizes import ReplicaBatches
 from ..errors import (
     CheckpointError,
     NbdistWarning,
@@ -65,6 +66,7 @@ class StepLoop:
     _keys: dict[bool, list[str]] = field(default_factory=dict)   # timed? -> its output's rows
     _trace_notes: list[str] = field(default_factory=list)      # the Run's notes from tracing
     _announced: set[bool] = field(default_factory=set)         # variants told to observers
+    _batches: ReplicaBatches | None = None   # each replica's batch sizes (data.batchsizes)
 
     # -- what a family provides ------------------------------------------------------------
     def _loop(self, first_epoch: int, first_step: int) -> None:
@@ -249,10 +251,22 @@ class StepLoop:
         (never while a traced step may still run or be differentiated)."""
         release_gradient_registrations(self._gradient_keys)
 
-    def check_finite(self, step: int, losses: Sequence[float], worker: int | None = None) -> None:
+    def check_finite(self, step: int, losses: Sequence[float], worker: int | None = None,
+                     sizes: Sequence[float] | None = None,
+                     shapes: Callable[[], list[str]] | None = None) -> None:
         """Raise ``NonFiniteLoss`` if a replica's loss of ``step`` (just recorded) is NaN or
         infinite, naming the step, the replicas and what to try; with ``--checkpoint``, the
-        last epoch saved stays for the next run to resume from."""
+        last epoch saved stays for the next run to resume from. ``sizes``: each replica's batch
+        size at this step (``telemetry.probe.BATCH_SIZE``): an empty or short batch is named
+        as the cause, and noted on the Run once when it comes without a NaN; ``shapes``: the
+        replicas' batch shapes, where the step's batch is at hand."""
+        names = ([f"worker {worker}"] if worker is not None and len(losses) == 1 else
+                 [f"replica {i}" + (f" of worker {worker}" if worker is not None else "")
+                  for i in range(len(losses))])
+        batches = self._replica_batches()
+        note = batches.observe(sizes, step, names)
+        if note:
+            self.run.note(note)
         bad = [i for i, value in enumerate(losses) if not math.isfinite(value)]
         if not bad:
             return
@@ -268,14 +282,29 @@ class StepLoop:
                     if saved > 0 else
                     f" No epoch ended before it, so {self.checkpoint.directory} holds nothing "
                     "to resume from.")
+        advice = ("Usual causes: a learning rate too high (lower it, or clip the gradients with "
+                  "tf.clip_by_global_norm), log or division of zero in the loss (add a small "
+                  "epsilon), or NaN in the input (check the dataset).")
+        cause = batches.nonfinite_cause(sizes, step, bad, names, shapes)
+        if cause is not None:   # an empty batch is the cause; a short one may be
+            text, certain = cause
+            advice = text if certain else f"{text} {advice}"
         raise NonFiniteLoss(
             f"the loss is {value} at step {step} (epoch {self._epoch + 1}) on {where}, so "
             "training stopped there, as Keras' TerminateOnNaN does; the weights may hold "
-            f"NaN now. The steps before it are in nbdist.runs[-1].{kept} Usual causes: a "
-            "learning rate too high (lower it, or clip the gradients with "
-            "tf.clip_by_global_norm), log or division of zero in the loss (add a small "
-            "epsilon), or NaN in the input (check the dataset)."
+            f"NaN now. The steps before it are in nbdist.runs[-1].{kept} {advice}"
         )
+
+    def _replica_batches(self) -> ReplicaBatches:
+        """The run's batch sizes per replica (made at its first step)."""
+        if self._batches is None:
+            value = self.user_ns.get(self.spec.data) if self.spec.data else None
+            self._batches = ReplicaBatches.for_data(self.spec.data, value, self._replicas())
+        return self._batches
+
+    def _replicas(self) -> int:
+        """The replicas in sync (all workers' together)."""
+        return int(self._strategy().num_replicas_in_sync)
 
     def should_stop(self) -> bool:
         """True (and the Run marked stopped) if an observer asks to stop here."""

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..allocator import keep_large_buffers
+from ..data.batchsizes import replica_shapes
 from ..data.iterate import new_iterator, release, timed_batches
 from ..hooks.tensorflow import quiet_retracing_warning
 from ..strategies import StrategyHandle
 from ..telemetry.collectives import T_GRAD_START, split_timing
-from ..telemetry.probe import LOSS_SCALE_FACTOR, StepProbe
+from ..telemetry.probe import BATCH_SIZE, LOSS_SCALE_FACTOR, StepProbe
 from ..telemetry.run import RunWriter
 from ..words import count
 from . import groups
@@ -218,7 +219,7 @@ class StepRunner(StepLoop):
         out = self._call(timed, batch)
         values = dict(zip(self._keys[timed], out.numpy(), strict=True))
         step_ms = (time.perf_counter() - start) * 1e3
-        self._record(step, epoch, values, step_ms, data_ms, timed)
+        self._record(step, epoch, values, step_ms, data_ms, timed, batch=batch)
         self.interrupts.release()
         return step_ms
 
@@ -250,7 +251,10 @@ class StepRunner(StepLoop):
         return ran, call_ms
 
     def _record(self, step: int, epoch: int, values: dict[str, Any], step_ms: float,
-                data_ms: float, timed: bool, wall_time: float | None = None) -> None:
+                data_ms: float, timed: bool, wall_time: float | None = None,
+                batch: Any = None) -> None:
+        """Append a step's rows; ``batch``: its distributed batch, when at hand (its shapes
+        explain a NaN from an empty batch)."""
         timing = split_timing(values) if T_GRAD_START in values else {}
         if timing and all(math.isnan(v) for v in timing["allreduce_ms"]):
             self._no_allreduce += 1
@@ -266,7 +270,11 @@ class StepRunner(StepLoop):
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
             self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
-        self.check_finite(step, losses)   # on a worker, the kernel names the worker
+        sizes = values[BATCH_SIZE].tolist() if BATCH_SIZE in values else None
+        shapes = (None if batch is None else
+                  lambda: replica_shapes(self.handle.strategy, batch))
+        # on a worker, the kernel names the worker
+        self.check_finite(step, losses, sizes=sizes, shapes=shapes)
 
 
 

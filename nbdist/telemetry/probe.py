@@ -52,6 +52,7 @@ class _ReplicaTrace:
         #                                 gradients'
         self.aggregating = False        # inside a tf_keras aggregation, which is timed whole
         self.t_begin: Any = None
+        self.batch_size: Any = None     # the replica's examples (a tensor): empty-batch causes
         self.branch_stamps = False      # a collective left its stamps in ``BranchStamps``
         self.scaled_losses: dict[int, tuple[Any, Any]] = {}   # id -> (scaled loss, scale)
         self.scaled_grads: dict[int, tuple[Any, Any]] = {}    # id -> (gradient, scale)
@@ -85,6 +86,10 @@ class BranchStamps:
         with tf.control_dependencies([pair]):
             self.variable.assign(tf.fill([2], tf.constant(float("nan"), tf.float64)))
         return pair[0], pair[1]
+
+#: The step's output holding the replica's batch size: the examples its batch really held
+#: (``data.batchsizes`` explains an empty or short one).
+BATCH_SIZE = "batch_size"
 
 
 class StepProbe:
@@ -124,7 +129,8 @@ class StepProbe:
         replica = _replica_id()
         if replica is not None:
             self._replicas[replica] = state
-        self._local.batch_size = _leading_dimension(batch)
+        state.batch_size = _batch_size(batch)   # a tensor: each replica's examples
+        self._local.static_batch_size = _leading_dimension(batch)
         if not self.timed:
             return batch
         state.t_begin = tf.timestamp()
@@ -149,6 +155,8 @@ class StepProbe:
             out["grad_norm"] = norm / scale if scale is not None else norm
         if state is not None and state.scale is not None:
             out[LOSS_SCALE_FACTOR] = state.scale
+        if state is not None and getattr(state, "batch_size", None) is not None:
+            out[BATCH_SIZE] = state.batch_size
         if self.timed and state is not None and state.reduces:
             if state.branch_stamps and self.branch_stamps is not None:
                 t0, t1 = self.branch_stamps.take()
@@ -361,7 +369,8 @@ class StepProbe:
         replicas = context.num_replicas_in_sync if context is not None else 1
         if replicas <= 1:
             return None
-        self.loss_form = read_loss_form(loss, replicas, getattr(self._local, "batch_size", None))
+        static = getattr(self._local, "static_batch_size", None)
+        self.loss_form = read_loss_form(loss, replicas, static)
         return self.loss_form
 
     # -- checks ----------------------------------------------------------------------------
@@ -478,3 +487,19 @@ def _common_scale(grads: list[Any], scaled: dict[int, tuple[Any, Any]]) -> Any:
         return None
     scales = {id(e[1]) for e in entries}
     return entries[0][1] if len(scales) == 1 else None
+
+
+def _batch_size(batch: Any) -> Any:
+    """In the traced step: the size of ``batch``'s first dimension (the examples it holds),
+    from its first component that has one; None for a batch without any."""
+    import tensorflow as tf
+
+    for part in tf.nest.flatten(batch):
+        if isinstance(part, tf.RaggedTensor):
+            return part.nrows()
+        if isinstance(part, tf.SparseTensor):
+            return part.dense_shape[0]
+        shape = getattr(part, "shape", None)
+        if isinstance(part, tf.Tensor) and shape is not None and shape.rank:
+            return tf.shape(part, out_type=tf.int64)[0]
+    return None

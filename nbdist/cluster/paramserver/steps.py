@@ -45,6 +45,7 @@ from ...hooks.tf_coordinator import COORDINATOR_LOG_FILE
 from ...step.keras_builds import call_building_optimizers
 from ...step.loop import StepLoop
 from ...step.runner import TimingPacer
+from ...telemetry.probe import BATCH_SIZE
 from ...telemetry.run import Run, RunWriter
 from ...words import count
 from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
@@ -291,7 +292,8 @@ class PSStepLoop(StepLoop):
         self._recorded += 1
         if self._pacer is not None:   # spaces timed steps from the last scheduled one
             self._pacer.observe(self._scheduled, ms["step_ms"], timed)
-        self.check_finite(step, [values["loss"]], worker=int(values["worker"]))
+        self.check_finite(step, [values["loss"]], worker=int(values["worker"]),
+                          sizes=[values[BATCH_SIZE]] if BATCH_SIZE in values else None)
         self.notify()
 
     def _first_batch(self, worker: int, digest: float) -> None:
