@@ -230,7 +230,7 @@ class DistributeMagics(Magics):
             return export_magic(self.shell, session, line)   # prints; returns None
         if cell is None:
             args = _parse(_line_args, _cell_args, line, _LINE, _CELL)
-            return self._line(args, _strategy_spec(args.what, args), session)
+            return self._line(args, _strategy_spec(args.what, args), session, line)
         args = _parse(_cell_args, _line_args, line, _CELL, _LINE)
         if args.strategy in _ACTIONS:
             raise ConfigError(f"`{args.strategy}` is a line command: `%distribute "
@@ -266,7 +266,7 @@ class DistributeMagics(Magics):
 
                 write_runs(progress.runs, args.tensorboard)
 
-    def _line(self, args: Any, strategy: StrategySpec | None, session: Any) -> None:
+    def _line(self, args: Any, strategy: StrategySpec | None, session: Any, line: str) -> None:
         if args.worker is not None and args.what != "pull":
             raise ConfigError("--worker applies to `%distribute pull NAME --worker i`.")
         if args.names and args.what not in ("push", "pull", "inject", "explain"):
@@ -317,7 +317,8 @@ class DistributeMagics(Magics):
         else:
             from .widgets.warm import warm_in_background
 
-            backend = session.configure(strategy, keras=args.keras)
+            backend = session.configure(strategy, keras=args.keras,
+                                        line=f"%distribute {' '.join(line.split())}")
             warm_in_background(self.shell)   # while the first cells wait for the workers
             print(f"nbdist: {backend.spec.name} with {count(backend.replicas, 'replica')} on "
                   f"{', '.join(backend.devices)}")

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .backends.base import (
-    NO_FAULTS,
-    NO_WORKERS,
-    NO_WORKERS_TO_RESTART,
+    WORKERS_LINE,
     Backend,
     lab_state,
+    no_faults,
+    no_workers,
+    no_workers_to_restart,
     status_text,
 )
 from .backends.cells import RanCell, prepare_scope_cell, prepare_step_cell
@@ -25,12 +26,16 @@ from .backends.kernelstate import strategy_mismatch
 from .data.iterate import release_free_memory_when_idle
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
+from .families import family
 from .lab.verdict import LiveVerdict
 from .spec import RunSpec, StrategySpec
 from .step.pasted import use_session_strategy
 from .telemetry.run import Run, RunObserver, runs
 from .tflogs import import_tensorflow_quietly
 from .widgets.progress import has_frontend
+
+#: The strategy line messages suggest in a kernel that never ran one.
+GENERIC_LINE = "%distribute mirrored --devices 2"
 
 
 class Session:
@@ -49,19 +54,26 @@ class Session:
         self._plain: contextlib.ExitStack | None = None  # around a cell without %%distribute
         self._told: set[str] = set()                     # one-time notes already printed
         self.ran_cells: list[RanCell] = []               # %%distribute cells that succeeded
+        # the last strategy line that took effect, and its spec: what messages suggest
+        # once the strategy is stopped (or failed to start again)
+        self.last_line: str | None = None
+        self._last_spec: StrategySpec | None = None
         # the status bar's bottleneck of the live (or last) run: only where a frontend shows it
         self.verdict = LiveVerdict(self._changed, enabled=has_frontend(shell))
 
     # -- strategy --------------------------------------------------------------------------
-    def configure(self, spec: StrategySpec, keras: str | None = None) -> Backend:
+    def configure(self, spec: StrategySpec, keras: str | None = None,
+                  line: str | None = None) -> Backend:
         """Make ``spec`` the kernel's strategy (a no-op if it already is); return its backend.
 
-        ``keras``: which Keras worker processes run (``multiworker --keras``). The new backend
+        ``keras``: which Keras worker processes run (``multiworker --keras``); ``line``: the
+        ``%distribute`` line as the user typed it (None: the spec's own). The new backend
         is validated before the current one is stopped: a refused line changes nothing.
         """
         import_tensorflow_quietly()   # its start-up lines are not the user's business
         current = self.backend
         if current is not None and current.serves(spec, keras):
+            self._remember(spec, keras, line)
             return current
         fresh = make_backend(spec, self.runs, self.shell, keras)   # validates, starts nothing
         if current is not None and current.exclusive:
@@ -72,16 +84,42 @@ class Session:
         fresh.start()   # if this fails, a backend that was not exclusive stays the kernel's
         self._stop_backend()
         self.backend = fresh
+        self._remember(spec, keras, line)
         self.verdict.clear()
         self._publish_strategy()
         self._changed()
         return fresh
 
+    def _remember(self, spec: StrategySpec, keras: str | None, line: str | None) -> None:
+        if line is None:
+            line = spec.magic_line() + (f" --keras {keras}" if keras else "")
+        self.last_line, self._last_spec = line, spec
+
+    def _suggest(self) -> str:
+        """The strategy line a message suggests: this kernel's last one, else a generic one."""
+        if self.last_line is None:
+            return f"`{GENERIC_LINE}` (or another strategy)"
+        return f"`{self.last_line}` again (the last strategy of this kernel)"
+
+    def _workers_line(self) -> str:
+        """The line refusals that need worker processes suggest: this kernel's last one if
+        its family has workers, else a generic one."""
+        last = self._last_spec
+        if last is not None and self.last_line and not family(last.name).in_kernel:
+            return self.last_line
+        return WORKERS_LINE
+
     def strategy(self) -> Any:
         """The session's tf.distribute strategy in this kernel (``nbdist.strategy()``)."""
         if self.backend is None:
-            raise ConfigError("No strategy is set: run `%distribute mirrored --devices 2` (or "
-                              "another strategy) first; `strategy` is then the session's.")
+            last = self._last_spec
+            if last is not None and not family(last.name).in_kernel:
+                raise ConfigError(
+                    f"No strategy is set. Run {self._suggest()}; under it the strategy lives "
+                    "in each worker process, not in the kernel: use `strategy` inside a "
+                    "`%%distribute` cell, where every worker has its own.")
+            raise ConfigError(f"No strategy is set: run {self._suggest()} first; `strategy` "
+                              "is then the session's.")
         strategy = self.backend.kernel_strategy()
         if strategy is None:
             raise ConfigError(
@@ -115,7 +153,7 @@ class Session:
     def restart(self) -> Backend:
         """Replace the worker processes with fresh ones (after a fault, or to reset them)."""
         if self.backend is None:
-            raise ConfigError(NO_WORKERS_TO_RESTART)
+            raise ConfigError(no_workers_to_restart(self._workers_line()))
         self.backend = self.backend.restarted()
         self._changed()
         return self.backend
@@ -144,14 +182,14 @@ class Session:
                delay: float | None = None) -> str:
         """``%distribute inject``: a real fault in a worker process (``cluster.injection``)."""
         if self.backend is None:
-            raise ConfigError(NO_FAULTS)
+            raise ConfigError(no_faults(self._workers_line()))
         message = self.backend.inject(fault, worker, at_step, delay)
         self._changed()
         return message
 
     def _require_backend(self, what: str) -> Backend:
         if self.backend is None:
-            raise ConfigError(NO_WORKERS.format(what=what))
+            raise ConfigError(no_workers(what, self._workers_line()))
         return self.backend
 
     def require(self, inline: StrategySpec | None) -> Backend:
@@ -163,10 +201,10 @@ class Session:
             if inline != current.spec:
                 raise ConfigError(strategy_mismatch(inline, current.spec))
         if current is None:
+            inline = self._last_spec.magic_line() if self._last_spec else GENERIC_LINE
             raise ConfigError(
-                "No strategy is set. Run `%distribute mirrored --devices 2` (or another "
-                "strategy) first, or put the strategy on the cell line: "
-                "`%%distribute mirrored --devices 2`."
+                f"No strategy is set. Run {self._suggest()} first, or put the strategy on "
+                f"the cell line: `%{inline}`."
             )
         return current
 
@@ -181,7 +219,7 @@ class Session:
 
     def status_text(self) -> str:
         if self.backend is None:
-            return "nbdist: no strategy set. Try `%distribute mirrored --devices 2`."
+            return f"nbdist: no strategy set. Try {self._suggest()}."
         return status_text(self.backend.status(), self.runs)
 
     def state(self) -> dict[str, Any]:

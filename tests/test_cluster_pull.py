@@ -26,7 +26,7 @@ from cluster_cells import SETUP, STEP
 from helpers import run_ok
 
 import nbdist
-from nbdist.backends.base import NO_WORKERS
+from nbdist.backends.base import no_workers
 from nbdist.cluster import sendable
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError
@@ -132,7 +132,7 @@ def test_under_a_strategy_in_the_kernel_a_model_is_already_here(ip, capsys):
     assert ip.user_ns["kernel_net"] is ip.user_ns["same_net"]
     with pytest.raises(ConfigError) as err:   # a value that is not a model: refused as before
         ip.run_line_magic("distribute", "pull same_net_weights")
-    assert str(err.value) == NO_WORKERS.format(what="pull")
+    assert str(err.value) == no_workers("pull")
 
 
 def test_pulling_a_history_is_refused_at_once_and_its_history_dict_comes(mw, tf_keras, capsys):

@@ -333,3 +333,72 @@ def test_a_scope_cell_error_shows_the_users_frames_not_nbdists(ip, capsys, cell,
     text = _traceback_shown(capsys)
     assert user_line in text and inner in text, text
     assert "nbdist/" not in text and "contextlib" not in text, text
+
+
+# -- after `%distribute stop`, what messages suggest: the kernel's last strategy line ---------
+
+def test_after_stop_every_suggestion_is_the_last_strategy_line(shell, capsys):
+    try:
+        shell.run_line_magic("distribute", "stop")
+        run_ok(shell, "%distribute   one_device    # a comment is not part of the line")
+        with pytest.raises(NbdistError):   # refused: the last line stays the one that worked
+            shell.run_line_magic("distribute", "mirrored --devices 99")
+        shell.run_line_magic("distribute", "stop")
+        again = "`%distribute one_device` again (the last strategy of this kernel)"
+        err = run_err(shell, step_cell("--steps 2"))
+        assert isinstance(err, ConfigError), repr(err)
+        assert str(err) == (f"No strategy is set. Run {again} first, or put the strategy on "
+                            "the cell line: `%%distribute one_device`."), str(err)
+        with pytest.raises(ConfigError) as raised:
+            nbdist.strategy()
+        assert str(raised.value) == (f"No strategy is set: run {again} first; `strategy` is "
+                                     "then the session's.")
+        capsys.readouterr()
+        shell.run_line_magic("distribute", "status")
+        assert capsys.readouterr().out == f"nbdist: no strategy set. Try {again}.\n"
+        shell.run_line_magic("distribute", "")   # the picker, as text in a terminal
+        assert ("Choose one with a line, e.g. `%distribute one_device` (the last one in this "
+                "kernel).") in capsys.readouterr().out
+        # one_device has no workers: what needs them still names a worker family
+        with pytest.raises(ConfigError, match=r"Start them with `%distribute multiworker "
+                                              r"--workers N`\.$"):
+            shell.run_line_magic("distribute", "restart")
+        assert "mirrored --devices 2" not in str(err) + str(raised.value)
+    finally:
+        shell.run_line_magic("distribute", "stop")
+        shell.run_line_magic("distribute", "mirrored --devices 4")
+
+
+def test_the_suggestion_is_generic_only_in_a_kernel_that_never_set_a_strategy(ip):
+    from nbdist.backends.base import WORKERS_LINE
+    from nbdist.session import GENERIC_LINE, Session
+    from nbdist.spec import StrategySpec
+
+    fresh = Session(ip)   # no strategy line run yet
+    with pytest.raises(ConfigError, match=re.escape(f"run `{GENERIC_LINE}` (or another "
+                                                    "strategy) first")):
+        fresh.strategy()
+    with pytest.raises(ConfigError, match=re.escape(f"`%{GENERIC_LINE}`.")):
+        fresh.require(None)
+    assert fresh.status_text() == (f"nbdist: no strategy set. Try `{GENERIC_LINE}` (or "
+                                   "another strategy).")
+    with pytest.raises(ConfigError, match=re.escape(f"`{WORKERS_LINE}`")):
+        fresh.push()
+    # a worker family's line, as the user typed it with --keras: suggested whole, and on a
+    # cell line without --keras (the cell takes no --keras); refusals that need workers name it
+    fresh._remember(StrategySpec("multiworker", workers=2), "legacy",
+                    "%distribute multiworker --workers 2 --keras legacy")
+    line = "%distribute multiworker --workers 2 --keras legacy"
+    with pytest.raises(ConfigError) as err:
+        fresh.require(None)
+    assert str(err.value) == (f"No strategy is set. Run `{line}` again (the last strategy of "
+                              "this kernel) first, or put the strategy on the cell line: "
+                              "`%%distribute multiworker --workers 2`.")
+    for act in (fresh.restart, fresh.push, lambda: fresh.inject("kill", "1")):
+        with pytest.raises(ConfigError, match=re.escape(f"`{line}`")):
+            act()
+    with pytest.raises(ConfigError, match="lives in each worker process"):
+        fresh.strategy()
+    # without a typed line (the picker, an inline strategy): the spec's own
+    fresh._remember(StrategySpec("parameter_server", workers=2, ps=1), None, None)
+    assert fresh.last_line == "%distribute parameter_server --workers 2 --ps 1"

@@ -5,7 +5,7 @@ import pytest
 import nbdist
 from nbdist.hardware import Gpu, Hardware
 from nbdist.session import current_session
-from nbdist.widgets.picker import Picker, table_html
+from nbdist.widgets.picker import Picker, table_html, table_text
 
 CPU_ONLY = Hardware(cpu_cores=2, ipyparallel=True)
 
@@ -64,7 +64,12 @@ def test_distribute_without_arguments_shows_the_picker(ip, capsys):
     ip.run_line_magic("distribute", "")
     out = capsys.readouterr().out                 # a terminal shell: the picker's text view
     assert "VBox" not in out and "Box(" not in out
-    assert "mirrored" in out and "%distribute mirrored --devices 2" in out
+    # its example is the strategy line this kernel last ran (test_magics: the generic one in
+    # a kernel that never ran one)
+    last = current_session(ip).last_line
+    assert last is not None and last.startswith("%distribute ")
+    assert "mirrored" in out and f"e.g. `{last}` (the last one in this kernel)." in out, out
+    assert table_text(CPU_ONLY).endswith("e.g. `%distribute mirrored --devices 2`.")
     assert callable(nbdist.picker)
 
 

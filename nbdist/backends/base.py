@@ -24,13 +24,23 @@ from ..spec import StrategySpec
 from ..telemetry.run import Run, RunList, RunObserver, runs_summary
 from .cells import ScopeCell, StepCell
 
-#: Refusals of operations that need worker processes, for backends (and a Session) without any.
-NO_WORKERS = ("`{what}` moves values between the kernel and worker processes; start them "
-              "first with `%distribute multiworker --workers N`.")
-NO_WORKERS_TO_RESTART = ("There are no worker processes to restart. Start them with "
-                         "`%distribute multiworker --workers N`.")
-NO_FAULTS = ("`inject` puts a real fault into a worker process, which needs "
-             "`%distribute multiworker --workers N` first.")
+#: The line refusals below suggest when this kernel never ran a worker family's line.
+WORKERS_LINE = "%distribute multiworker --workers N"
+
+
+# Refusals of operations that need worker processes, for backends (and a Session) without any;
+# ``line``: the strategy line to suggest.
+def no_workers(what: str, line: str = WORKERS_LINE) -> str:
+    return (f"`{what}` moves values between the kernel and worker processes; start them "
+            f"first with `{line}`.")
+
+
+def no_workers_to_restart(line: str = WORKERS_LINE) -> str:
+    return f"There are no worker processes to restart. Start them with `{line}`."
+
+
+def no_faults(line: str = WORKERS_LINE) -> str:
+    return f"`inject` puts a real fault into a worker process, which needs `{line}` first."
 
 
 @dataclass(frozen=True)
@@ -122,21 +132,21 @@ class Backend(abc.ABC):
 
     def push(self, values: dict[str, Any]) -> None:
         """Copy ``values`` into every worker's namespace."""
-        raise ConfigError(NO_WORKERS.format(what="push"))
+        raise ConfigError(no_workers("push"))
 
     def pull(self, name: str, worker: int, into: Any = None) -> Any:
         """The value of ``name`` in worker ``worker``'s namespace; a Keras model as a model of
         the kernel's Keras (``into``, the kernel's model of that name, if its weights fit)."""
-        raise ConfigError(NO_WORKERS.format(what="pull"))
+        raise ConfigError(no_workers("pull"))
 
     def inject(self, fault: str | None, worker: str | None, at_step: int | None,
                delay: float | None) -> str:
         """Put a real fault into a worker process (``cluster.injection``); the message."""
-        raise ConfigError(NO_FAULTS)
+        raise ConfigError(no_faults())
 
     def restarted(self) -> Backend:
         """A fresh backend with the same settings (this one is stopped first)."""
-        raise ConfigError(NO_WORKERS_TO_RESTART)
+        raise ConfigError(no_workers_to_restart())
 
 
 def refuse_keras_choice(keras: str | None) -> None:

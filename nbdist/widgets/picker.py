@@ -165,14 +165,17 @@ class Picker:
         return handler
 
 
-def table_text(hardware: Hardware) -> str:
-    """The picker as text: where no widget runs (a terminal, a saved notebook on GitHub)."""
+def table_text(hardware: Hardware, last_line: str | None = None) -> str:
+    """The picker as text: where no widget runs (a terminal, a saved notebook on GitHub).
+    ``last_line``: the kernel's last strategy line, the example it gives."""
     missing = hardware.unavailable()
     lines = ["nbdist strategies (the picker widget needs JupyterLab, Notebook 7 or VS Code):"]
     for fam in families():
         here = f"no: {missing[fam.name]}" if fam.name in missing else "yes"
         lines.append(f"  {fam.name:<17} {fam.use_case[:60]:<60}  here: {here}")
-    lines.append("Choose one with a line, e.g. `%distribute mirrored --devices 2`.")
+    example = (f"`{last_line}` (the last one in this kernel)" if last_line else
+               "`%distribute mirrored --devices 2`")
+    lines.append(f"Choose one with a line, e.g. {example}.")
     return "\n".join(lines)
 
 
@@ -187,11 +190,15 @@ def picker(session: Any = None, hardware: Hardware | None = None) -> Any:
     from .progress import has_frontend
 
     hardware = hardware or detect()
-    if not has_frontend(get_ipython()):
-        print(table_text(hardware))
+    shell = get_ipython()
+    if session is None and shell is not None:
+        session = current_session(shell)
+    last_line = session.last_line if session is not None else None
+    if not has_frontend(shell):
+        print(table_text(hardware, last_line))
         return None
     view = Picker(session or current_session(), hardware)
     bundle = view.widget._repr_mimebundle_()
-    bundle["text/plain"] = table_text(hardware)
+    bundle["text/plain"] = table_text(hardware, last_line)
     display(bundle, raw=True)
     return view
