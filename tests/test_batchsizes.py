@@ -49,6 +49,9 @@ def test_a_worker_of_one_replica_compares_with_its_first_step():
     assert text.startswith("Worker 1's batch at step 9 was empty, and the mean of an empty "
                            "batch is NaN: that is the cause."), text
     assert "`.batch(8, drop_remainder=True)`" in text, text
+    assert ("The partial last batch of --data ds (0 examples, where the first step's held 8: "
+            "the dataset's length is not a multiple of its batch size): worker 1's batch was "
+            "empty.") in text, text
 
 
 def test_shapes_that_cannot_be_read_leave_them_out():
@@ -60,3 +63,15 @@ def test_shapes_that_cannot_be_read_leave_them_out():
 
     text, _ = seen.nonfinite_cause([1.0, 0.0], 1, [1], REPLICAS, broken)
     assert text.startswith("Replica 1's batch at step 1 was empty, and the mean"), text
+
+
+def test_a_multiworker_worker_speaks_of_its_share_of_the_global_batch():
+    # a worker of 1 replica among 2 in sync: it sees its share only, and no global batch size
+    seen = batches(replicas=2)
+    seen.observe([2.0], 0, ["replica 0"])
+    text, certain = seen.nonfinite_cause([0.0], 1, [0], ["replica 0"], lambda: ["(0, 3)"])
+    assert certain
+    assert ("Replica 0's batch at step 1 was empty (shape (0, 3)), and the mean of an empty "
+            "batch is NaN: that is the cause. This worker's share of the partial last batch of "
+            "--data ds held 0 examples, where its first step's held 2") in text, text
+    assert "`.batch(GLOBAL_BATCH, drop_remainder=True)`" in text, text

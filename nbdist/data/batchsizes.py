@@ -113,11 +113,17 @@ class ReplicaBatches:
                     f"{short}, where the first step's held {usual} (the partial last batch of "
                     "its pipeline, or no data left for that replica: TensorFlow then passes an "
                     "empty batch).")
+        if total < whole and len(got) < self.replicas:   # a worker sees its own replicas
+            return (f"this worker's share of the partial last batch of --data {self.data} "
+                    f"held {_examples(total)}, where its first step's held {whole} (the "
+                    "dataset's length is not a multiple of its global batch size), so "
+                    f"{short}.{self._nested_words()}")
         if total < whole:
+            split = (f" was split {split} across the {len(got)} replicas, so" if len(got) > 1
+                     else ":")
             return (f"the partial last batch of --data {self.data} ({_examples(total)}, where "
                     f"the first step's held {whole}: the dataset's length is not a multiple of "
-                    f"its batch size) was split {split} across the {len(got)} replicas, so "
-                    f"{short}.{self._nested_words()}")
+                    f"its batch size){split} {short}.{self._nested_words()}")
         return (f"the batch of {_examples(whole)} is not a multiple of the {len(got)} "
                 f"replicas, so TensorFlow split it {split} across them: {short}."
                 f"{self._nested_words()}")
