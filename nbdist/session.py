@@ -57,7 +57,7 @@ class Session:
         # the last strategy line that took effect, and its spec: what messages suggest
         # once the strategy is stopped (or failed to start again)
         self.last_line: str | None = None
-        self._last_spec: StrategySpec | None = None
+        self.last_spec: StrategySpec | None = None
         # the status bar's bottleneck of the live (or last) run: only where a frontend shows it
         self.verdict = LiveVerdict(self._changed, enabled=has_frontend(shell))
 
@@ -93,7 +93,7 @@ class Session:
     def _remember(self, spec: StrategySpec, keras: str | None, line: str | None) -> None:
         if line is None:
             line = spec.magic_line() + (f" --keras {keras}" if keras else "")
-        self.last_line, self._last_spec = line, spec
+        self.last_line, self.last_spec = line, spec
 
     def _suggest(self) -> str:
         """The strategy line a message suggests: this kernel's last one, else a generic one."""
@@ -104,7 +104,7 @@ class Session:
     def _workers_line(self) -> str:
         """The line refusals that need worker processes suggest: this kernel's last one if
         its family has workers, else a generic one."""
-        last = self._last_spec
+        last = self.last_spec
         if last is not None and self.last_line and not family(last.name).in_kernel:
             return self.last_line
         return WORKERS_LINE
@@ -112,7 +112,7 @@ class Session:
     def strategy(self) -> Any:
         """The session's tf.distribute strategy in this kernel (``nbdist.strategy()``)."""
         if self.backend is None:
-            last = self._last_spec
+            last = self.last_spec
             if last is not None and not family(last.name).in_kernel:
                 raise ConfigError(
                     f"No strategy is set. Run {self._suggest()}; under it the strategy lives "
@@ -201,7 +201,7 @@ class Session:
             if inline != current.spec:
                 raise ConfigError(strategy_mismatch(inline, current.spec))
         if current is None:
-            inline = self._last_spec.magic_line() if self._last_spec else GENERIC_LINE
+            inline = self.last_spec.magic_line() if self.last_spec else GENERIC_LINE
             raise ConfigError(
                 f"No strategy is set. Run {self._suggest()} first, or put the strategy on "
                 f"the cell line: `%{inline}`."

@@ -79,3 +79,20 @@ def test_the_picker_as_a_cells_last_value_adds_no_repr_line(session, ip, capsys)
     ip.displayhook(Picker(session, CPU_ONLY))
     out = capsys.readouterr().out
     assert "Picker" not in out and " at 0x" not in out, out
+
+
+def test_after_stop_the_picker_starts_from_the_last_strategy(session, ip):
+    from nbdist.session import Session
+    from nbdist.spec import StrategySpec
+
+    ip.run_line_magic("distribute", "stop")
+    ip.run_line_magic("distribute", "one_device")
+    ip.run_line_magic("distribute", "stop")
+    view = Picker(session, CPU_ONLY)
+    assert view.buttons["one_device"].value and not view.buttons["mirrored"].value
+    assert "%distribute one_device<" in view.line.value, view.line.value
+    fresh = Session(ip)   # a worker family's spec, its flags kept; never set: mirrored
+    assert Picker(fresh, CPU_ONLY).buttons["mirrored"].value
+    fresh._remember(StrategySpec("parameter_server", workers=3, ps=2), None, None)
+    view = Picker(fresh, CPU_ONLY)
+    assert "%distribute parameter_server --workers 3 --ps 2<" in view.line.value, view.line.value

@@ -82,7 +82,10 @@ class Picker:
         missing = hardware.unavailable()
         names = [f.name for f in families()]
         available = [n for n in names if n not in missing]
-        current = session.backend.spec if session.backend is not None else None
+        # the kernel's strategy, or after `%distribute stop` the last one it had
+        current = session.backend.spec if session.backend is not None else session.last_spec
+        if current is not None and current.name in missing:
+            current = None
         first = current.name if current else (DEFAULT_FAMILY if DEFAULT_FAMILY in available
                                               else available[0])
         self.buttons = {}
@@ -95,8 +98,10 @@ class Picker:
         self.devices = w.BoundedIntText(value=(current.devices if current and current.devices
                                                else default_devices),
                                         min=1, max=max(64, default_devices), description="devices")
-        self.workers = w.BoundedIntText(value=2, min=1, max=64, description="workers")
-        self.ps = w.BoundedIntText(value=1, min=1, max=16, description="ps")
+        self.workers = w.BoundedIntText(value=current.workers if current and current.workers
+                                        else 2, min=1, max=64, description="workers")
+        self.ps = w.BoundedIntText(value=current.ps if current and current.ps else 1, min=1,
+                                   max=16, description="ps")
         self.cluster = w.Dropdown(options=[("local processes", "")] + [
             (p, p) for p in hardware.profiles], description="cluster")
         self.tpu = w.Text(value="", placeholder="grpc://host:8470 or TPU name",
