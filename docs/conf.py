@@ -31,6 +31,9 @@ extensions = [
 # are rendered as pages, and a link to ../notebooks/NAME.ipynb (as GitHub shows the
 # repository) or notebooks/NAME.ipynb leads to the page (see setup below).
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/.ipynb_checkpoints"]
+# Only the tutorials (NN-name.ipynb) of notebooks/: a notebook a user makes there while working
+# through them (JupyterLab's Untitled.ipynb) is not part of the site.
+include_patterns = ["*.md", "guide/*.md", "reference/*.md", "notebooks/[0-9][0-9]-*.ipynb"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 root_doc = "index"
 

@@ -81,11 +81,23 @@ PAGES_WITH_CODE = [p for p in _pages() if python_blocks((ROOT / p).read_text("ut
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
     """Sphinx builds docs/ (MyST pages, the rendered tutorials, the reference read from the
     code) with no warning: a broken link, a page missing from the contents, a docstring
-    that is not valid reStructuredText."""
-    build = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS),
-         str(tmp_path / "html")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    that is not valid reStructuredText. A notebook a user made in notebooks/ while working
+    through the tutorials (an untitled one, with a traceback) is not part of the site."""
+    import nbformat
+
+    users = ROOT / "notebooks" / "Untitled-docs-test.ipynb"
+    cell = nbformat.v4.new_code_cell("%load_ext nbdist", outputs=[nbformat.v4.new_output(
+        "error", ename="ValueError", evalue="x", traceback=["\x1b[0;31mValueError\x1b[0m"])])
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), users)
+    try:
+        build = subprocess.run(
+            [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
+             str(DOCS), str(tmp_path / "html")], capture_output=True, text=True, cwd=ROOT,
+            timeout=600)
+    finally:
+        users.unlink()
     assert build.returncode == 0, f"sphinx failed:\n{build.stdout}\n{build.stderr}"
+    assert not (tmp_path / "html" / "notebooks" / "Untitled-docs-test.html").exists()
     magics = (tmp_path / "html" / "reference" / "magics.html").read_text("utf-8")
     for flag in ("--devices", "--steps-per-call", "--at-step", "--force", "parameter_server",
                  "partition"):
