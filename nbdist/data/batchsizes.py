@@ -36,7 +36,7 @@ class ReplicaBatches:
     data: str                  # the --data name
     per_replica: bool          # a dataset function: its batches are per-replica batches
     nested: bool = False       # its elements look like batches of batches: (None, None, ...)
-    replicas: int = 1          # replicas in sync (more than these when a worker sees its own)
+    replicas: int = 1          # replicas in sync (a multiworker worker sees fewer: its own)
     first: list[int] | None = None
     noted: bool = False
 
