@@ -105,7 +105,7 @@ class Session:
         """The line refusals that need worker processes suggest: this kernel's last one if
         its family has workers, else a generic one."""
         last = self.last_spec
-        if last is not None and self.last_line and not family(last.name).in_kernel:
+        if last is not None and self.last_line is not None and not family(last.name).in_kernel:
             return self.last_line
         return WORKERS_LINE
 
@@ -201,10 +201,10 @@ class Session:
             if inline != current.spec:
                 raise ConfigError(strategy_mismatch(inline, current.spec))
         if current is None:
-            inline = self.last_spec.magic_line() if self.last_spec else GENERIC_LINE
+            on_cell = self.last_spec.magic_line() if self.last_spec else GENERIC_LINE
             raise ConfigError(
                 f"No strategy is set. Run {self._suggest()} first, or put the strategy on "
-                f"the cell line: `%{inline}`."
+                f"the cell line: `%{on_cell}`."
             )
         return current
 
