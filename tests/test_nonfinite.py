@@ -122,6 +122,8 @@ def test_a_nan_from_an_empty_batch_names_the_replica_its_shape_and_the_fix(
            "is NaN: that is the cause." in text, text
     assert fix in text and "drop_remainder=True" in text, text
     assert "Usual causes" not in text and "learning rate" not in text, text
+    assert "`tf.nn.compute_average_loss(..., global_batch_size=...)`, is 0 on an empty " \
+           "batch" in text, text
     if data != "guide_fn":
         assert f"The partial last batch of --data {data}" in text, text
         assert "split 1 + 0 across the 2 replicas" in text, text

@@ -90,7 +90,9 @@ class ReplicaBatches:
             i = empty[0]
             return (f"{_capital(names[i])}'s batch at step {step} was empty"
                     f"{_shape_words(seen, names, i)}, and the mean of an empty batch is NaN: "
-                    f"that is the cause. {why} {self._fix(got)}"), True
+                    f"that is the cause. {why} {self._fix(got)} (A loss divided by the global "
+                    "batch, `tf.nn.compute_average_loss(..., global_batch_size=...)`, is 0 on "
+                    "an empty batch.)"), True
         return (f"At step {step} a batch was short{_shape_words(seen, names, None)}. {why} "
                 f"{self._fix(got)} A statistic over so few examples (a variance, a "
                 "normalisation) can be NaN; if that is not it:"), False
