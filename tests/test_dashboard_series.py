@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from dashboard_helpers import make_run
 
-from nbdist.telemetry.run import RunWriter
+from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.decimator import Decimator
 from nbdist.widgets.series import RunSeries, bus_bandwidth
 
@@ -70,3 +70,26 @@ def test_to_tensorboard_writes_one_series_per_replica(tmp_path: Path) -> None:
         assert [s for s, _ in found[f"replica_{r}"]["allreduce_ms"]] == [0, 10, 20, 30]
     assert len(found["global"]["step_ms"]) == 40
     assert dict(found["global"]["loss"])[0] == pytest.approx(1.05)
+
+
+def test_the_loss_scale_is_a_panel_of_its_own_with_one_point_per_step() -> None:
+    from nbdist.widgets.figure import run_figure
+
+    run = Run(id=1, mode="step", strategy="multiworker", replicas=2, workers=2, total_steps=4)
+    scales = [2.0 ** 15, 2.0 ** 14, 2.0 ** 14, 2.0 ** 15]
+    for worker in (0, 1):     # one worker's rows after the other's, as they reach the kernel
+        for step, scale in enumerate(scales):
+            RunWriter(run).record_step(step, 0, loss=[1.0, 1.1], step_ms=4.0,
+                                       grad_norm=[2.0, 2.1], worker=worker,
+                                       extra={"loss_scale_factor": [scale, scale]})
+    assert run.metrics["loss_scale_factor"].tolist() == [s for s in scales for _ in "ab"] * 2
+    fig = run_figure(run)
+    titles = [a["text"] for a in fig["layout"]["annotations"] if a.get("name", "").startswith(
+        "title:")]
+    assert "<b>loss scale</b>" in titles, titles
+    [line] = [t for t in fig["data"] if t.get("name") == "loss scale"]
+    assert line["x"].tolist() == [0, 1, 2, 3] and line["y"].tolist() == scales
+    # a run whose steps scale no loss has no such panel
+    plain = make_run(4, replicas=2)
+    titles = [a["text"] for a in run_figure(plain)["layout"]["annotations"]]
+    assert not any("loss scale" in t for t in titles)

@@ -18,6 +18,8 @@ from helpers import kernel_strategy, run_ok
 
 import nbdist
 from nbdist.step.runner import SKIPPED_NOTE, UNSCALED_NOTE
+from nbdist.widgets.figure import run_figure
+from nbdist.widgets.svgplot import figure_svg
 
 DATA = """
 import numpy as np
@@ -161,6 +163,11 @@ def test_steps_a_loss_scale_optimizer_skips_have_no_allreduce_time_and_say_why(s
     # NaN, not 0 ms: nothing was all-reduced.
     assert frame[["allreduce_ms", "wait_ms", "compute_ms"]].isna().all().all()
     assert SKIPPED_NOTE.format(steps="3 timed steps") in run.notes, run.notes
+    # The dashboard draws the scale on a panel of its own (the static picture too).
+    figure = run_figure(run)
+    [line] = [t for t in figure["data"] if t.get("name") == "loss scale"]
+    assert line["y"].tolist() == scales
+    assert "loss scale" in figure_svg(figure)
 
 
 WORKER_DATA = """%%distribute

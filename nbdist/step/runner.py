@@ -28,7 +28,8 @@ from ..data.iterate import new_iterator, release, timed_batches
 from ..hooks.tensorflow import quiet_retracing_warning
 from ..strategies import StrategyHandle
 from ..telemetry.collectives import T_GRAD_START, split_timing
-from ..telemetry.probe import BATCH_SIZE, LOSS_SCALE_FACTOR, StepProbe
+from ..telemetry.probe import BATCH_SIZE, StepProbe
+from ..telemetry.rows import LOSS_SCALE_FACTOR
 from ..telemetry.run import RunWriter
 from ..words import count
 from . import groups

@@ -36,9 +36,7 @@ from ..errors import LossError, LossNotScalar, StepCodeError
 from ..patching import patched
 from .collectives import Attribution, Collective, attribute
 from .lossform import LossForm, read_loss_form
-
-#: The step output's key (one per replica) for the loss scale a step scaled its loss by.
-LOSS_SCALE_FACTOR = "loss_scale_factor"
+from .rows import LOSS_SCALE_FACTOR
 
 
 class _ReplicaTrace:

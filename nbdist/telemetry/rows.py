@@ -43,6 +43,11 @@ class Row(NamedTuple):
     wall_time: float    # seconds since the epoch when the step finished
 
 
+#: An extra of a step that scaled its loss (mixed precision: a loss scale optimizer's
+#: ``scale_loss``/``get_scaled_loss``): the scale it multiplied the loss by, per row. An extra,
+#: not a ``Row`` field, so rows and files written without it read as before.
+LOSS_SCALE_FACTOR = "loss_scale_factor"
+
 #: The columns of ``Run.metrics``, in order (``Row``'s fields).
 COLUMNS: tuple[str, ...] = Row._fields
 #: Each column's position, by name: ``data[:, POSITION.loss]`` on an array of rows.

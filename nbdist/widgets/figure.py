@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..telemetry.rows import POSITION
+from ..telemetry.rows import LOSS_SCALE_FACTOR, POSITION
 from ..words import count
 from .header import format_bandwidth
 from .outcome import mark_outcome
 from .panels import (
     AGGREGATES,
     PALETTE,
+    STEP_ONLY,
     aggregate_line,
     axis_names,
     band_traces,
@@ -82,12 +83,12 @@ class FigureModel:
             if metric == "heatmap" and ("heatmap", None) not in self.index:
                 dom = self.layout()["yaxis" + self.axes[metric][1:]]["domain"]
                 out.append(self._add(("heatmap", None), heatmap(self.axes[metric], *dom)))
-            if self.series.aggregated and metric != "heatmap" and (metric, "median") not in \
-                    self.index:
+            if self.series.aggregated and metric != "heatmap" and metric not in STEP_ONLY \
+                    and (metric, "median") not in self.index:
                 for stat, trace in band_traces(metric, self.axes[metric],
                                                legend=metric == self.panels[0]):
                     out.append(self._add((metric, stat), trace))
-            for i, key in enumerate(keys):
+            for i, key in enumerate(keys if metric not in STEP_ONLY else ()):
                 if (metric, key) not in self.index:
                     out.append(self._add((metric, key), replica_line(
                         self.series.label(key), i, metric, self.axes[metric],
@@ -249,13 +250,19 @@ def feed(series: RunSeries, run: Run, start: int = 0, stop: int | None = None) -
     from theirs). Returns the rows read."""
     block = run.block_since(start, stop)
     parts = earlier_parts(run) if start == 0 and len(block) else []
-    parts.append((block, run.extras_since(start, stop) if run.mode == "fit" else {}, []))
+    extras = run.extras_since(start, stop)
+    parts.append((block, extras if run.mode == "fit" else {k: v for k, v in extras.items()
+                                                         if k == LOSS_SCALE_FACTOR}, []))
     for rows, extras, epochs in parts:
+        extras = dict(extras)
         if "batch_loss" in extras:     # a fit: draw each batch's loss, Keras' mean beside it
-            rows, extras = rows.copy(), dict(extras)
+            rows = rows.copy()
             extras["running_loss"] = rows[:, POSITION.loss].copy()
             rows[:, POSITION.loss] = extras.pop("batch_loss")
         series.ingest(rows)
+        scale = extras.pop(LOSS_SCALE_FACTOR, None)
+        if len(rows) and scale is not None:
+            series.ingest_loss_scale(rows[:, COL_STEP], scale)
         if len(rows) and extras:
             series.ingest_metrics(rows[:, COL_STEP], extras)
         series.ingest_epochs(epochs)

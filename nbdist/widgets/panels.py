@@ -32,12 +32,16 @@ PANELS = {p.metric: p for p in (
     # model.fit: Keras' compiled metrics per batch, and per epoch with validation
     Panel("metrics", "metrics", "", False, 110, ""),
     Panel("grad_norm", "gradient norm", "", False, 110, "grad norm"),
+    # mixed precision: the scale a loss scale optimizer multiplied each step's loss by
+    Panel("loss_scale_factor", "loss scale", "", True, 80, "loss scale"),
     Panel("allreduce_ms", "gradient all-reduce time", "ms", True, 110, "all-reduce"),
     Panel("time", "compute time per replica", "ms", True, 110, "time"),
     # aggregated runs (many replicas): each worker's slowest replica, a row per worker
     Panel("heatmap", "compute time per worker (its slowest replica)", "worker", False, 170,
           "ms"),
 )}
+#: Panels of one line per step (no line per replica).
+STEP_ONLY = frozenset(("loss_scale_factor",))
 BANDS = (("min", "max", "min-max", "rgba(31,119,180,0.15)"),
          ("q10", "q90", "10-90%", "rgba(31,119,180,0.35)"))
 
@@ -55,6 +59,7 @@ AGGREGATES = {
     "loss": Aggregate("loss", "mean of replicas", "solid", "#111111"),
     "allreduce_ms": Aggregate("allreduce_ms", "slowest replica's all-reduce", "dash", "#111111"),
     "step_ms": Aggregate("time", "host step time (whole step)", "solid", "#777777"),
+    "loss_scale_factor": Aggregate("loss_scale_factor", "loss scale", "solid", "#111111"),
     # drawn once a step has some (SyncBatchNormalization...): not a line in every run
     "other_collective_ms": Aggregate("allreduce_ms", "other collectives, slowest replica",
                                      "dashdot", "#555555"),
@@ -97,6 +102,9 @@ def choose_panels(series: RunSeries, strategy: str, final: bool) -> tuple[list[s
     else:
         notes.append("no gradient norm: the step cell has no `grads` (or name them with "
                      "--grads NAME)")
+    scale = series.series.get(("loss_scale_factor", None))
+    if scale is not None and scale.raw:
+        shown.append("loss_scale_factor")
     ranks = series.replicas * series.workers
     fam = find_family(strategy)   # None: a Run loaded from a job's file may name any
     no_allreduce = fam.no_allreduce if fam is not None else None

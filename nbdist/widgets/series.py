@@ -117,6 +117,7 @@ class RunSeries:
         self._aggregate = aggregate                    # None: above AGGREGATE_ABOVE series
         self.aggregates: StepAggregates | None = None  # set when aggregated (first rows)
         self._time_col = COL.compute_ms
+        self._loss_scale_step = -math.inf               # the last step of the loss scale line
 
     # -- ingest ----------------------------------------------------------------------------
     def ingest(self, rows: np.ndarray | Sequence[Row]) -> None:
@@ -230,6 +231,18 @@ class RunSeries:
             slowest = np.where(acc[:, i] > -math.inf, acc[:, i], math.nan)
             self.series[(name, None)].extend(x, slowest)
             recent.extend(slowest[np.isfinite(slowest)][-recent.maxlen:].tolist())
+
+    def ingest_loss_scale(self, steps: np.ndarray, values: np.ndarray) -> None:
+        """The loss scale of each step that scaled its loss (the rows' ``loss_scale_factor``,
+        the same on every replica): the ``("loss_scale_factor", None)`` line, a point per
+        step (a step already drawn, from another worker's rows, is not drawn again)."""
+        ok = np.isfinite(values) & (steps > self._loss_scale_step)
+        if not ok.any():
+            return
+        x, first = np.unique(steps[ok], return_index=True)
+        dec = self.series.setdefault(("loss_scale_factor", None), Decimator(self.max_points))
+        dec.extend(x, values[ok][first])
+        self._loss_scale_step = float(x[-1])
 
     def ingest_metrics(self, steps: np.ndarray, extras: dict[str, np.ndarray]) -> None:
         """A fit's compiled metrics per batch (its rows' extras, ``Run.extras_since``, the
