@@ -119,6 +119,12 @@ def test_split_timing_counts_overlapping_other_collectives_once_and_not_as_compu
                           "t_grad_end": np.array([0.004, 0.004])})
     assert plain["other_collective_ms"] == [0.0, 0.0]
     np.testing.assert_allclose(plain["compute_ms"], [2.0, 3.0])
+    # A step whose gradient all-reduce did not run (a loss scale optimizer skipped it): its
+    # stamps are NaN, and so are its times, not 0 ms.
+    skipped = split_timing({"t_begin": np.zeros(2), "t_grad_start": np.full(2, np.nan),
+                            "t_grad_end": np.full(2, np.nan)})
+    for name in ("compute_ms", "wait_ms", "allreduce_ms"):
+        assert np.isnan(skipped[name]).all(), (name, skipped[name])
 
 
 @pytest.mark.unit
