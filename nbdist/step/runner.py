@@ -278,7 +278,6 @@ class StepRunner(StepLoop):
         self.check_finite(step, losses, sizes=sizes, shapes=shapes)
 
 
-
 #: The Run's note when the cell's gradients are those of a scaled loss (mixed precision).
 UNSCALED_NOTE = ("grad_norm is the norm of `{grads}` divided by the loss scale: `{grads}` are "
                  "gradients of the loss the optimizer scaled (scale_loss / get_scaled_loss, "
