@@ -17,7 +17,13 @@ from cluster_cells import SCOPE_LOOP, SETUP, STEP, raising_input, stuck_input
 from helpers import PROMPT_S, StopAfter, interrupt_me, once_running, run_err, run_ok, when
 
 import nbdist
-from nbdist.cluster.failures import ClusterError, WorkerDied, WorkerError, WorkerStuck
+from nbdist.cluster.failures import (
+    ClusterError,
+    ControllerDied,
+    WorkerDied,
+    WorkerError,
+    WorkerStuck,
+)
 from nbdist.cluster.multiworker import dispatch, stall
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError, RunInterrupted, StepCodeError
@@ -503,6 +509,63 @@ def test_a_worker_stopped_before_its_first_step_is_named_before_the_first_step_r
         assert time.monotonic() < deadline, f"worker 1 (pid {victim}) is still running"
         time.sleep(0.1)
     assert cluster().broken
+
+
+def _restart_and_train(mw, capsys):
+    """``%distribute restart``, the setup cell again, then a step cell trains: seconds taken
+    by each."""
+    started = time.monotonic()
+    mw.run_line_magic("distribute", "restart")
+    restarted = time.monotonic()
+    run_ok(mw, SETUP)
+    run_ok(mw, STEP.format(data="ds", flags="--steps 4"))
+    trained = time.monotonic()
+    assert nbdist.runs[-1].status == "done" and cluster().broken is None
+    with capsys.disabled():
+        print(f"restart {restarted - started:.1f} s, setup + 4 steps "
+              f"{trained - restarted:.1f} s")
+    return restarted - started
+
+
+@pytest.mark.parametrize("moment", ["between cells", "during a run"])
+def test_the_controller_killed_is_named_with_what_is_lost_and_restart_trains(
+        mw, capsys, moment):
+    """SIGKILL to the ipyparallel controller: no worker failed, but none can be reached. The
+    cell names the controller (not a worker), what is lost and what to run, within seconds."""
+    controller = cluster().engines.controller_pid
+    workers = [info["pid"] for info in cluster().info]
+    if moment == "between cells":
+        run_ok(mw, STEP.format(data="ds", flags="--steps 8"))
+        psutil.Process(controller).kill()
+        killed = [time.monotonic()]
+        while not _ended(controller):   # between cells: gone before the next one starts
+            time.sleep(0.01)
+        err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100"))
+    else:
+        watcher, killed = once_running(lambda: psutil.Process(controller).kill())
+        err = run_err(mw, STEP.format(data="long_ds", flags="--steps 100000"))
+        watcher.join()
+    took = time.monotonic() - killed[0]
+    with capsys.disabled():
+        print(f"\ncontroller killed {moment}: cell error {took:.1f} s later")
+    assert isinstance(err, ControllerDied), repr(err)
+    text = str(err)
+    assert text.startswith(f"The ipyparallel controller (pid {controller}) died"), text
+    assert "no worker failed" in text and "worker 0 (pid" not in text, text
+    assert "models, optimizers, datasets" in text and "%distribute restart" in text, text
+    assert "re-run the `%%distribute` cells that built" in text, text
+    if moment == "between cells":
+        assert "so this cell was not run (its last run ended at step 8)" in text, text
+    else:
+        assert re.search(r"during this cell, after step \d+", text), text
+        assert nbdist.runs[-1].status == "failed" and nbdist.runs[-1].steps_done >= 20
+    assert took < 10, f"{took:.1f} s: the cell waited for a controller that is gone"
+    assert cluster().broken
+    deadline = time.monotonic() + PROMPT_S
+    while not all(_ended(pid) for pid in workers):
+        assert time.monotonic() < deadline, "workers left running without their controller"
+        time.sleep(0.1)
+    _restart_and_train(mw, capsys)
 
 
 STUCK_INPUT = "%%distribute\n" + stuck_input("GLOBAL_BATCH * 30")

@@ -33,6 +33,23 @@ class WorkerDied(ClusterError):
     """A worker process ended while the cluster was in use."""
 
 
+class ControllerDied(ClusterError):
+    """The ipyparallel controller between the kernel and its engines is gone."""
+
+
+def controller_died_message(pid: int, during: str, lost: str) -> str:
+    """What the user is told when the ipyparallel controller (``pid``) died: ``during``,
+    where it was found (" during step 16 of the run", " since the last cell, so this cell
+    was not run"); ``lost``, what was lost with the workers."""
+    return (f"The ipyparallel controller (pid {pid}) died{during}: its process is gone "
+            "(killed, or out of memory). It carries every cell to the workers and their "
+            "results back, so the workers cannot be reached any more and nbdist ended them; "
+            f"no worker failed. Lost with them: {lost}. Run `%distribute restart` for a "
+            "fresh controller and workers, then re-run the `%%distribute` cells that built "
+            "that state (model, optimizer, datasets) before training again (with "
+            "--checkpoint DIR a step cell resumes after its last saved epoch).")
+
+
 class WorkerHung(ClusterError):
     """A worker stopped answering (no heartbeat): stopped by a signal, or swapping."""
 

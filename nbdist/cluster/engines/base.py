@@ -56,6 +56,11 @@ class EngineSet(Protocol):
     def restart_advice(self, family: str) -> str:
         """How the user gets engines with the kernel's environment again (``family``: the
         strategy name of the ``%distribute`` line)."""
+    def controller_gone(self) -> int | None:
+        """The pid of the ipyparallel controller once its process is gone (it carries every
+        call to the engines and their results back: without it the engines cannot be
+        reached), else None: alive, or not watched (a user's cluster, whose controller
+        nbdist did not start and may run on another machine)."""
     def remember_processes(self) -> None: ...
     def processes(self) -> list[psutil.Process]: ...
     def send_signal(self, sig: int, engine_ids: list[int]) -> None: ...

@@ -56,6 +56,7 @@ class LocalEngines:
         self.ids: list[int] = []          # engine id of worker i
         self.pids: dict[int, int] = {}      # engine id -> its process
         self._known: dict[int, psutil.Process] = {}
+        self.controller_pid: int | None = None   # the controller's process, once started
         self.exiting = False
 
     @property
@@ -125,6 +126,7 @@ class LocalEngines:
         except BaseException:
             self.stop()
             raise
+        self.controller_pid = next(iter(self.launcher_pids()["controller"]), None)
         self.remember_processes()
 
     def _wait_while_engines_live(self, future: Any) -> None:
@@ -198,6 +200,10 @@ class LocalEngines:
                 continue
         return "\n".join(text) or "  (empty)"
 
+    def controller_gone(self) -> int | None:
+        pid = self.controller_pid
+        return pid if pid is not None and not _running(pid) else None
+
     def send_signal(self, sig: int, engine_ids: list[int]) -> None:
         """Signal engines (their processes, directly)."""
         for engine_id in engine_ids:
@@ -216,7 +222,9 @@ class LocalEngines:
         """
         if self.cluster is not None:
             self.remember_processes()
-        if quit_fn is not None and self.client is not None and self.ids:
+        if self.controller_gone() is not None:   # nothing reaches the engines: end them
+            self.kill_blocked(self.launcher_pids()["engines"])
+        elif quit_fn is not None and self.client is not None and self.ids:
             self._quit_engines(quit_fn)
         if self.client is not None:
             with contextlib.suppress(Exception):  # a half-started client: best effort

@@ -230,6 +230,9 @@ class ProfileEngines:
     def kill_blocked(self, pids: list[int]) -> None:
         pass   # a user's engines are restarted at stop instead
 
+    def controller_gone(self) -> int | None:
+        return None   # not started by nbdist, perhaps on another machine: not watched
+
     def restart_advice(self, family: str) -> str:
         return (f"restart the engines of profile {self.name!r} with that environment "
                 f"(`ipcluster stop --profile-dir {self.profile_dir}`, then `ipcluster start` "

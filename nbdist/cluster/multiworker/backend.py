@@ -118,7 +118,8 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             known = engines.pids   # watched from now: one dying as it imports TensorFlow
             self.dispatcher = Dispatcher(   # fails the start at once
                 engines.client, engines.ids, self.monitor, self._signal,
-                {w: known[e] for w, e in enumerate(engines.ids) if e in known})
+                {w: known[e] for w, e in enumerate(engines.ids) if e in known},
+                engines.controller_gone)
             engines.mark_used()
             self._engine_pids = check_engines(self.dispatcher, engines.ids, env,
                                               engines.restart_advice(self.spec.name))

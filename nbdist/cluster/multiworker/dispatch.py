@@ -24,7 +24,15 @@ import psutil
 
 from ...errors import ConfigError
 from ...telemetry.run import RunObserver
-from ..failures import ClusterError, WorkerDied, WorkerHung, WorkerStuck, describe_exception
+from ..failures import (
+    ClusterError,
+    ControllerDied,
+    WorkerDied,
+    WorkerHung,
+    WorkerStuck,
+    controller_died_message,
+    describe_exception,
+)
 from .monitor import HUNG_AFTER_S, ClusterMonitor
 from .output import WorkerOutput
 from .stall import ANSWER_S, diagnose, stacks_text, stuck_message
@@ -39,6 +47,9 @@ GIVE_UP_S = 20.0
 STOPPED_S = 1.0
 #: Without any run on the workers (plain code), SIGINT is sent after this long.
 NO_RUN_SIGINT_S = 0.5
+#: What is lost with multiworker's workers when they must be ended.
+WORKER_STATE = ("the workers' state: the models, optimizers, datasets and variables your "
+                "`%%distribute` cells built on them")
 
 
 class Dispatcher:
@@ -46,8 +57,10 @@ class Dispatcher:
 
     def __init__(self, client: Any, engine_ids: list[int], monitor: ClusterMonitor,
                  signal_workers: Callable[..., None],
-                 pids: dict[int, int] | None = None):
+                 pids: dict[int, int] | None = None,
+                 controller_gone: Callable[[], int | None] = lambda: None):
         self.client = client
+        self.controller_gone = controller_gone   # EngineSet.controller_gone
         self.engine_ids = engine_ids
         self.monitor = monitor
         self.signal_workers = signal_workers
@@ -78,6 +91,7 @@ class Dispatcher:
     def _check_alive(self) -> None:
         """Refuse to dispatch to workers known dead (killed between cells, out of memory): the
         others would wait for them in their first collective."""
+        self._check_controller(before_cell=True)
         dead = self.dead_workers()
         if dead:
             raise WorkerDied(_died_message(dead, self.pids, {}, self.monitor, True))
@@ -165,7 +179,26 @@ class Dispatcher:
                 dead.append(worker)
         return dead
 
+    def _check_controller(self, before_cell: bool = False) -> None:
+        """The controller died: nothing reaches the workers, nor comes back from them. Their
+        last rows are collected (they come over the channel), then they are ended."""
+        pid = self.controller_gone()
+        if pid is None:
+            return
+        workers = list(range(len(self.engine_ids)))
+        steps = [h.step for h in self.monitor.health if h.step is not None]
+        if before_cell:
+            during = " since the last cell, so this cell was not run" + (
+                f" (its last run ended at step {max(steps)})" if steps else "")
+        else:
+            self.monitor.collect_unsent_rows(sorted(self.monitor.running_workers()))
+            steps += [r.steps_done for r in self.monitor.runs() if r.status == "running"]
+            during = " during this cell" + (f", after step {max(steps)}" if steps else "")
+        self.signal_workers(signal.SIGKILL, workers)
+        raise ControllerDied(controller_died_message(pid, during, WORKER_STATE))
+
     def _check_health(self, results: dict[int, Any], output: WorkerOutput) -> None:
+        self._check_controller()
         dead = self.dead_workers()
         if dead:
             survivors = self._let_survivors_finish(results, dead, output)
