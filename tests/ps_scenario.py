@@ -365,6 +365,76 @@ def fault_scenario(ip):
     _, out["ps_again_error"] = cell(ip, "%distribute parameter_server")
 
 
+# Worker 1's dataset function reads a record it cannot parse at its 41st batch (32 records
+# a batch): the failing operation is made on cell line 6.
+BAD_INPUT = """%%distribute
+def bad_fn(input_context):
+    worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+    def parse(i):
+        text = tf.where((worker == 1) & (i >= 40 * 32), "bad", "1.5")
+        x = tf.fill((4,), tf.strings.to_number(text))
+        return x, tf.reduce_sum(x, keepdims=True)
+    return tf.data.Dataset.range(10**6).map(parse).batch(32)
+"""
+
+
+def _restart_and_train(ip, key):
+    """`%distribute restart`, the setup cell, 20 steps: the seconds of each part."""
+    import nbdist
+
+    started = time.monotonic()
+    _, out[f"{key}_restart_error"] = cell(ip, "%distribute restart")
+    restarted = time.monotonic()
+    _, out[f"{key}_rebuild_error"] = cell(ip, SETUP)
+    _, out[f"{key}_retrain_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 20"))
+    out[f"{key}_retrain_run"] = frame_summary(nbdist.runs[-1])
+    out[f"{key}_restart_s"] = restarted - started
+    out[f"{key}_retrain_s"] = time.monotonic() - restarted
+
+
+def stall_scenario(ip):
+    """A worker stopped (SIGSTOP) mid-run, an exception in a worker's dataset function, the
+    ipyparallel controller killed: each named within seconds; `%distribute restart` trains."""
+    import psutil
+
+    import nbdist
+
+    ip.run_line_magic("distribute", "parameter_server --workers 2 --ps 1")
+    _, out["setup_error"] = cell(ip, SETUP)
+    victim = cluster().pid("worker", 1)
+    out["victim"] = victim
+    thread, stopped = when_rows(lambda: os.kill(victim, signal.SIGSTOP), min_rows=20)
+    try:
+        _, out["stop_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+        out["stop_s"] = time.monotonic() - stopped[0] if stopped else None
+        thread.join()
+        out["stop_run"] = frame_summary(nbdist.runs[-1])
+        out["stop_status"] = status(ip)
+        _restart_and_train(ip, "stop")
+        out["victim_left"] = alive([psutil.Process(victim)]) if psutil.pid_exists(victim) else []
+    finally:   # never leave a stopped process behind
+        if psutil.pid_exists(victim):
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                os.kill(victim, sig)
+
+    _, out["bad_input_error"] = cell(ip, BAD_INPUT)
+    started = time.monotonic()
+    _, out["input_error"] = cell(ip, STEP.format(data="bad_fn", flags="--steps 100000"))
+    out["input_s"] = time.monotonic() - started
+    out["input_run"] = frame_summary(nbdist.runs[-1])
+    _, out["after_input_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 20"))
+    _restart_and_train(ip, "input")
+
+    controller = cluster().engines.controller_pid
+    out["controller"] = controller
+    thread, killed = when_rows(lambda: os.kill(controller, signal.SIGKILL), min_rows=20)
+    _, out["controller_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+    out["controller_s"] = time.monotonic() - killed[0] if killed else None
+    thread.join()
+    out["controller_run"] = frame_summary(nbdist.runs[-1])
+    _restart_and_train(ip, "controller")
+
+
 def profile_scenario(ip):
     """parameter_server on a user's ipyparallel cluster (``--cluster``), engines on this
     machine: nbdist uses them, restarts them at stop and leaves the cluster running."""
@@ -483,6 +553,7 @@ def soak_scenario(ip):
 
 
 SCENARIOS = {"main": main_scenario, "hostbed": hostbed_scenario, "faults": fault_scenario,
+             "stall": stall_scenario,
              "profile": profile_scenario,
              "ps_restart": ps_restart_scenario, "soak": soak_scenario,
              "input": lambda ip: input_scenario(ip, out, cell, status),

@@ -332,6 +332,67 @@ def test_stop_after_faults_returns_leaves_nothing_and_says_restart_the_kernel(fa
         assert faults[key].startswith("ConfigError:") and "Restart the kernel" in faults[key]
 
 
+@pytest.fixture(scope="module")
+def stall():
+    return scenario("stall")
+
+
+def _restarted_and_trained(out, key):
+    """`%distribute restart` after the fault, then the setup cell and 20 steps train."""
+    for part in ("restart", "rebuild", "retrain"):
+        assert out[f"{key}_{part}_error"] is None, out[f"{key}_{part}_error"]
+    assert out[f"{key}_retrain_run"]["status"] == "done"
+    assert out[f"{key}_retrain_run"]["rows"] == 20
+    print(f"\n{key}: restart {out[key + '_restart_s']:.1f} s, setup + 20 steps "
+          f"{out[key + '_retrain_s']:.1f} s")
+
+
+def test_a_stopped_worker_is_named_with_its_step_and_the_run_fails(stall):
+    """SIGSTOP on worker 1 once the run has 20 rows: ClusterCoordinator would wait for the
+    step it holds for ever; the cell ends within seconds naming it, and the run is failed."""
+    assert stall["setup_error"] is None
+    error, victim = stall["stop_error"], stall["victim"]
+    steps = stall["stop_run"]["by_worker"]["1"]
+    assert error.startswith(f"WorkerStuck: worker 1 (pid {victim}) is stopped (SIGSTOP / state "
+                            f"T) after its step {steps} (the run's step "
+                            f"{stall['stop_run']['steps']})"), error
+    assert "The others ran on: worker 0 (" in error and "%distribute restart" in error, error
+    print(f"\nSIGSTOP -> cell error {stall['stop_s']:.1f} s")
+    assert stall["stop_s"] < 10, "the cell went on waiting for the stopped worker"
+    assert stall["stop_run"]["status"] == "failed"   # never "done": a step never came back
+    assert "BROKEN: worker 1 (pid" in stall["stop_status"]
+    _restarted_and_trained(stall, "stop")
+    assert stall["victim_left"] == []    # restart resumed it, then ended it
+
+
+def test_an_error_in_a_workers_dataset_function_names_the_worker_step_and_line(stall):
+    error = stall["input_error"]
+    run = stall["input_run"]
+    assert error.startswith("WorkerError: worker 1 (pid "), error
+    assert (f"its input (--data bad_fn) failed after its step 40 (the run's step "
+            f"{run['steps']}): InvalidArgumentError: StringToNumberOp could not correctly "
+            "convert string: bad") in error, error
+    assert "cell line 6 of the cell that defines bad_fn: x = tf.fill((4,), " \
+           "tf.strings.to_number(text))" in error, error
+    assert "GRPC" not in error and "Op:__inference" not in error, error   # no raw dump
+    assert run["status"] == "failed" and run["by_worker"]["1"] == 40
+    assert stall["input_s"] < 10, stall["input_s"]
+    assert stall["after_input_error"] is None   # the cluster still trains
+    _restarted_and_trained(stall, "input")
+
+
+def test_a_killed_controller_is_named_with_what_is_lost(stall):
+    error = stall["controller_error"]
+    assert error.startswith(f"TaskDied: The ipyparallel controller (pid {stall['controller']}) "
+                            "died during this cell, after step"), error
+    assert "no worker failed" in error and "parameter servers" in error, error
+    assert "%distribute restart" in error and "re-run the `%%distribute` cells" in error
+    print(f"\ncontroller SIGKILL -> cell error {stall['controller_s']:.1f} s")
+    assert stall["controller_s"] < 10, stall["controller_s"]
+    assert stall["controller_run"]["status"] == "failed"
+    _restarted_and_trained(stall, "controller")
+
+
 # -- --cluster PROFILE: a user's ipyparallel cluster ---------------------------------------------
 
 def test_too_few_engines_in_the_profile_is_a_clear_error(user_cluster):

@@ -16,70 +16,22 @@ the bound doubles, so a slow but healthy run is never aborted by this rule.
 
 from __future__ import annotations
 
-import statistics
-import threading
-import time
-from collections import deque
 from typing import Any
 
-STALL_FACTOR = 10.0
-STALL_WINDOW = 20
-STALL_FLOOR_S = 5.0
-FIRST_STEP_S = 60.0
+from ..progress import (  # noqa: F401 - the rule's numbers, read here by tests and docs
+    FIRST_STEP_S,
+    STALL_FACTOR,
+    STALL_FLOOR_S,
+    STALL_WINDOW,
+    StallWatch,
+    rule_text,
+)
+
 #: How long the kernel waits for the workers' stacks.
 ANSWER_S = 2.0
 
 _PHASE = {"input": "reading its input (--data)", "step": "in its training step",
           "fit": "in model.fit", "cell": "running the cell"}
-
-
-class StallWatch:
-    """Progress of the running cell: when a step last finished, the recent step times."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._times: deque[float] = deque(maxlen=STALL_WINDOW)
-        self.last_progress = time.monotonic()
-        self._extra = 1.0   # doubles after each stall with no culprit
-
-    def started(self) -> None:
-        """A worker started a run."""
-        with self._lock:
-            self.last_progress = time.monotonic()
-            self._times.clear()
-            self._extra = 1.0
-
-    def progressed(self, step: int, seconds: float | None) -> None:
-        """A worker finished ``step`` in ``seconds`` (input included; None if unknown)."""
-        with self._lock:
-            self.last_progress = time.monotonic()
-            if step > 0 and seconds is not None and seconds >= 0:   # step 0 traces
-                self._times.append(seconds)
-
-    def bound(self) -> float:
-        with self._lock:
-            if not self._times:
-                return FIRST_STEP_S * self._extra
-            return max(STALL_FACTOR * statistics.median(self._times), STALL_FLOOR_S) * self._extra
-
-    def median(self) -> float | None:
-        with self._lock:
-            return statistics.median(self._times) if self._times else None
-
-    def silent_for(self) -> float:
-        """Seconds since a worker last finished a step (or the run started)."""
-        return time.monotonic() - self.last_progress
-
-    def stalled_for(self) -> float | None:
-        """Seconds since the last step if that exceeds the bound, else None."""
-        silent = time.monotonic() - self.last_progress
-        return silent if silent > self.bound() else None
-
-    def no_culprit(self) -> None:
-        """A stall whose stacks showed nobody to blame: wait twice as long next time."""
-        with self._lock:
-            self._extra *= 2
-            self.last_progress = time.monotonic()
 
 
 def diagnose(stacks: dict[int, dict[str, Any] | None]) -> tuple[list[int], list[int]]:
@@ -96,9 +48,7 @@ def stuck_message(stalled_s: float, bound: float, median: float | None,
                   stopped: bool = False) -> str:
     """The error text: who is stuck, where (the user's cell line), who waits for it.
     ``stopped``: found because a worker's process is stopped, before the stall limit."""
-    rule = (f"the limit is max({STALL_FACTOR:g} x the median step time of the last "
-            f"{STALL_WINDOW} steps ({median * 1e3:.0f} ms), {STALL_FLOOR_S:g} s) = {bound:.1f} s"
-            if median is not None else f"the limit before the first steps is {bound:.0f} s")
+    rule = rule_text(bound, median)
     parts = [f"A worker's process has been stopped for {stalled_s:.1f} s (SIGSTOP, or a "
              "debugger): the others cannot go on without it." if stopped else
              f"The run stalled: no worker finished a step for {stalled_s:.1f} s ({rule})."]

@@ -14,6 +14,7 @@ metrics are fetched by the coordinator itself, so no telemetry channel is needed
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
@@ -30,13 +31,13 @@ from ...tflogs import worker_environment
 from ...words import count
 from ..engines import make as make_engines
 from ..engines.base import START_TIMEOUT_S, ClusterStartError, EngineSet
-from ..failures import ClusterError, WorkerError, build_error
+from ..failures import ClusterError, WorkerError, build_error, controller_died_message
 from ..inengine import ps_server
 from ..lifecycle import ClusterLifecycle, live
 from . import context as ps_context
 from . import fit as ps_fit
 from .faults import PSFaults
-from .health import TaskProcesses, job_name
+from .health import CLUSTER_STATE, TaskDied, TaskProcesses, job_name
 from .rowbuffer import WorkerRows
 from .stepfn import worker_positions
 from .steps import PSStepLoop, require_known_length, ring_capacity
@@ -163,6 +164,9 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         if self._atomic is not None:
             self._atomic.__exit__(None, None, None)
             self._atomic = None
+        for job, index in self.tasks if self.engines is not None else ():
+            if self.state(job, index) == "stopped":   # TensorFlow must let go of it first
+                self.signal_task(signal.SIGCONT, job, index)
         if self.coordinator is not None:
             ps_context.disconnect(self.coordinator, worker_died=bool(self.dead_workers))
             self.coordinator = self.strategy = None
@@ -193,6 +197,11 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         return tuple(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(self.n))
 
     def _usable(self) -> None:
+        gone = self.controller_gone()
+        if gone is not None and not self.broken:
+            self.broken = "its ipyparallel controller died."
+            raise TaskDied(controller_died_message(
+                gone, " since the last cell, so this cell was not run", CLUSTER_STATE))
         if self.broken:
             raise ClusterError(f"The parameter-server cluster is unusable: {self.broken} Run "
                                "`%distribute restart` to start fresh processes.")

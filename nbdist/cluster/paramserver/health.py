@@ -32,6 +32,15 @@ class ProcessWatch:
     def describe(self, job: str, index: int) -> str:
         raise NotImplementedError
 
+    def state(self, job: str, index: int) -> str:
+        """The task's process state: "stopped", "running", "sleeping", ... ("unknown" where
+        it cannot be seen from here)."""
+        return "unknown"
+
+    def controller_gone(self) -> int | None:
+        """The ipyparallel controller's pid once it died (``EngineSet.controller_gone``)."""
+        return None
+
 
 class TaskProcesses(ProcessWatch):
     """``ProcessWatch`` for a cluster of ipyparallel engines, one task each (the backend:
@@ -63,6 +72,18 @@ class TaskProcesses(ProcessWatch):
         except psutil.NoSuchProcess:
             return False
 
+    def state(self, job: str, index: int) -> str:
+        pid = self.pid(job, index)
+        if pid is None or not self.is_local(job, index):
+            return "unknown"
+        try:
+            return str(psutil.Process(pid).status())
+        except psutil.NoSuchProcess:
+            return "gone"
+
+    def controller_gone(self) -> int | None:
+        return self.engines.controller_gone() if self.engines is not None else None
+
     def dead(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {"worker": [], "ps": []}
         for job, index in self.tasks:
@@ -87,6 +108,11 @@ class TaskProcesses(ProcessWatch):
 
 class TaskDied(ClusterError):
     """A parameter server (or every worker) is gone: the run cannot go on."""
+
+
+#: What is lost with the parameter-server cluster's processes.
+CLUSTER_STATE = ("the model's variables on the parameter servers (the models and optimizers "
+                 "your `%%distribute` cells built) and the datasets made on the workers")
 
 
 def drain(pending: deque[Any], record: Callable[..., None], quiet: bool = False) -> None:

@@ -63,15 +63,16 @@ class WorkerRows:
             self.ring.scatter_nd_update([[self.capacity, 0]], tf.reshape(count + 1, [1]))
 
     def take(self, dead: Callable[[], set[int]]) -> list[np.ndarray]:
-        """The rows appended since the last ``take``, each worker's in order. A worker that
-        cannot be read and is in ``dead()`` is left out from then on; any other error is
-        raised."""
+        """The rows appended since the last ``take``, each worker's in order. Workers in
+        ``dead()`` (dead, or stopped) are not read; one that cannot be read and is in
+        ``dead()`` then is left out from then on; any other error is raised."""
         values = per_worker_variable_values(self.ring)
         if values is None:   # not traced yet, or TensorFlow changed: all workers at once
             return self._rows_of(enumerate(self.ring.read_all()))
         tables = []
+        unreadable = dead()   # a stopped worker's read would wait for it: not tried
         for index, value in enumerate(values):
-            if index in self.gone:
+            if index in self.gone or index in unreadable:
                 continue
             try:
                 tables.append((index, value.get()))

@@ -48,8 +48,18 @@ from ...step.runner import TimingPacer
 from ...telemetry.probe import BATCH_SIZE
 from ...telemetry.run import Run, RunWriter
 from ...words import count
-from .health import ProcessWatch, TaskDied, dead_message, dead_message_after, ready
+from ..failures import WorkerStuck, controller_died_message
+from .health import (
+    CLUSTER_STATE,
+    ProcessWatch,
+    TaskDied,
+    dead_message,
+    dead_message_after,
+    ready,
+)
+from .inputerror import input_error
 from .rowbuffer import WorkerRows
+from .stall import PSStall
 from .stepfn import DIGEST, SPANS, Scheduler, compile_step
 
 #: Steps scheduled ahead of the oldest unfinished one, per worker (TensorFlow's tutorial
@@ -128,6 +138,7 @@ class PSStepLoop(StepLoop):
     _finished: int = 0      # steps finished (their rows are in the workers' rings)
     _recorded: int = 0      # rows recorded into the Run
     _next_take: float = 0.0
+    _stall: PSStall | None = None   # a worker stopped or stuck (``stall``), from the first step
 
     def execute(self) -> Run:
         per_epoch = require_known_length(self.spec.data, self.per_epoch)
@@ -151,13 +162,19 @@ class PSStepLoop(StepLoop):
                 f"nbdist.runs[-1] (run {self.run.id}). The cluster is still usable.")
 
     def _failure(self, err: Exception) -> BaseException | None:
-        if isinstance(err, TaskDied):
+        if isinstance(err, (TaskDied, WorkerStuck)):   # no drain: its steps never finish
             return err
         died = self._dead_message_after(err)
         if died:
             return TaskDied(died)
         if type(err).__name__ in RAISED_BY_THE_STEP:
             self._drain(quiet=True)   # the workers answer: keep the rows of the steps that ran
+            failed_input = input_error(
+                err, self.spec.data, self.user_ns.get(self.spec.data or ""),
+                lambda w: self.watch.describe("worker", w),
+                lambda w: int((self.run.metrics["worker"] == w).sum()), self.run.steps_done)
+            if failed_input is not None and type(err).__name__ != "OutOfRangeError":
+                return failed_input
         if type(err).__name__ == "OutOfRangeError":
             return DataError(
                 f"--data {self.spec.data}: a worker's dataset ran out after step "
@@ -184,6 +201,7 @@ class PSStepLoop(StepLoop):
         total = per_epoch * self.spec.epochs
         window = WINDOW_PER_WORKER * self.workers
         self._pacer = TimingPacer(self.spec.timing_every)
+        self._stall = PSStall(self.workers, lambda w: self.watch.state("worker", w))
         self._next_step = first
         self.rows.take(self._dead)   # rows an earlier failed run left unread are not ours
         for step in range(first, total):
@@ -247,6 +265,8 @@ class PSStepLoop(StepLoop):
         while wait and not ready(self._pending[0]):
             self.interrupts.check()
             self._check_health()
+            if take and time.monotonic() >= self._next_take:   # the others' steps go on
+                self._take()
             time.sleep(0.002)
         while self._pending and ready(self._pending[0]):
             self._pending[0].fetch()   # None, or the step's error raised
@@ -290,6 +310,9 @@ class PSStepLoop(StepLoop):
             replica=0, extra=extra, wall_time=values["t_end"],
         )
         self._recorded += 1
+        if self._stall is not None:
+            self._stall.recorded(int(values["worker"]), step,
+                                 (ms["step_ms"] + ms["data_ms"]) / 1e3)
         if self._pacer is not None:   # spaces timed steps from the last scheduled one
             self._pacer.observe(self._scheduled, ms["step_ms"], timed)
         self.check_finite(step, [values["loss"]], worker=int(values["worker"]),
@@ -315,7 +338,9 @@ class PSStepLoop(StepLoop):
         self._compare_first_batches()   # a worker that ran no step: the others' are compared
 
     def _dead(self) -> set[int]:
-        return set(self.watch.dead().get("worker", []))
+        """Workers whose rows cannot be read: dead, or stopped (a read would wait for it)."""
+        return set(self.watch.dead().get("worker", [])) | {
+            w for w in range(self.workers) if self.watch.state("worker", w) == "stopped"}
 
     # -- health ----------------------------------------------------------------------------
     def _check_health(self) -> None:
@@ -323,9 +348,18 @@ class PSStepLoop(StepLoop):
         if now < self._next_check:
             return
         self._next_check = now + HEALTH_EVERY_S
+        gone = self.watch.controller_gone()
+        if gone is not None:
+            raise TaskDied(controller_died_message(
+                gone, f" during this cell, after step {self.run.steps_done}", CLUSTER_STATE))
         dead = self.watch.dead()
         if dead.get("ps") or len(dead.get("worker", [])) == self.workers:
             raise TaskDied(self._dead_message())
+        if self._stall is not None:
+            found = self._stall.culprits(set(dead.get("worker", [])))
+            if found is not None:
+                raise WorkerStuck(self._stall.message(
+                    *found, lambda w: self.watch.describe("worker", w), self.run.steps_done))
         for index in dead.get("worker", []):
             if index not in self._dead_seen:
                 self._dead_seen.add(index)
