@@ -613,6 +613,7 @@ def test_an_exception_in_one_workers_input_ends_the_cell_in_seconds_with_its_lin
     assert isinstance(err, WorkerError), repr(err)
     text = str(err)
     assert text.startswith("[worker 1] ValueError: bad record at example 640"), text
+    assert "raised after step 40;" in text, text
     assert "worker 0 waited for it in a collective and was ended" in text, text
     assert "%distribute restart" in text and err.cell_line == 5
     shown = "\n".join(err._render_traceback_())
@@ -627,6 +628,40 @@ def test_an_exception_in_one_workers_input_ends_the_cell_in_seconds_with_its_lin
     assert cluster().broken
     with pytest.raises(ClusterError, match="restart"):
         mw.run_cell("%%distribute\n1", store_history=False).raise_error()
+
+
+# A dataset function (--data takes one: each worker calls it with its InputContext) whose
+# source raises on worker 1 at its 41st batch of GLOBAL_BATCH / 2, on cell line 6.
+RAISING_FN = """%%distribute
+def bad_fn(input_context):
+    def bad_source():
+        for i in range(10**6):
+            if nbdist_worker == 1 and i == GLOBAL_BATCH * 20:
+                raise ValueError("bad record at example %d" % i)
+            yield xs[i % len(xs)], ys[i % len(ys)]
+    return tf.data.Dataset.from_generator(bad_source, output_signature=(
+        tf.TensorSpec((4,), tf.float32), tf.TensorSpec((1,), tf.float32))
+    ).batch(input_context.get_per_replica_batch_size(GLOBAL_BATCH), drop_remainder=True)
+"""
+
+
+def test_an_exception_in_one_workers_dataset_function_names_it_its_step_and_line(mw, capsys):
+    run_ok(mw, RAISING_FN)
+    err = run_err(mw, STEP.format(data="bad_fn", flags="--steps 100000"))
+    returned = time.time()
+    run = nbdist.runs[-1]
+    took = returned - run.metrics["wall_time"].max()
+    with capsys.disabled():
+        print(f"\ndataset function raised after step {run.steps_done}: cell error {took:.1f} s")
+    assert isinstance(err, WorkerError), repr(err)
+    text = str(err)
+    assert text.startswith("[worker 1] ValueError: bad record at example 640"), text
+    assert "raised after step 40;" in text and err.cell_line == 6, (text, err.cell_line)
+    shown = "\n".join(err._render_traceback_())
+    assert "cell line 6 (in <nbdist-cell-" in shown and "raise ValueError" in shown, shown
+    assert run.status == "failed" and run.steps_done == 40
+    assert took < 10, "worker 0 was left waiting in its collective"
+    _restart_and_train(mw, capsys)
 
 
 def test_a_day_of_training_cells_leaves_no_thread_or_file_behind(mw):

@@ -186,6 +186,8 @@ def build_error(failures: dict[int, dict[str, Any]], total: int,
     others = sorted(set(failures) - set(same))
     where = f"[{_workers(same)}]" if len(same) < total else f"[all {total} workers]"
     notes = []
+    if root.get("step") is not None:   # a step cell: where in the run it failed
+        notes.append(f"raised after step {root['step']}")
     if others:
         kinds = sorted({failures[w]["type"] for w in others})
         notes.append(f"{_workers(others)} then failed with {', '.join(kinds)}"

@@ -57,6 +57,7 @@ def _run_step(key: str, filename: str) -> dict[str, Any]:
     from ...backends.cells import step_checkpoint
     from ...step.runner import StepRunner
 
+    run = None
     try:
         st = state()
         if key not in _PREPARED:
@@ -82,7 +83,10 @@ def _run_step(key: str, filename: str) -> dict[str, Any]:
         return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
                                       "notes": run.notes, "bytes": run.allreduce_bytes}}
     except BaseException as err:
-        return {"ok": False, "error": describe_exception(err, filename=filename)}
+        error = describe_exception(err, filename=filename)
+        if run is not None:   # the steps this worker finished before it failed
+            error["step"] = run.steps_done
+        return {"ok": False, "error": error}
 
 
 def _input_digest_sender(st: Any, key: str) -> Any:
