@@ -48,6 +48,8 @@ def scenario(name: str) -> dict:
                       f"{done.stderr[-3000:]}"
         result = json.loads(lines[-1][len("RESULT:"):])
         result["_stderr"] = done.stderr
+        result["_stdout"] = "\n".join(ln for ln in done.stdout.splitlines()
+                                      if not ln.startswith("RESULT:"))
         errors = {k: v for k, v in result.items() if k.endswith("error") and v}
         assert "crash" not in result, f"{result['crash']}\nerrors seen before it: {errors}"
         _results[name] = result
@@ -379,6 +381,15 @@ def test_an_error_in_a_workers_dataset_function_names_the_worker_step_and_line(s
     assert stall["input_s"] < 10, stall["input_s"]
     assert stall["after_input_error"] is None   # the cluster still trains
     _restarted_and_trained(stall, "input")
+
+
+def test_the_coordinators_failure_logs_are_kept_out_of_the_cells(stall):
+    """What TensorFlow's coordinator logs while it handles these failures (gRPC dumps of each
+    cancelled step) is in the collapsed worker logs, not in the cells' output."""
+    shown = stall["_stdout"]
+    assert "ERROR:tensorflow" not in shown and "Graph execution error" not in shown, shown
+    assert "Additional GRPC error" not in shown, shown
+    assert "nbdist: worker logs: the cluster's failure (" in shown, shown
 
 
 def test_a_killed_controller_is_named_with_what_is_lost(stall):

@@ -8,7 +8,8 @@ lines that bury nbdist's own one-paragraph error. ``ENGINE_LOG`` is the logger n
 ipyparallel's ``Cluster``: those records are kept here (``LOGS``, the last ``KEEP``) and shown
 once at the end of the cell they arrive in, as one collapsed "worker logs" block (an HTML
 ``<details>``; one summary line where only text is shown). Other records pass on to the
-``nbdist.cluster`` logger as before.
+``nbdist.cluster`` logger as before. ``keep`` adds other libraries' logs of a failing cluster
+to the same block (TensorFlow's coordinator: ``paramserver.steps``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import threading
 from typing import Any
 
-__all__ = ["ENGINE_LOG", "LOGS", "WorkerLogs", "show_pending"]
+__all__ = ["ENGINE_LOG", "LOGS", "WorkerLogs", "keep", "show_pending"]
 
 #: How many exit records are kept for ``LOGS`` (each holds up to 100 lines of an engine's log).
 KEEP = 20
@@ -50,6 +51,14 @@ class WorkerLogs(logging.Filter):
             self._pending.append(text)
             self._show_after_cell()
         return False
+
+    def keep(self, text: str) -> None:
+        """Keep ``text`` (another library's log of a failing cluster, e.g. TensorFlow's
+        coordinator) for the collapsed block, as the exit records are."""
+        with self._lock:
+            self.kept.append(text)
+            self._pending.append(text)
+            self._show_after_cell()
 
     def _show_after_cell(self) -> None:
         """Show what is pending when the running (or next) cell ends, in that cell."""
@@ -86,9 +95,10 @@ def _bundle(texts: list[str]) -> dict[str, str]:
     lines = sum(t.count("\n") + 1 for t in texts)
     exited = [t.split(":", 1)[0].removeprefix("Output for ") for t in texts
               if t.startswith("Output for ")]
+    stopped = any(t.startswith(_EXIT_MESSAGES) for t in texts)
     who = (f"engine process{'es' if len(exited) > 1 else ''} {', '.join(exited)} exited"
-           if exited else "engines stopped")
-    title = f"worker logs: {who} ({lines} lines from ipyparallel)"
+           if exited else "engines stopped" if stopped else "the cluster's failure")
+    title = f"worker logs: {who} ({lines} lines from ipyparallel and TensorFlow)"
     body = "\n\n".join(texts)
     return {
         "text/plain": f"nbdist: {title}; nbdist.cluster.engines.enginelogs.LOGS keeps them.",
@@ -105,3 +115,4 @@ ENGINE_LOG.addFilter(_filter)
 #: The exit records kept (newest last), each an engine's last lines of output.
 LOGS = _filter.kept
 show_pending = _filter.show_pending
+keep = _filter.keep

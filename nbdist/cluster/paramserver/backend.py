@@ -40,7 +40,7 @@ from .faults import PSFaults
 from .health import CLUSTER_STATE, TaskDied, TaskProcesses, job_name
 from .rowbuffer import WorkerRows
 from .stepfn import worker_positions
-from .steps import PSStepLoop, require_known_length, ring_capacity
+from .steps import COORDINATOR_LOGS, PSStepLoop, require_known_length, ring_capacity
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
@@ -85,6 +85,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         self.rows: WorkerRows | None = None   # step rows wait on the workers (rowbuffer)
         self.positions: Any = None   # each worker's count of its steps (stepfn)
         self._atomic: Any = None   # hooks.keras.atomic_variable_updates while started
+        self._logs: Any = None     # steps.COORDINATOR_LOGS.diverted() while started
         self.faults = PSFaults(lambda sig, w: self.signal_task(sig, "worker", w), self.n)
 
     @classmethod
@@ -120,6 +121,8 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
             addresses = engines.task_addresses()
             self.cluster_spec = {"worker": addresses[:self.n], "ps": addresses[self.n:]}
             self._serve()
+            self._logs = COORDINATOR_LOGS.diverted()   # until stop: its threads log late
+            self._logs.__enter__()
             self.strategy, self.coordinator = ps_context.connect(self.cluster_spec,
                                                                  self.spec.partitioner)
             self._atomic = atomic_variable_updates()   # workers update metrics concurrently
@@ -172,6 +175,9 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
             self.coordinator = self.strategy = None
         killed = self.engines.stop(quit_fn=ps_server.exit_soon) if self.engines is not None else []
         self.engines = None
+        if self._logs is not None:
+            self._logs.__exit__(None, None, None)
+            self._logs = None
         self._stopped()
         return killed
 

@@ -48,6 +48,7 @@ from ...step.runner import TimingPacer
 from ...telemetry.probe import BATCH_SIZE
 from ...telemetry.run import Run, RunWriter
 from ...words import count
+from ..engines.enginelogs import keep
 from ..failures import WorkerStuck, controller_died_message
 from .health import (
     CLUSTER_STATE,
@@ -378,31 +379,54 @@ class PSStepLoop(StepLoop):
         return dead_message(self.watch, self.run.steps_done)
 
 
-class _RecoveryLogFilter(logging.Filter):
-    """Drops (and counts) the coordinator's own log records: when a worker fails it logs
-    every retried closure with a gRPC dump, dozens of lines nbdist replaces by one note."""
+class CoordinatorLogs(logging.Filter):
+    """Keeps the coordinator's own log records out of the cell: when a worker fails it logs
+    every cancelled or retried step with a gRPC dump, dozens of lines that nbdist replaces by
+    one error. They go to the collapsed worker logs (``engines.enginelogs``), counted.
+    Installed on TensorFlow's logger while a cluster is connected (``diverted``): the
+    coordinator's threads also log after a cell has ended, while the cluster stops."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dropped = 0
+        self._users = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.pathname.endswith(COORDINATOR_LOG_FILE):
-            self.dropped += 1
-            return False
-        return True
+        if not record.pathname.endswith(COORDINATOR_LOG_FILE):
+            return True
+        self.dropped += 1
+        try:
+            keep(f"TensorFlow's ClusterCoordinator: {record.getMessage()}")
+        except Exception:  # a record that cannot format itself: counted, not shown
+            pass
+        return False
+
+    @contextlib.contextmanager
+    def diverted(self) -> Iterator[None]:
+        logger = logging.getLogger("tensorflow")
+        if self._users == 0:
+            logger.addFilter(self)
+        self._users += 1
+        try:
+            yield
+        finally:
+            self._users -= 1
+            if self._users == 0:
+                logger.removeFilter(self)
+
+
+COORDINATOR_LOGS = CoordinatorLogs()
 
 
 @contextlib.contextmanager
 def quiet_recovery_logs(run: Run) -> Iterator[None]:
-    logger = logging.getLogger("tensorflow")
-    quiet = _RecoveryLogFilter()
-    logger.addFilter(quiet)
+    before = COORDINATOR_LOGS.dropped
     try:
-        yield
+        with COORDINATOR_LOGS.diverted():
+            yield
     finally:
-        logger.removeFilter(quiet)
-        if quiet.dropped:
-            run.note(f"TensorFlow's ClusterCoordinator logged {count(quiet.dropped, 'message')} "
-                     "while it handled failures (hidden by nbdist: the failure is described "
-                     "above)")
+        dropped = COORDINATOR_LOGS.dropped - before
+        if dropped:
+            run.note(f"TensorFlow's ClusterCoordinator logged {count(dropped, 'message')} "
+                     "while it handled failures (in the collapsed worker logs below the cell: "
+                     "the failure is described by the cell's error)")
