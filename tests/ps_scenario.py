@@ -331,7 +331,7 @@ def fault_scenario(ip):
     c = cluster()
     _, out["setup_error"] = cell(ip, SETUP)
     out["refused"] = {line: cell(ip, f"%distribute {line}")[1] for line in (
-        "inject stop 1", "inject slow 1", "inject partition 1", "inject kill ps0",
+        "inject slow 1", "inject partition 1", "inject kill ps0",
         "inject kill 2")}
     _, out["inject_kill_error"] = cell(ip, "%distribute inject kill 1 --at-step 20")
     started = time.monotonic()
@@ -433,6 +433,21 @@ def stall_scenario(ip):
     thread.join()
     out["controller_run"] = frame_summary(nbdist.runs[-1])
     _restart_and_train(ip, "controller")
+
+    victim = cluster().pid("worker", 1)
+    out["injected_victim"] = victim
+    try:
+        _, out["inject_stop_error"] = cell(ip, "%distribute inject stop 1 --at-step 10")
+        _, out["injected_stop_error"] = cell(ip, STEP.format(data="long_ds",
+                                                             flags="--steps 100000"))
+        out["injected_stop_run"] = frame_summary(nbdist.runs[-1])
+        out["injected_stop_applied"] = cluster().faults.log[-1].get("applied_at")
+        out["injected_stop_s"] = time.time() - out["injected_stop_applied"]
+    finally:
+        ip.run_line_magic("distribute", "stop")   # resumes the stopped worker, ends it
+        if psutil.pid_exists(victim):
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                os.kill(victim, sig)
 
 
 def profile_scenario(ip):

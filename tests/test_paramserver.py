@@ -285,9 +285,10 @@ def test_stop_leaves_no_process_and_the_kernel_can_use_another_strategy(main):
 
 def test_inject_refuses_what_a_coordinator_cannot_survive_and_status_shows_the_kill(faults):
     refused = faults["refused"]
-    assert "frozen worker hangs the run" in refused["inject stop 1"], refused
+    assert "inject stop 1" not in refused   # offered: the stopped worker is named
     assert "experimental_get_current_worker_index() == 1" in refused["inject slow 1"], refused
     assert "multiworker only" in refused["inject partition 1"], refused
+    assert "`inject stop WORKER`" in refused["inject partition 1"], refused
     assert "only workers can be targeted" in refused["inject kill ps0"], refused
     assert "give the worker, 0..1" in refused["inject kill 2"], refused
     assert re.search(r"kill worker 1 after step 20, sent [\d:]+: applied after step 20",
@@ -365,6 +366,16 @@ def test_a_stopped_worker_is_named_with_its_step_and_the_run_fails(stall):
     assert "BROKEN: worker 1 (pid" in stall["stop_status"]
     _restarted_and_trained(stall, "stop")
     assert stall["victim_left"] == []    # restart resumed it, then ended it
+
+
+def test_inject_stop_at_a_step_is_named_like_a_real_sigstop(stall):
+    assert stall["inject_stop_error"] is None, stall["inject_stop_error"]
+    error = stall["injected_stop_error"]
+    assert error.startswith(f"WorkerStuck: worker 1 (pid {stall['injected_victim']}) is "
+                            "stopped (SIGSTOP / state T) after its step 10 "), error
+    assert stall["injected_stop_run"]["status"] == "failed"
+    assert stall["injected_stop_run"]["by_worker"]["1"] == 10
+    assert stall["injected_stop_s"] < 10, stall["injected_stop_s"]
 
 
 def test_an_error_in_a_workers_dataset_function_names_the_worker_step_and_line(stall):

@@ -8,17 +8,17 @@ and the rows are read after each, so it lands right after the worker's step N):
 
 - ``kill``: SIGKILL. ClusterCoordinator takes the worker as preempted: the steps it held go
   back in the queue, the other workers run them and the run goes on (tutorial 05).
-- every other kind of ``protocol.FAULT_KINDS`` is refused (``OFFERED``). ``stop`` and
-  ``slow`` (``NOT_HERE``): a frozen or paused worker process stalls TensorFlow's
-  ClusterCoordinator, which waits for the steps it holds without a time limit (tried:
-  pausing a worker 0.2 s after each of its recorded steps stalled a 200-step cell for over
-  100 s; where inside the coordinator was not found), and scheduled steps cannot be
-  withdrawn, so the cell would not end, not even on an interrupt. A straggler is made in the
-  step code instead (tutorial 05, section 6).
+- ``stop``: SIGSTOP. The coordinator waits for the step the frozen worker holds without a
+  time limit; nbdist names the stopped worker within a second and fails the run
+  (``stall``), and ``%distribute restart`` resumes it before it starts fresh processes.
+- ``slow`` is refused (``NOT_HERE``): the workers run no nbdist code between their steps,
+  and pausing the process after each step would stall the coordinator as a frozen worker
+  does. A straggler is made in the step code instead (tutorial 05, section 6).
+  The kinds that change a link (``partition``, ``heal``) are not offered here.
 
 Only workers can be targeted. A parameter server lost ends the run at once with an error
 naming it (its variables are gone): kill its process (its pid is in ``%distribute status``)
-to see that. The kinds that change a link (``partition``, ``heal``) are not offered here.
+to see that.
 """
 
 from __future__ import annotations
@@ -35,14 +35,9 @@ from ..injection import check, entry, what
 from ..protocol import FAULT_KINDS
 
 #: The kinds of fault offered under parameter_server: the kernel sends their signal.
-OFFERED = ("kill",)
+OFFERED = ("kill", "stop")
 #: Why a kind is refused here, where there is more to say than ``NOT_OFFERED``.
 NOT_HERE = {
-    "stop": ("`%distribute inject stop` under parameter_server: a frozen worker hangs the "
-             "run. TensorFlow's ClusterCoordinator waits for the steps it holds without a time "
-             "limit (it cannot tell a frozen worker from a slow one), and scheduled steps "
-             "cannot be withdrawn, so the cell would never end, not even on an interrupt. "
-             "Use `inject kill WORKER`: the coordinator re-runs its steps on the others."),
     "slow": ("`%distribute inject slow` under parameter_server: the workers only run the "
              "TensorFlow functions the coordinator sends them (no nbdist code runs between "
              "their steps), and pausing the process stalls the coordinator as a frozen worker "
@@ -51,7 +46,8 @@ NOT_HERE = {
              "section 6)."),
 }
 NOT_OFFERED = ("`%distribute inject {fault}` is offered under multiworker only: under "
-               "parameter_server use `inject kill WORKER` to take a worker away.")
+               "parameter_server use `inject kill WORKER` or `inject stop WORKER` to take a "
+               "worker away.")
 
 
 class PSFaults:
