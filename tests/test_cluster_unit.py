@@ -324,6 +324,39 @@ def test_the_stall_limit_follows_the_median_step_and_doubles_without_a_culprit()
     assert watch.bound() == stall.FIRST_STEP_S
 
 
+def test_a_parameter_server_worker_stopped_or_silent_while_others_step_is_the_culprit():
+    """PSStall: a stopped process is named once seen stopped for STOPPED_S; past the stall
+    limit, the workers that recorded no step for that long while another did are named; with
+    every live worker silent alike nobody is blamed and the limit doubles."""
+    import time
+
+    from nbdist.cluster.paramserver import stall
+    from nbdist.cluster.progress import STALL_FLOOR_S
+
+    states = {0: "sleeping", 1: "stopped"}
+    watch = stall.PSStall(2, states.__getitem__)
+    for step in range(30):
+        watch.recorded(step % 2, step, 0.01)
+    assert watch.culprits(set()) is None                        # seen stopped just now
+    watch._stopped_since[1] -= stall.STOPPED_S + 0.1            # ... a while ago
+    assert watch.culprits(set()) == ([1], "stopped")
+    assert watch.culprits({1}) is None                          # dead: not stopped, not stuck
+    text = watch.message([1], "stopped", lambda w: f"worker {w} (pid 4{w})", 30)
+    assert text.startswith("worker 1 (pid 41) is stopped (SIGSTOP / state T) after its step 15 "
+                           "(the run's step 30): a debugger holds it"), text
+    assert "The others ran on: worker 0 (15 steps)." in text and "%distribute restart" in text
+
+    states[1] = "sleeping"                                      # running again, but silent
+    long_ago = time.monotonic() - 10 * stall.StallWatch().bound()
+    watch.watch.last_progress = watch.last_row[1] = long_ago
+    assert watch.culprits(set()) == ([1], "stuck")
+    text = watch.message([1], "stuck", lambda w: f"worker {w}", 30)
+    assert "worker 1 is stuck after its step 15" in text and "state sleeping" in text, text
+    watch.last_row[0] = long_ago                                # every worker silent alike
+    assert watch.culprits(set()) is None
+    assert watch.watch.bound() == 2 * STALL_FLOOR_S             # the limit doubled
+
+
 def test_inject_partition_refuses_engines_it_cannot_cut_off_one_by_one():
     import re
     import shutil
