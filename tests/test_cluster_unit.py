@@ -495,3 +495,7 @@ def test_ipyparallel_exit_logs_are_kept_off_stderr_and_shown_once_collapsed(
         "nbdist: worker logs: engine process 1 exited (4 lines from ipyparallel)")
     assert bundle["text/html"].startswith("<details class='nbdist-worker-logs'><summary>")
     assert "[IPEngine.1] Handling apply_request" in bundle["text/html"]
+    enginelogs.keep("TensorFlow's ClusterCoordinator: Start cancelling closures due to error")
+    enginelogs.show_pending()
+    assert shown[-1]["text/plain"].startswith(
+        "nbdist: worker logs: the cluster's failure (1 line from TensorFlow)"), shown[-1]

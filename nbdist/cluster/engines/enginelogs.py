@@ -20,6 +20,8 @@ import logging
 import threading
 from typing import Any
 
+from ...words import count
+
 __all__ = ["ENGINE_LOG", "LOGS", "WorkerLogs", "keep", "show_pending"]
 
 #: How many exit records are kept for ``LOGS`` (each holds up to 100 lines of an engine's log).
@@ -96,9 +98,12 @@ def _bundle(texts: list[str]) -> dict[str, str]:
     exited = [t.split(":", 1)[0].removeprefix("Output for ") for t in texts
               if t.startswith("Output for ")]
     stopped = any(t.startswith(_EXIT_MESSAGES) for t in texts)
+    sources = " and ".join(name for name, has in (
+        ("ipyparallel", stopped),
+        ("TensorFlow", not all(t.startswith(_EXIT_MESSAGES) for t in texts))) if has)
     who = (f"engine process{'es' if len(exited) > 1 else ''} {', '.join(exited)} exited"
            if exited else "engines stopped" if stopped else "the cluster's failure")
-    title = f"worker logs: {who} ({lines} lines from ipyparallel and TensorFlow)"
+    title = f"worker logs: {who} ({count(lines, 'line')} from {sources})"
     body = "\n\n".join(texts)
     return {
         "text/plain": f"nbdist: {title}; nbdist.cluster.engines.enginelogs.LOGS keeps them.",
