@@ -9,13 +9,16 @@ the first three on 2 local workers, the partition on 2 simulated hosts:
   seen stopped.
 * stuck input: worker 1's `from_generator` source sleeps for an hour at its 30th batch; the
   fault's time is written by the generator just before it sleeps.
+* controller: the ipyparallel controller killed (SIGKILL) once the run has 30 rows; the
+  fault's time is when its process is seen gone.
 * partition: `%distribute inject partition I --at-step 30` for the worker on host2 of a fresh
   bed of 2 hosts (tests/hostbed.py; skipped with the reason without root); the fault's time
   is when the kernel took the link down.
 
 For each: the median, min and max of fault -> error, and for the two found by the stall rule
 (SIGSTOP, stuck) the same less the stall limit the error states, i.e. detection -> error
-(the spec: <= 10 s).
+(the spec: <= 10 s); and what `%distribute restart` took each time before the next fault
+(then the setup cell), with the machine's load average.
 
     python benchmarks/fault_latency.py [--repeat 5] [--only partition]
 """
@@ -44,7 +47,9 @@ SETUP = cluster_cells.SETUP + cluster_cells.stuck_input("GLOBAL_BATCH // 2 * 30"
 STEP = cluster_cells.STEP.replace("{flags}", "--steps 100000")
 
 
-LOCAL = ("kill", "SIGSTOP", "stuck input")
+LOCAL = ("kill", "SIGSTOP", "stuck input", "controller")
+#: Seconds each `%distribute restart` took (and the setup cell after it).
+RESTARTS: list[tuple[float, float]] = []
 
 
 def _watch(ready) -> list[float]:
@@ -75,10 +80,13 @@ def one(shell, kind: str, stall_file: str) -> tuple[float, float | None]:
 
     backend = current_session().backend
     if backend.broken:
+        started = time.monotonic()
         shell.run_line_magic("distribute", "restart")
+        restarted = time.monotonic()
         backend = current_session().backend
         shell.run_line_magic("distribute", "push STALL_FILE")   # fresh workers: empty
         _ok(shell.run_cell(SETUP, store_history=False))
+        RESTARTS.append((restarted - started, time.monotonic() - restarted))
     victim = psutil.Process(backend.info[1]["pid"])
     if os.path.exists(stall_file):
         os.remove(stall_file)
@@ -88,6 +96,13 @@ def one(shell, kind: str, stall_file: str) -> tuple[float, float | None]:
     elif kind == "SIGSTOP":
         shell.run_line_magic("distribute", "inject stop 1 --at-step 30")
         seen = _watch(lambda: victim.status() == psutil.STATUS_STOPPED)
+    elif kind == "controller":
+        import nbdist
+
+        controller = psutil.Process(backend.engines.controller_pid)
+        before = len(nbdist.runs)
+        seen = _watch(lambda: len(nbdist.runs) > before and nbdist.runs[-1].n_rows >= 30
+                      and (controller.kill() or True))
     else:
         seen = []
     result = shell.run_cell(STEP.format(data="stuck_ds" if kind == "stuck input" else "long_ds"),
@@ -182,6 +197,11 @@ def main() -> None:
                      f"({min(after):.1f}..{max(after):.1f}); spec <= 10 s, ratio "
                      f"{statistics.median(after) / 10:.2f}")
         print(line)
+    if RESTARTS:
+        restart, setup = [r for r, _ in RESTARTS], [t for _, t in RESTARTS]
+        print(f"  %distribute restart {statistics.median(restart):5.1f} s "
+              f"({min(restart):.1f}..{max(restart):.1f}), then the setup cell "
+              f"{statistics.median(setup):.1f} s; load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
