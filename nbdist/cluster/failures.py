@@ -43,8 +43,9 @@ def controller_died_message(pid: int, during: str, lost: str) -> str:
     was not run"); ``lost``, what was lost with the workers."""
     return (f"The ipyparallel controller (pid {pid}) died{during}: its process is gone "
             "(killed, or out of memory). It carries every cell to the workers and their "
-            "results back, so the workers cannot be reached any more and nbdist ended them; "
-            f"no worker failed. Lost with them: {lost}. Run `%distribute restart` for a "
+            "results back, so the workers cannot be reached any more and are ended (an "
+            "engine also exits by itself within a minute of losing its controller); no "
+            f"worker failed. Lost with them: {lost}. Run `%distribute restart` for a "
             "fresh controller and workers, then re-run the `%%distribute` cells that built "
             "that state (model, optimizer, datasets) before training again (with "
             "--checkpoint DIR a step cell resumes after its last saved epoch).")
