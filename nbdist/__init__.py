@@ -15,6 +15,7 @@ from . import widgets as widgets  # registers Run.plot (the Run store imports no
 from .errors import NbdistError
 from .spec import STRATEGY_NAMES, RunSpec, StrategySpec
 from .step import baseline as baseline  # registers Run.explain(baseline=True)
+from .step import inputrate as inputrate  # registers Run.explain's input measurement
 from .telemetry.run import Run, runs
 from .tflogs import set_verbose
 from .version import __version__ as __version__

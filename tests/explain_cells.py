@@ -1,6 +1,7 @@
 """The cells of runs whose bottleneck is known, shared by tests/test_explain.py and
 benchmarks/explain.py: a tiny MLP fed by a ``map`` that sleeps 40 ms a batch (input), the same
-map run 16 in parallel and prefetched (its fix), the MLP on cached input (dispatch, at 4
+map run 16 in parallel and prefetched (its fix), a ``tf.py_function`` map of 12 ms a batch
+run one batch at a time (``ex_py``), the MLP on cached input (dispatch, at 4
 replicas) and a small conv net (nothing to fix). ``MLP_STEP`` takes ``data``, ``steps``,
 ``flags`` and ``model`` (``ex_mlp``; its optimizer is ``{model}_opt``)."""
 
@@ -23,6 +24,13 @@ ex_threads = tf.data.Options()
 ex_threads.threading.private_threadpool_size = 16   # tf.data's default: one thread per core
 ex_slow_fixed = ex_base.map(ex_read, num_parallel_calls=16).repeat().prefetch(
     tf.data.AUTOTUNE).with_options(ex_threads)
+def ex_decode(x, y):
+    time.sleep(0.012)   # stands in for Python work per batch: decoding, augmenting
+    return x, y
+def ex_py_read(x, y):
+    x, y = tf.py_function(ex_decode, [x, y], [tf.float32, tf.float32])
+    return tf.ensure_shape(x, [None, 8]), tf.ensure_shape(y, [None, 3])
+ex_py = ex_base.map(ex_py_read).repeat()
 ex_images = tf.data.Dataset.from_tensor_slices((
     rng.normal(size=(256, 32, 32, 3)).astype("float32"),
     rng.integers(0, 10, size=(256,)).astype("int32"))).batch(64).cache().repeat().prefetch(4)

@@ -18,7 +18,8 @@ from IPython.utils.capture import capture_output
 
 import nbdist
 from nbdist.errors import ConfigError
-from nbdist.telemetry.explain import PARTS
+from nbdist.hooks.tf_data import Stage
+from nbdist.telemetry.explain import PARTS, InputRate, explain
 from nbdist.telemetry.ring import ring_model_ms
 from nbdist.telemetry.run import Run, RunWriter
 
@@ -206,6 +207,82 @@ def test_a_compute_bound_run_has_nothing_to_fix():
     assert "Nothing to fix" in explained._repr_html_()
 
 
+def python_map_rate(ms: float, cpu: float = 0.5, parallel: bool = False) -> InputRate:
+    """A pipeline timed alone at ``ms`` a batch whose third stage maps with tf.py_function."""
+    stages = (Stage("TensorSliceDataset", 0), Stage("BatchDatasetV2", 1),
+              Stage("ParallelMapDatasetV2" if parallel else "MapDataset", 2,
+                    ("tf.py_function",)), Stage("RepeatDataset", 3))
+    return InputRate(ms, cpu, batches=200, seconds=1.1, stages=stages, cores=2)
+
+
+@pytest.mark.unit
+def test_a_python_map_that_sets_the_pace_is_input_with_its_fix_and_prediction():
+    # the rows alone read as dispatch: a short wait, a long dispatch (the interpreter busy
+    # with the map's Python work while it dispatches)
+    run = synthetic(replicas=4, compute=0.1, allreduce=0.3, outside=2.0, data=1.3, ready=0.3)
+    assert run.explain(measure=False).bottleneck == "dispatch"
+    explained = explain(run, input_rate=python_map_rate(6.0))
+    _parts_add_up(explained, run)
+    assert explained.bottleneck == "input", explained.text
+    first = explained.advice[0]
+    assert "Python work in its `map` (stage 3 of 4, MapDataset) runs one batch" in first.text
+    assert "`.map(..., num_parallel_calls=tf.data.AUTOTUNE)`" in first.text
+    assert "`.prefetch(tf.data.AUTOTUNE)` last" in first.text
+    step = explained.breakdown.step_ms.mean()
+    ready = step - explained.breakdown.input.mean()
+    # in parallel on 2 cores the pipeline takes 3 ms a batch: the step with a ready batch
+    # (about 3.3 ms) is then the pace
+    assert first.gain == pytest.approx(step / max(ready, 3.0) - 1, rel=0.01), first.evidence
+    assert "timed alone, the pipeline gives a batch every 6.00 ms" in first.evidence
+    # several steps a call still read one batch a step from the pipeline: no faster than it
+    assert all(a.gain <= step / 6.0 - 1 + 1e-9 for a in explained.advice[1:]), explained.text
+    assert "input pipeline timed alone: 6.00 ms a batch" in explained.text
+    assert "the pipeline sets the pace" in explained.text
+
+
+@pytest.mark.unit
+def test_python_work_that_keeps_a_core_busy_is_cached_not_run_in_parallel():
+    # 5.5 of the pipeline's 6 ms a batch are CPU: on the cores it keeps busy, the Python work
+    # takes turns with the whole step, threads or not
+    run = synthetic(replicas=4, compute=0.1, allreduce=0.3, outside=2.0, data=7.0, ready=0.3)
+    explained = explain(run, input_rate=python_map_rate(6.0, cpu=5.5))
+    assert explained.bottleneck == "input", explained.text
+    first = explained.advice[0]
+    assert "threads cannot run it in parallel" in first.text and "`.cache()`" in first.text
+    step = explained.breakdown.step_ms.mean()
+    ready = step - explained.breakdown.input.mean()
+    assert first.gain == pytest.approx(step / (ready + 5.5) - 1, rel=0.01), first.evidence
+    assert "holds the interpreter 5.50 ms a batch" in first.evidence
+
+
+@pytest.mark.unit
+def test_a_pipeline_that_keeps_up_is_no_input_bottleneck_whatever_the_waits():
+    # 14 ms of waiting in the rows, but the pipeline alone gives a batch every 0.2 ms
+    run = synthetic(compute=2.0, data=15.0, ready=1.0)
+    explained = explain(run, input_rate=python_map_rate(0.2))
+    assert "input" not in [a.kind for a in explained.advice], explained.text
+    assert "the pipeline keeps up" in explained.text
+
+
+@pytest.mark.unit
+def test_an_unmeasured_pipeline_is_said_to_be_inferred():
+    explained = synthetic(compute=2.0, data=15.0, ready=1.0).explain()
+    assert explained.bottleneck == "input"
+    assert ("input: inferred from the step's timings; the pipeline was not timed alone (it "
+            "keeps no step cell") in explained.text
+
+
+@pytest.mark.unit
+def test_replicas_on_shared_cores_are_not_told_to_add_replicas():
+    run = synthetic(replicas=2, compute=[50.0, 48.0], allreduce=1.0, data=1.0, outside=1.0)
+    run.devices = ("/device:CPU:0", "/device:CPU:1")
+    explained = run.explain()
+    assert explained.bottleneck == "balanced"
+    assert "logical devices sharing this machine's" in explained.text
+    assert "more replicas cannot make it faster" in explained.text
+    assert "More replicas or devices" not in explained.text
+
+
 @pytest.mark.unit
 def test_runs_that_cannot_be_explained_say_why():
     with pytest.raises(ConfigError, match="it has 4 step"):
@@ -245,9 +322,34 @@ def test_a_map_that_sleeps_is_named_input(shell):
     text, page, explained = explained_cell(shell, mlp_step("ex_slow", 60))
     assert explained.bottleneck == "input", text
     assert f"Run {nbdist.runs[-1].id}: " in text and "bottleneck: input" in text
-    assert "1. The step waits for its input" in text and "`.prefetch(" in text
+    assert "1. The input pipeline sets the pace: the Python work in its `map`" in text
+    assert "`.prefetch(" in text
     assert "bottleneck: <b>input</b>" in page and "waiting for input" in page
     assert explained.shares["input"] > 0.4, text
+
+
+def test_a_python_map_is_named_input_with_its_fix_the_same_when_measured_again(shell):
+    import tensorflow as tf
+
+    theirs = iter(shell.user_ns["ex_py"])   # the user's own iterator, one batch in
+    first_x = next(theirs)[0].numpy()
+    text, _, explained = explained_cell(shell, mlp_step("ex_py", 40))
+    assert explained.bottleneck == "input", text
+    advice = explained.advice[0]
+    assert "the Python work in its `map`" in advice.text, text
+    assert "num_parallel_calls=tf.data.AUTOTUNE" in advice.text
+    assert "Python work (tf.py_function) in its `map`" in text
+    run = nbdist.runs[-1]
+    assert isinstance(run.input_rate, InputRate) and run.input_rate.batches >= 3
+    assert nbdist.runs[-1].explain().advice[0] == advice   # measured once per run
+    run.input_rate = None                                    # timed again
+    again = run.explain()
+    assert again.bottleneck == "input", again.text
+    assert again.advice[0].gain == pytest.approx(advice.gain, rel=0.25), again.text
+    # the user's iterator goes on where it was
+    second_x = next(theirs)[0].numpy()
+    assert tf.reduce_all(second_x == shell.user_ns["ex_x"][64:128]).numpy()
+    assert (first_x == shell.user_ns["ex_x"][:64]).all()
 
 
 def test_a_tiny_mlp_on_4_replicas_is_named_dispatch(shell):

@@ -365,3 +365,21 @@ def test_untuned_device_pipelines_turn_autotuning_off_only_inside(monkeypatch) -
     monkeypatch.delattr(mdi, "_create_device_dataset")
     with tf_data.untuned_device_pipelines():   # gone: nothing to do
         assert not hasattr(mdi, "_create_device_dataset")
+
+
+def test_pipeline_stages_name_the_stage_that_runs_python() -> None:
+    import tensorflow as tf
+
+    def same(x):
+        return x
+
+    base = tf.data.Dataset.range(8).batch(2)
+    serial = base.map(lambda x: tf.py_function(same, [x], tf.int64)).repeat()
+    parallel = base.map(lambda x: tf.numpy_function(same, [x], tf.int64),
+                        num_parallel_calls=2).prefetch(1)
+    assert [(s.op, s.python) for s in tf_data.pipeline_stages(serial)] == [
+        ("RangeDataset", ()), ("BatchDatasetV2", ()), ("MapDataset", ("tf.py_function",)),
+        ("RepeatDataset", ())]
+    assert [(s.op, s.python) for s in tf_data.pipeline_stages(parallel)][2:] == [
+        ("ParallelMapDatasetV2", ("tf.numpy_function",)), ("PrefetchDataset", ())]
+    assert tf_data.pipeline_stages(object()) is None

@@ -37,6 +37,21 @@ the waiting and the collectives; the straggler's without what it takes beyond th
 added up over the workers of one machine (``Run.machines``), which take turns on its cores,
 plus the collectives at their modelled time.
 
+With an ``InputRate`` (the run's input pipeline timed alone, about a second, by
+``nbdist.step.inputrate``: ``Run.explain()`` measures an ended run of this kernel once), input
+is attributed from measurements rather than inferred: the pipeline sets the pace when, alone,
+it takes about as long per batch as the step takes with a ready batch (the step's time without
+its input wait). Then the first advice is the input's, naming the stage that runs Python or
+one batch at a time, with the step predicted from the measured rates (the pipeline in
+parallel on the process's cores, its Python work on one, since it holds the interpreter, and
+taking turns with the host's own Python work per step), and no other advice is predicted to
+make a step shorter than the pipeline's batch. Where the pipeline cannot be timed (worker
+families, a run still training, data no longer in the notebook) the input's share is
+inferred from the step's timings, and the explanation says so.
+
+Replicas that are logical CPU devices of this machine share its cores: a run whose compute
+dominates is not told that more replicas would help.
+
 With a ``Baseline`` (one replica's speed on the same step, measured by
 ``nbdist.step.baseline``: ``%distribute explain --baseline``), the explanation also gives the
 run's speed-up over one replica and its scaling efficiency, and the measurement decides the
@@ -47,6 +62,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +107,13 @@ TURNS = (0.7, 1.3)
 #: fetching a ready distributed batch is host work of the kind dispatching the step's call is
 #: (per replica, in Python and the executor): at most this many times the call's dispatch
 FETCH_PER_DISPATCH = 2.0
+#: the input pipeline sets the pace when, timed alone, its batch takes at least this share of
+#: the step with a ready batch (the step's own time then hides no more than this of it)
+PACE = 0.9
+#: Python work whose CPU time is at least this share of its pipeline's keeps a core busy
+CPU_BOUND = 0.5
+#: the stages a parallel version of which the advice can name (the op runs one at a time)
+SERIAL = {"MapDataset": "map", "InterleaveDataset": "interleave"}
 #: a gradient under this many bytes costs the all-reduce its latency, not its bandwidth: when
 #: exchanging it outweighs the compute, the model is too small for its replicas
 TINY_BYTES = 1_000_000
@@ -130,6 +153,43 @@ class Baseline:
         return self.steps_per_s * self.batch
 
 
+@dataclass(frozen=True)
+class InputRate:
+    """The run's input pipeline iterated alone (``nbdist.step.inputrate``): ``ms_per_batch``
+    of wall time per element (a step's global batch) and ``cpu_ms_per_batch`` of the process's
+    CPU meanwhile, over ``batches`` elements after the first (``seconds``: the whole
+    measurement); ``stages``: its stages from source to output (``hooks.tf_data.Stage``),
+    empty where its graph could not be read; ``cores``: the cores the process may use."""
+
+    ms_per_batch: float
+    cpu_ms_per_batch: float
+    batches: int
+    seconds: float
+    stages: tuple[Any, ...] = ()
+    cores: int = 1
+
+    @property
+    def python_stage(self) -> Any:
+        """The first stage that runs Python (``tf.py_function``...), None if none does."""
+        return next((s for s in self.stages if s.python), None)
+
+    @property
+    def serial_stages(self) -> list[Any]:
+        """The stages that handle one element at a time and take ``num_parallel_calls``."""
+        return [s for s in self.stages if s.op in SERIAL]
+
+    @property
+    def prefetched(self) -> bool:
+        """A prefetch after the last stage that does the work."""
+        work = [s.index for s in self.stages if s.op in SERIAL or s.python]
+        return any(s.op == "PrefetchDataset" and s.index > max(work, default=-1)
+                   for s in self.stages)
+
+    def stage_name(self, stage: Any) -> str:
+        verb = SERIAL.get(stage.op, stage.op.removesuffix("Dataset"))
+        return f"its `{verb}` (stage {stage.index + 1} of {len(self.stages)}, {stage.op})"
+
+
 @dataclass
 class Explanation:
     """Where a run's step time goes and what to change (``Run.explain()``).
@@ -149,6 +209,10 @@ class Explanation:
     #: one replica's speed on the same step (``explain(baseline=...)``), None if not measured
     baseline: Baseline | None = None
     replicas: int = 1   # replicas in sync over every worker: what the baseline is scaled by
+    #: the run's input pipeline timed alone, or why it was not (its share is then inferred)
+    input_rate: InputRate | str | None = None
+    #: the cores the replicas share (logical CPU devices of this machine), 0 if they do not
+    shared_cores: int = 0
 
     @property
     def speedup(self) -> float:
@@ -211,9 +275,15 @@ class Explanation:
         shares = self.shares
         inside = shares["compute"] + shares["peers"] + shares["turns"]
         if inside >= 0.5:
+            more = ("More replicas or devices are what make it faster." if not
+                    self.shared_cores else
+                    f"The {self.replicas} replicas are logical devices sharing this machine's "
+                    f"{count(self.shared_cores, 'core')}: they take turns on them, so more "
+                    "replicas cannot make it faster; more cores can (a GPU, or workers on other "
+                    "machines).")
             return (f"the replicas' own compute is {inside:.0%} of each step (waiting for each "
                     "other included); input, dispatch and the all-reduce are each under "
-                    f"{WORTH:.0%}. More replicas or devices are what make it faster.")
+                    f"{WORTH:.0%}. {more}")
         top = max(PARTS, key=lambda k: shares[k])
         return (f"no part alone is worth changing: the largest, {PARTS[top]}, is "
                 f"{shares[top]:.0%} of each step.")
@@ -247,12 +317,15 @@ class Explanation:
 
 
 def explain(run: Run, link: tuple[float, float] | None = None,
-            baseline: Baseline | None = None) -> Explanation:
+            baseline: Baseline | None = None,
+            input_rate: InputRate | str | None = None) -> Explanation:
     """The explanation of ``run`` (see the module docstring). ``link``: (bytes/s, one-way
     latency ms) of the link between ranks, if known, for the all-reduce's α-β prediction;
     without it the prediction is the run's own fastest all-reduces. ``baseline``: one
     replica's speed on the same step (``nbdist.step.baseline``), for the scaling efficiency
-    and the advice it measures (replicas slower than one)."""
+    and the advice it measures (replicas slower than one). ``input_rate``: the run's input
+    pipeline timed alone (``nbdist.step.inputrate``), or why it was not (a sentence): the
+    input's share is then inferred from the step's timings."""
     frame = run.metrics
     if run.mode != "step" or not len(frame) or frame.step.max() < STEADY_FROM + 2:
         what = ("it has no step rows" if not len(frame) or run.mode != "step"
@@ -295,12 +368,98 @@ def explain(run: Run, link: tuple[float, float] | None = None,
         facts.append("the replicas take turns on the same cores (their computes add up to the "
                      "step): what one waits for is the others' compute, shown as their turn")
     straggler = _straggler(run, timed, derived, breakdown)
-    advice = _advice(run, breakdown, grouped, ranks, model, straggler)
+    pace = _Pace.of(breakdown, grouped, input_rate)
+    if pace is not None:
+        facts.append(pace.fact())
+    elif isinstance(input_rate, str):
+        facts.append(f"input: inferred from the step's timings; the pipeline was not timed "
+                     f"alone ({input_rate})")
+    advice = _advice(run, breakdown, grouped, ranks, model, straggler, pace)
     steps_per_s = 1e3 / cycle if cycle > 0 else math.nan
     if baseline is not None:
         advice = _measured_scaling(advice, ranks, steps_per_s, baseline)
     return Explanation(run.id, breakdown, advice[0].kind if advice else "balanced", advice,
-                       facts, steps_per_s, baseline, ranks)
+                       facts, steps_per_s, baseline, ranks, input_rate, _shared_cores(run))
+
+
+def _shared_cores(run: Run) -> int:
+    """The cores a run's replicas share: logical CPU devices of the kernel's machine (0 when
+    they are not: GPUs, workers)."""
+    if run.workers > 1 or run.replicas < 2 or not run.devices or not all(
+            "CPU" in d.upper() for d in run.devices):
+        return 0
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class _Pace:
+    """A step's time against its input pipeline's, timed alone: ``pipeline`` ms a batch,
+    ``ready`` ms the step takes with a ready batch (its time without the input wait);
+    ``paced``: the pipeline sets the step's pace."""
+
+    rate: InputRate
+    cycle: float
+    ready: float
+    host: float     # the host's own Python work per step: fetching, dispatching, between
+
+    @classmethod
+    def of(cls, parts: pd.DataFrame, grouped: bool,
+           rate: InputRate | str | None) -> _Pace | None:
+        if not isinstance(rate, InputRate):
+            return None
+        mean = parts[list(PARTS)].mean()
+        cycle = float(parts.step_ms.mean())
+        # a grouped call reads its batches inside: the pipeline's time is in the steps'
+        ready = (max(cycle - rate.ms_per_batch, 0.0) if grouped
+                 else cycle - float(mean["input"]))
+        return cls(rate, cycle, ready, float(mean["fetch"] + mean["dispatch"] + mean["between"]))
+
+    @property
+    def pipeline(self) -> float:
+        return self.rate.ms_per_batch
+
+    @property
+    def paced(self) -> bool:
+        return self.pipeline >= PACE * self.ready
+
+    @property
+    def python_cpu(self) -> float:
+        """ms a batch that the pipeline's Python work holds the interpreter: its CPU (all of
+        it where a stage runs Python: which part is Python the CPU time does not say)."""
+        if self.rate.python_stage is None:
+            return 0.0
+        return min(self.rate.cpu_ms_per_batch, self.pipeline)
+
+    def after_input(self) -> tuple[float, float]:
+        """ms a step once the input advice is applied, and the pipeline's ms a batch then:
+        its serial stages in parallel over the cores (its Python work on one), prefetched
+        so that it overlaps the step; Python work takes turns with the host's own."""
+        pipeline = self.pipeline
+        if self.rate.serial_stages:
+            pipeline = max(pipeline / self.rate.cores, self.python_cpu)
+        held = self.host + self.python_cpu if self.python_cpu else 0.0
+        if self.cpu_bound:   # on cores it keeps busy, it takes turns with the whole step
+            held = self.ready + self.python_cpu
+        return max(self.ready, pipeline, held), pipeline
+
+    @property
+    def cpu_bound(self) -> bool:
+        """The pipeline's Python work keeps a core busy most of its time."""
+        return self.python_cpu >= CPU_BOUND * self.pipeline
+
+    def fact(self) -> str:
+        r = self.rate
+        python = r.python_stage
+        where = (f"; Python work ({', '.join(python.python)}) in {r.stage_name(python)}, "
+                 + ("in parallel" if python.op not in SERIAL else "one batch at a time")
+                 if python is not None else "")
+        verdict = ("the pipeline sets the pace" if self.paced
+                   else "the pipeline keeps up: the step's waits are the host's own work")
+        return (f"input pipeline timed alone: {self.pipeline:.2f} ms a batch "
+                f"({r.cpu_ms_per_batch:.2f} ms of CPU; {count(r.batches, 'batch', 'batches')} over "
+                f"{r.seconds:.1f} s){where}; the step with a ready batch takes "
+                f"{self.ready:.2f} ms: {verdict}")
 
 
 def _measured_scaling(advice: list[Advice], ranks: int, steps_per_s: float,
@@ -549,13 +708,15 @@ def _after_straggler(run: Run, breakdown: pd.DataFrame, by: str, index: int,
 
 
 def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: float,
-            straggler: _Straggler | None) -> list[Advice]:
+            straggler: _Straggler | None, pace: _Pace | None = None) -> list[Advice]:
     mean = parts[list(PARTS)].mean()
     cycle = float(parts.step_ms.mean())
     out: list[Advice] = []
+    # a pipeline that sets the pace: no change but the input's makes a step shorter than it
+    floor = pace.pipeline if pace is not None and pace.paced else 0.0
 
     def gain(saved: float) -> float:
-        return cycle / max(cycle - saved, 1e-9) - 1
+        return cycle / max(cycle - saved, floor, 1e-9) - 1
 
     if straggler is not None:
         s = straggler
@@ -578,7 +739,10 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
     host = float(mean["fetch"] + mean["dispatch"])
     # a wait shorter than the host's own work per step (fetching, dispatching) is that host
     # work slowed by tf.data's threads on the same cores, not a slow pipeline
-    if not grouped and input_ms >= WORTH * cycle and input_ms >= host:
+    if pace is not None:
+        if pace.paced:
+            out.append(_input_advice(pace))
+    elif not grouped and input_ms >= WORTH * cycle and input_ms >= host:
         out.append(Advice(
             "input",
             "The step waits for its input: read it ahead and in parallel "
@@ -591,7 +755,7 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
     # call, where it still costs about what it did; a wait too short to be the pipeline's is
     # the host's own work slowed, and goes with it
     dispatch = float(mean["dispatch"])
-    saved = dispatch + (input_ms if input_ms < host else 0.0)
+    saved = dispatch + (input_ms if input_ms < host or (pace and not pace.paced) else 0.0)
     if not grouped and saved >= WORTH * cycle:
         out.append(Advice(
             "dispatch",
@@ -624,7 +788,8 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
     if (ranks > 1 and (together > compute or together >= WORTH * cycle)
             and straggler is None and nbytes < TINY_BYTES):
         # one replica: no all-reduce, no waiting, every replica's compute on one device
-        alone = cycle - together - float(mean["other_collectives"]) + compute * (ranks - 1)
+        alone = max(cycle - together - float(mean["other_collectives"]) + compute * (ranks - 1),
+                    floor)
         if cycle / alone - 1 >= MIN_GAIN:
             out.append(Advice(
                 "tiny model",
@@ -633,8 +798,54 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
                 "replicas (`%distribute mirrored --devices 1`) or a larger batch per replica",
                 f"compute {compute:.2f} ms vs all-reduce and waiting {together:.2f} ms",
                 cycle / alone - 1))
-    out = [a for a in out if a.gain >= MIN_GAIN]
-    return sorted(out, key=lambda a: -a.gain)
+    # a pipeline that sets the pace is the bottleneck, whatever its change is predicted to gain
+    out = [a for a in out if a.gain >= MIN_GAIN or (a.kind == "input" and floor)]
+    return sorted(out, key=lambda a: (not (a.kind == "input" and floor), -a.gain))
+
+
+def _input_advice(pace: _Pace) -> Advice:
+    """What to change in a pipeline that sets the pace, with the step the measured rates
+    predict once it is changed."""
+    rate = pace.rate
+    after, pipeline = pace.after_input()
+    python = rate.python_stage
+    serial = rate.serial_stages
+    if python is not None and pace.cpu_bound:
+        text = (f"The input pipeline sets the pace: the Python work in {rate.stage_name(python)} "
+                f"keeps a core busy and holds the interpreter, so threads cannot run it in "
+                "parallel. Do it once: `.cache()` right after it if its output fits in memory, "
+                "or write it with TensorFlow ops; `num_parallel_calls=tf.data.AUTOTUNE` on it "
+                "and `.prefetch(tf.data.AUTOTUNE)` last overlap it with the step only where a "
+                "core is free")
+    elif python is not None and python.op in SERIAL:
+        verb = SERIAL[python.op]
+        text = (f"The input pipeline sets the pace: the Python work in {rate.stage_name(python)} "
+                f"runs one batch at a time. Run it in parallel and read ahead: "
+                f"`.{verb}(..., num_parallel_calls=tf.data.AUTOTUNE)` on that {verb}, "
+                "`.prefetch(tf.data.AUTOTUNE)` last")
+    elif serial:
+        named = serial[-1]
+        verb = SERIAL[named.op]
+        text = (f"The input pipeline sets the pace: {rate.stage_name(named)} runs one element at "
+                f"a time. Run it in parallel and read ahead: `.{verb}(..., "
+                "num_parallel_calls=tf.data.AUTOTUNE)`, `.prefetch(tf.data.AUTOTUNE)` last")
+    elif not rate.prefetched:
+        text = ("The input pipeline sets the pace: read it ahead, so that it works while the "
+                "step runs: `.prefetch(tf.data.AUTOTUNE)` last (and `.cache()` after the costly "
+                "part if it fits in memory)")
+    else:
+        text = ("The input pipeline sets the pace, although it is parallel and prefetched: "
+                "`.cache()` after its costly part if it fits in memory, or make that part "
+                "cheaper (TensorFlow ops in place of Python)")
+    turns = (f"the step's {pace.ready:.2f} ms" if pace.cpu_bound
+             else f"the host's {pace.host:.2f} ms a step")
+    held = (f"; its Python work holds the interpreter {pace.python_cpu:.2f} ms a batch, taking "
+            f"turns with {turns}" if pace.python_cpu else "")
+    evidence = (f"timed alone, the pipeline gives a batch every {pace.pipeline:.2f} ms; the "
+                f"step takes {pace.ready:.2f} ms with a ready batch, {pace.cycle:.2f} ms in the "
+                f"run; changed, the pipeline ~{pipeline:.2f} ms a batch on "
+                f"{count(rate.cores, 'core')}{held}: a step about {after:.2f} ms")
+    return Advice("input", text, evidence, pace.cycle / max(after, 1e-9) - 1)
 
 
 # -- formatting --------------------------------------------------------------------------------

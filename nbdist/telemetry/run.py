@@ -102,6 +102,9 @@ class Run:
     #: a step run in the kernel: the cell it ran (``backends.cells.StepCell``: its text, flags
     #: and rewritten step), which ``explain(baseline=True)`` runs again on one replica
     step_cell: Any = field(default=None, repr=False)
+    #: the run's input pipeline timed alone (``step.inputrate``) by its first explanation
+    #: after it ended; later explanations reuse it
+    input_rate: Any = field(default=None, repr=False)
     _epochs: list[dict[str, float]] = field(default_factory=list, repr=False)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -293,16 +296,21 @@ class Run:
         TensorBoard overlays them; returns the run's directory (``logdir/name``)."""
         return _view("tensorboard")(self, logdir, name)
 
-    def explain(self, link: tuple[float, float] | None = None, baseline: bool = False) -> Any:
+    def explain(self, link: tuple[float, float] | None = None, baseline: bool = False,
+                measure: bool = True) -> Any:
         """Where this run's step time goes and what to change, ranked by the gain predicted
         (``telemetry.explain``; ``print`` it, or let the notebook draw its table).
         ``link``: (bytes/s, one-way latency ms) of the link between ranks, if known.
         ``baseline``: also run the step on one replica for a few seconds, on copies of the
-        objects it trains (``nbdist.step.baseline``), for the run's scaling efficiency."""
-        explained = _view("explain")(self, link)   # refuses a run it cannot explain first
+        objects it trains (``nbdist.step.baseline``), for the run's scaling efficiency.
+        ``measure``: time the run's input pipeline alone, about a second, once per ended run
+        (``nbdist.step.inputrate``); False: infer the input's share from the step's timings."""
+        rate = (_view("input_rate")(self) if measure
+                else "measuring was turned off (measure=False)")
         if not baseline:
-            return explained
-        return _view("explain")(self, link, _view("baseline")(self))
+            return _view("explain")(self, link, None, rate)
+        _view("explain")(self, link, None, rate)   # refuses a run it cannot explain first
+        return _view("explain")(self, link, _view("baseline")(self), rate)
 
     def last_losses(self) -> list[float]:
         """Each replica's (or worker's) loss at the most recent step."""

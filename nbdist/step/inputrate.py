@@ -1,0 +1,111 @@
+"""The run's input pipeline timed alone: what ``%distribute explain`` attributes input to.
+
+``measure_input(run)`` iterates the dataset a step run of this kernel read (its ``--data``,
+as the notebook holds it now) on a fresh iterator of its own, as TensorFlow's tf.data
+performance guide times a pipeline: the first batch (the pipeline starting, its buffers
+filling) left out, then batches for about ``SECONDS``, at most ``MAX_BATCHES``. The user's
+iterators and the run's are untouched: a ``tf.data.Dataset`` makes a new iterator each time
+it is iterated. It also reads the pipeline's stages from its graph (``hooks.tf_data``): which
+one runs Python (``tf.py_function``, ``tf.numpy_function``) and whether it runs in parallel.
+
+It measures only a run that has ended (a pipeline timed beside a training run would slow the
+run and be slowed by it), of a strategy that trains in the kernel, whose data is a
+``tf.data.Dataset`` still in the notebook. Otherwise it says why not, and the explanation
+infers the input's share from the step's own timings. A run is measured once: explaining it
+again reuses the measurement (``Run.input_rate``), so the same run gets the same verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..families import family
+from ..telemetry.explain import STEADY_FROM, InputRate
+from ..telemetry.run import Run, register_view
+
+SECONDS = 1.0          # the pipeline is timed this long after its first batch...
+MAX_BATCHES = 2000     # ...or for this many batches
+MIN_BATCHES = 3        # fewer (a dataset that ends): not measured
+
+
+def measure_input(run: Run, shell: Any = None) -> InputRate | str:
+    """``run``'s input pipeline timed alone (see the module docstring), or why it was not.
+    Kept on the run once measured."""
+    if isinstance(run.input_rate, InputRate):
+        return run.input_rate
+    why = _unmeasurable(run)
+    if why is not None:
+        return why
+    from ..session import current_session
+
+    name = run.step_cell.spec.data
+    try:
+        user_ns = current_session(shell).shell.user_ns
+    except Exception:   # no IPython shell: a Run explained from a script
+        return "no notebook holds its data"
+    import tensorflow as tf
+
+    dataset = user_ns.get(name)
+    if not isinstance(dataset, tf.data.Dataset):
+        return (f"--data {name} is no longer in the notebook" if dataset is None
+                else f"--data {name} is not a tf.data.Dataset")
+    measured = time_pipeline(dataset)
+    if isinstance(measured, InputRate):
+        run.input_rate = measured
+    return measured
+
+
+register_view("input_rate", measure_input)
+
+
+def _unmeasurable(run: Run) -> str | None:
+    if run.mode == "step" and run.steps_done < STEADY_FROM + 3:
+        return "it has too few steps to explain"
+    if run.status == "running":
+        return "the run is training (timing its pipeline beside it would slow both)"
+    if run.mode != "step":
+        return "it is a Keras fit"
+    if not family(run.strategy).in_kernel:
+        return f"its dataset lives on the {run.strategy} workers"
+    if run.step_cell is None:
+        return "it keeps no step cell (loaded from a file, or made outside a step cell)"
+    return None
+
+
+def time_pipeline(dataset: Any) -> InputRate | str:
+    """``dataset`` iterated alone on an iterator of its own: its wall and CPU time per
+    element, and its stages; a sentence where it gave too few elements to time."""
+    import os
+
+    from ..data.iterate import new_iterator, release
+    from ..hooks.tf_data import pipeline_stages
+
+    started = time.perf_counter()
+    iterator = new_iterator(dataset)
+    try:
+        try:
+            next(iterator)   # the pipeline starting: not its rate
+        except StopIteration:
+            return "its dataset is empty"
+        batches = 0
+        cpu, since = time.process_time(), time.perf_counter()
+        now = since
+        while batches < MAX_BATCHES and now - since < SECONDS:
+            try:
+                next(iterator)
+            except StopIteration:
+                break
+            batches += 1
+            now = time.perf_counter()
+        cpu = time.process_time() - cpu
+    finally:
+        iterator = release(iterator)
+    if batches < MIN_BATCHES:
+        return f"its dataset ended after {batches + 1} batches"
+    wall = now - since
+    return InputRate(ms_per_batch=wall / batches * 1e3, cpu_ms_per_batch=cpu / batches * 1e3,
+                     batches=batches, seconds=time.perf_counter() - started,
+                     stages=tuple(pipeline_stages(dataset) or ()),
+                     cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                     else (os.cpu_count() or 1))
