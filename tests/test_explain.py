@@ -28,7 +28,7 @@ from nbdist.telemetry.run import Run, RunWriter
 
 def synthetic(*, steps=60, replicas=1, workers=1, compute=10.0, data=0.5, ready=None,
               allreduce=1.0, outside=0.5, between=0.2, nbytes=4000, late=None,
-              slow_input=None, stalls=None, timed_every=5) -> Run:
+              slow_input=None, stalls=None, timed_every=5, collectives=0.0) -> Run:
     """A finished step run of ``steps`` steps: per step ``data`` ms fetching (``ready`` after
     the two compile steps), the replicas' ``compute`` (a list: one per replica, taking turns
     never), the gradient all-reduce, ``outside`` ms of dispatch, ``between`` ms between steps.
@@ -36,7 +36,7 @@ def synthetic(*, steps=60, replicas=1, workers=1, compute=10.0, data=0.5, ready=
     steps); ``slow_input=(worker, ms)``: its fetch takes ``ms`` more. The others wait for it as
     the kernel records it: inside the all-reduce, or at the iterator (in wait_ms).
     ``stalls=(ms, {step: worker})``: at those steps that worker's all-reduce ends ``ms`` later
-    (a congested link)."""
+    (a congested link). ``collectives``: ms of other collectives in each replica's step."""
     run = Run(id=7, mode="step", strategy="mirrored" if workers == 1 else "multiworker",
               replicas=replicas, workers=workers, allreduce_bytes=nbytes)
     writer = RunWriter(run)
@@ -52,7 +52,7 @@ def synthetic(*, steps=60, replicas=1, workers=1, compute=10.0, data=0.5, ready=
             fetch = data + (slow_input[1] if slow_input and slow_input[0] == w else 0.0)
             if step in (1, 2) and ready is not None:
                 fetch = ready
-            span = max(computes) + allreduce + delay
+            span = max(computes) + allreduce + delay + collectives
             step_ms = 400.0 if step < 2 else span + outside + (0.3 if timed else 0.0)
             gap = between + (late[1] if late and late[0] == w else 0.0)
             clock[w] += (fetch + moved + step_ms + gap) / 1e3
@@ -63,7 +63,7 @@ def synthetic(*, steps=60, replicas=1, workers=1, compute=10.0, data=0.5, ready=
                 wait_ms=[max(computes) - c + moved for c in computes] if timed
                 else ([moved] * replicas if moved else None),
                 allreduce_ms=[allreduce + delay] * replicas if timed else None,
-                other_collective_ms=[0.0] * replicas if timed else None,
+                other_collective_ms=[collectives] * replicas if timed else None,
                 wall_time=clock[w])
     writer.finish("done")
     return run
@@ -195,6 +195,22 @@ def test_a_model_too_small_for_its_replicas_is_told_to_use_fewer():
     assert "use fewer replicas" in explained.advice[0].text
     # 4 KB of gradients: the all-reduce's latency, not its bandwidth; no "communication"
     assert [a.kind for a in explained.advice] == ["tiny model"]
+
+
+@pytest.mark.unit
+def test_synchronized_batch_norm_collectives_are_named_with_their_fix():
+    run = synthetic(replicas=4, compute=1.0, allreduce=0.4, outside=1.0, data=0.5,
+                    collectives=8.0)
+    explained = run.explain()
+    _parts_add_up(explained, run)
+    assert explained.bottleneck == "communication", explained.text
+    first = explained.advice[0]
+    assert "`BatchNormalization()` (each replica's own statistics)" in first.text
+    assert first.evidence.startswith("other collectives 7.7")   # scaled to untimed steps
+    step = explained.breakdown.step_ms.mean()
+    others = explained.breakdown.other_collectives.mean()
+    assert first.gain == pytest.approx(step / (step - others) - 1, rel=0.01)
+    assert "tiny model" not in [a.kind for a in explained.advice]
 
 
 @pytest.mark.unit

@@ -29,7 +29,8 @@ serialise the step a little, so their parts are scaled down to the untimed steps
 Rules then turn the shares into ranked advice, each with the number it rests on and the
 steps/s (or examples/s) gain predicted if the advice removed that time: input-bound (a wait
 longer than the host's own fetch and dispatch), dispatch-bound, communication-bound (a
-gradient of 1 MB or more), a straggler (arrives last at most steps while the others wait
+gradient of 1 MB or more; or other collectives, synchronized BatchNormalization's, a large
+share of the step), a straggler (arrives last at most steps while the others wait
 long at each), a model too small for its replicas; none of them: balanced.
 
 A straggler's gain is the step it leaves behind: each worker's own work (its step without
@@ -782,11 +783,23 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
             + (f"α-β model {model:.2f} ms" if math.isfinite(model) else "no model")
             + f") against {work:.2f} ms of compute and input; doubling the per-replica batch",
             doubled, "examples/s"))
+    others = float(mean["other_collectives"])
+    if ranks > 1 and others >= WORTH * cycle:
+        out.append(Advice(
+            "communication",
+            "Collectives other than the gradient all-reduce take much of each step: a "
+            "`BatchNormalization(synchronized=True)` (SyncBatchNormalization) all-reduces its "
+            "batch statistics in every such layer at every step. Use "
+            "`BatchNormalization()` (each replica's own statistics) where each replica's batch "
+            "is large enough for them, or fewer synchronized layers",
+            f"other collectives {others:.2f} ms of each {cycle:.2f} ms step; the gradient "
+            f"all-reduce {float(mean['allreduce'] + mean['allreduce_extra']):.2f} ms",
+            gain(others)))
     together = float(mean["allreduce"] + mean["allreduce_extra"] + mean["peers"]
                      + mean["turns"])
     compute = float(mean["compute"])
     if (ranks > 1 and (together > compute or together >= WORTH * cycle)
-            and straggler is None and nbytes < TINY_BYTES):
+            and straggler is None and nbytes < TINY_BYTES and together >= others):
         # one replica: no all-reduce, no waiting, every replica's compute on one device
         alone = max(cycle - together - float(mean["other_collectives"]) + compute * (ranks - 1),
                     floor)
