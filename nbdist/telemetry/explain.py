@@ -43,9 +43,10 @@ With an ``InputRate`` (the run's input pipeline timed alone, about a second, by
 is attributed from measurements rather than inferred: the pipeline sets the pace when, alone,
 it takes about as long per batch as the step takes with a ready batch (the step's time without
 its input wait). Then the first advice is the input's, naming the stage that runs Python or
-one batch at a time, with the step predicted from the measured rates (the pipeline in
+one element at a time, with the step predicted from the measured rates (the pipeline in
 parallel on the process's cores, its Python work on one, since it holds the interpreter, and
-taking turns with the host's own Python work per step), and no other advice is predicted to
+taking turns with the host's own Python work per step, its CPU sharing the cores with the
+step's), and no other advice is predicted to
 make a step shorter than the pipeline's batch. Where the pipeline cannot be timed (worker
 families, a run still training, data no longer in the notebook) the input's share is
 inferred from the step's timings, and the explanation says so.
@@ -439,10 +440,13 @@ class _Pace:
         pipeline = self.pipeline
         if self.rate.serial_stages:
             pipeline = max(pipeline / self.rate.cores, self.python_cpu)
+        if self.cpu_bound:   # the advice is to do it once (``.cache()``): then it is gone
+            return self.ready, 0.0
         held = self.host + self.python_cpu if self.python_cpu else 0.0
-        if self.cpu_bound:   # on cores it keeps busy, it takes turns with the whole step
-            held = self.ready + self.python_cpu
-        return max(self.ready, pipeline, held), pipeline
+        # the pipeline's CPU and the step's (replicas on CPU devices) share the same cores
+        cpu = min(self.rate.cpu_ms_per_batch, self.pipeline)
+        shared = (self.ready + cpu) / self.rate.cores
+        return max(self.ready, pipeline, held, shared), pipeline
 
     @property
     def cpu_bound(self) -> bool:
@@ -453,7 +457,7 @@ class _Pace:
         r = self.rate
         python = r.python_stage
         where = (f"; Python work ({', '.join(python.python)}) in {r.stage_name(python)}, "
-                 + ("in parallel" if python.op not in SERIAL else "one batch at a time")
+                 + ("in parallel" if python.op not in SERIAL else "one element at a time")
                  if python is not None else "")
         verdict = ("the pipeline sets the pace" if self.paced
                    else "the pipeline keeps up: the step's waits are the host's own work")
@@ -756,7 +760,7 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
     # call, where it still costs about what it did; a wait too short to be the pipeline's is
     # the host's own work slowed, and goes with it
     dispatch = float(mean["dispatch"])
-    saved = dispatch + (input_ms if input_ms < host or (pace and not pace.paced) else 0.0)
+    saved = dispatch + (input_ms if input_ms < host and pace is None else 0.0)
     if not grouped and saved >= WORTH * cycle:
         out.append(Advice(
             "dispatch",
@@ -833,7 +837,7 @@ def _input_advice(pace: _Pace) -> Advice:
     elif python is not None and python.op in SERIAL:
         verb = SERIAL[python.op]
         text = (f"The input pipeline sets the pace: the Python work in {rate.stage_name(python)} "
-                f"runs one batch at a time. Run it in parallel and read ahead: "
+                "runs one element at a time. Run it in parallel and read ahead: "
                 f"`.{verb}(..., num_parallel_calls=tf.data.AUTOTUNE)` on that {verb}, "
                 "`.prefetch(tf.data.AUTOTUNE)` last")
     elif serial:
@@ -854,10 +858,13 @@ def _input_advice(pace: _Pace) -> Advice:
              else f"the host's {pace.host:.2f} ms a step")
     held = (f"; its Python work holds the interpreter {pace.python_cpu:.2f} ms a batch, taking "
             f"turns with {turns}" if pace.python_cpu else "")
-    evidence = (f"timed alone, the pipeline gives a batch every {pace.pipeline:.2f} ms; the "
-                f"step takes {pace.ready:.2f} ms with a ready batch, {pace.cycle:.2f} ms in the "
-                f"run; changed, the pipeline ~{pipeline:.2f} ms a batch on "
-                f"{count(rate.cores, 'core')}{held}: a step about {after:.2f} ms")
+    changed = ("done once, its work is gone" if pace.cpu_bound else
+               f"changed, the pipeline ~{pipeline:.2f} ms a batch on "
+               f"{count(rate.cores, 'core')}{held}")
+    evidence = (f"timed alone, the pipeline gives a batch every {pace.pipeline:.2f} ms "
+                f"({pace.python_cpu or rate.cpu_ms_per_batch:.2f} ms of it CPU); the step takes "
+                f"{pace.ready:.2f} ms with a ready batch, {pace.cycle:.2f} ms in the run; "
+                f"{changed}: a step about {after:.2f} ms")
     return Advice("input", text, evidence, pace.cycle / max(after, 1e-9) - 1)
 
 
