@@ -8,7 +8,8 @@ within ``budget`` of the time the run has trained: the first after ``first_cost 
 seconds (the kernel's last explanation's cost, once there was one, over the budget), the
 next ones further apart the more they cost. When the run ends, one explanation of all its
 steps leaves the status bar with what ``%distribute explain`` says (after training: it costs
-the cell that time, not its steps); it stays until the next run, or until the strategy
+the cell that time, not its steps; it times the run's input pipeline alone, about a second,
+once per run: ``nbdist.step.inputrate``); it stays until the next run, or until the strategy
 changes (the verdict was about the old one), so a user who looks once the cell is done
 still sees why it was slow.
 
@@ -88,7 +89,11 @@ class LiveVerdict(RunObserver):
     def finish(self, run: Run) -> None:
         """``run`` (the one followed) ended: explain all of its steps."""
         if self.enabled and run.id == self._run and not self._broken:
+            live_cost = self._cost
             self._explain(run)
+            # this one also timed the run's input pipeline (about a second), which explaining
+            # a run that trains never does: the next run's live explanations are paced as before
+            self._cost = live_cost
 
     def clear(self) -> None:
         """The strategy changed: the last verdict was about another one."""
