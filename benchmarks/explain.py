@@ -1,28 +1,39 @@
 """`Run.explain()` on runs whose bottleneck is known, and its first advice applied.
 
-Five runs are built to have one bottleneck each, their explanation printed, then the first
-advice applied and run again; each line gives the steps/s (examples/s for a larger batch) the
-advice predicted and what the changed run measured. Before and after run in turns, twice
-(``--rounds``), and the medians are compared; rates are the steady state the explanation
-measures (mean time between steps after the compile steps).
+Eight runs are built to have one bottleneck each (none of them the tests' runs), explained
+(``Run.explain()``: the input pipeline timed alone once per run), then the first advice is
+applied exactly as it reads and the run made again. Before and after run in turns,
+``--rounds`` times; each line gives how many rounds named the bottleneck right, the medians
+of the steps/s (examples/s where the batch changes) and of the predicted gain, and the gain
+measured (after/before - 1 of the medians); rates are the steady state the explanation
+measures (mean time between steps after the compile steps). The machine's load (``uptime``)
+is printed at the start and the end.
 
-* input: a tiny MLP on 4 replicas fed by a ``map`` that sleeps 40 ms a batch; applied: the
-  same map with ``num_parallel_calls`` and ``prefetch``, 16 in parallel on 16 tf.data threads
-  (the sleep stands for waiting on storage, which overlaps beyond this machine's 2 cores);
-* dispatch: the tiny MLP on 4 replicas, cached input; applied: ``--steps-per-call auto``;
-* nothing to fix: a small conv net on 4 replicas (its replicas share the cores: compute);
-* straggler: ``multiworker --workers 2`` with ``%distribute inject slow 1 --delay 0.05``
-  (``--delay``);
+* pymap: a tiny MLP on 4 replicas fed by a ``map`` of a ``tf.py_function`` that waits 4.5 ms
+  a batch (Python reading or decoding), no ``num_parallel_calls``; applied:
+  ``num_parallel_calls=tf.data.AUTOTUNE`` on that map and ``.prefetch(tf.data.AUTOTUNE)`` last;
+* interleave: 64 TFRecord files written to a temporary directory, read by an ``interleave``
+  without ``num_parallel_calls`` whose per-file reader waits 4 ms to open its file (slow
+  storage, a ``tf.py_function``); applied: ``num_parallel_calls=tf.data.AUTOTUNE`` on the
+  interleave and ``.prefetch(tf.data.AUTOTUNE)`` last;
+* shuffle: a per-example ``map`` of a ``tf.py_function`` looping 50 µs in Python, before a
+  small shuffle buffer (16) and the batch: Python that keeps a core busy, which threads
+  cannot run in parallel; applied: ``.cache()`` right after that map, as the advice says;
+* tiny batch: the MLP on 4 replicas, 8 examples a step, cached; applied: twice the examples
+  a step (``.batch(16)``, the loss's global batch 16), compared in examples/s;
+* sync BN: an MLP with four ``BatchNormalization(synchronized=True)`` on 4 replicas; applied:
+  ``synchronized=False``;
+* shared cores: a conv net on 2 logical CPU devices (``mirrored --devices 2``), which share
+  this machine's cores; the explanation says more replicas cannot help: checked by the same
+  step on 4 (the gain of two more replicas, predicted none);
+* straggler: ``multiworker --workers 2`` with ``%distribute inject slow 0 --delay 0.03``;
   applied: the delay taken away;
-* communication: ``multiworker`` with one engine on each of two simulated hosts whose links
-  are rate-limited (``tests/hostbed.py``, ``--rate``), a dense layer of ~1 MB of gradients;
-  the α-β model on that link (its rate and measured latency) given to ``explain``; applied:
-  twice the batch per replica. Needs root (network namespaces); without it, said and skipped.
+* dense 2 workers: ``multiworker`` with one engine on each of two simulated hosts whose links
+  are rate-limited (``tests/hostbed.py``, ``--rate``), a 1024x1024 dense layer (4.2 MB of
+  gradients), the α-β model on that link given to ``explain``; applied: twice the batch per
+  replica. Needs root (network namespaces); without it, said and skipped.
 
-The tiny MLP's dispatch-bound run and the conv net are also measured against one replica
-(``explain(baseline=True)``): the speed-up of their 4 replicas and its efficiency.
-
-    python3 benchmarks/explain.py [--rounds 2] [--rate 100mbit] [--delay 0.05]
+    python3 benchmarks/explain.py [--rounds 3] [--rate 500mbit]
                                   [--runs local,straggler,communication]
 """
 
@@ -40,9 +51,108 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import nbdist_shell, ok  # noqa: E402
-from explain_cells import CONV_STEP, DATA, MLP_STEP, MODELS  # noqa: E402
+from explain_cells import MLP_STEP  # noqa: E402
 
 import nbdist  # noqa: E402
+
+DATA = """
+import os
+import tempfile
+import time
+import numpy as np
+import tensorflow as tf
+rng = np.random.default_rng(1)
+bx = rng.normal(size=(64 * 32, 8)).astype("float32")
+by = rng.normal(size=(64 * 32, 3)).astype("float32")
+AUTOTUNE = tf.data.AUTOTUNE
+
+def wait_decode(x, y):
+    time.sleep(0.0045)           # Python reading or decoding a batch
+    return x, y
+def py_decode(x, y):
+    x, y = tf.py_function(wait_decode, [x, y], [tf.float32, tf.float32])
+    return tf.ensure_shape(x, [None, 8]), tf.ensure_shape(y, [None, 3])
+batches = tf.data.Dataset.from_tensor_slices((bx, by)).batch(64)
+pymap = batches.map(py_decode).repeat()
+pymap_fixed = batches.map(py_decode, num_parallel_calls=AUTOTUNE).repeat().prefetch(AUTOTUNE)
+
+record_dir = tempfile.mkdtemp(prefix="nbdist-explain-")
+files = []
+for k in range(64):
+    path = os.path.join(record_dir, f"part-{k:02d}.tfrecord")
+    files.append(path)
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in range(k, len(bx), 64):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "x": tf.train.Feature(float_list=tf.train.FloatList(value=bx[i])),
+                "y": tf.train.Feature(float_list=tf.train.FloatList(value=by[i]))}))
+                .SerializeToString())
+spec = {"x": tf.io.FixedLenFeature([8], tf.float32), "y": tf.io.FixedLenFeature([3], tf.float32)}
+def wait_open(path):
+    time.sleep(0.004)            # slow storage: opening a file
+    return path
+def read_file(path):   # the file is opened as the interleave reads it
+    opened = tf.data.Dataset.from_tensors(path).map(
+        lambda p: tf.reshape(tf.py_function(wait_open, [p], tf.string), []))
+    records = opened.flat_map(tf.data.TFRecordDataset)
+    return records.map(lambda r: tuple(tf.io.parse_single_example(r, spec).values()))
+file_list = tf.data.Dataset.from_tensor_slices(files)
+interleaved = file_list.interleave(read_file, cycle_length=4).batch(64).repeat()
+interleaved_fixed = file_list.interleave(read_file, cycle_length=4, num_parallel_calls=AUTOTUNE
+                                         ).batch(64).repeat().prefetch(AUTOTUNE)
+
+def compute_example(x, y):
+    end = time.perf_counter() + 0.00005   # Python work on one example: a loop
+    while time.perf_counter() < end:
+        pass
+    return x, y
+def py_example(x, y):
+    x, y = tf.py_function(compute_example, [x, y], [tf.float32, tf.float32])
+    return tf.ensure_shape(x, [8]), tf.ensure_shape(y, [3])
+examples = tf.data.Dataset.from_tensor_slices((bx, by))
+shuffled = examples.map(py_example).shuffle(16).batch(64).repeat()
+shuffled_fixed = examples.map(py_example).cache().shuffle(16).batch(64).repeat()
+
+tiny = tf.data.Dataset.from_tensor_slices((bx, by)).batch(8).cache().repeat().prefetch(8)
+tiny_doubled = tf.data.Dataset.from_tensor_slices((bx, by)).batch(16).cache().repeat().prefetch(8)
+cached = batches.cache().repeat().prefetch(8)
+pictures = tf.data.Dataset.from_tensor_slices((
+    rng.normal(size=(128, 28, 28, 3)).astype("float32"),
+    rng.integers(0, 10, size=(128,)).astype("int32"))).batch(32).cache().repeat().prefetch(4)
+"""
+MODELS = """%%distribute
+def mlp(norm=None):
+    layers = [tf.keras.Input((8,))]
+    for _ in range(4 if norm is not None else 1):
+        layers.append(tf.keras.layers.Dense(64 if norm is not None else 16))
+        if norm is not None:
+            layers.append(tf.keras.layers.BatchNormalization(synchronized=norm))
+        layers.append(tf.keras.layers.ReLU())
+    return tf.keras.Sequential(layers + [tf.keras.layers.Dense(3)])
+bm = mlp()
+bm_opt = tf.keras.optimizers.SGD(0.01)
+sync = mlp(norm=True)
+sync_opt = tf.keras.optimizers.SGD(0.01)
+local = mlp(norm=False)
+local_opt = tf.keras.optimizers.SGD(0.01)
+"""
+CONV = """%%distribute
+convnet = tf.keras.Sequential([
+    tf.keras.Input((28, 28, 3)), tf.keras.layers.Conv2D(48, 3, activation="relu"),
+    tf.keras.layers.Conv2D(48, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
+    tf.keras.layers.Conv2D(96, 3, activation="relu"), tf.keras.layers.GlobalAveragePooling2D(),
+    tf.keras.layers.Dense(10)])
+convnet_opt = tf.keras.optimizers.SGD(0.01)
+"""
+CONV_STEP = """%%distribute --step --data pictures --steps {steps}
+x, y = batch
+with tf.GradientTape() as tape:
+    logits = convnet(x, training=True)
+    per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    loss = tf.nn.compute_average_loss(per_example, global_batch_size=32)
+grads = tape.gradient(loss, convnet.trainable_variables)
+convnet_opt.apply_gradients(zip(grads, convnet.trainable_variables))
+"""
 
 # multiworker: each worker's own data; BATCH is the global batch
 WORKER_SETUP = """%%distribute
@@ -85,64 +195,90 @@ def compare(ip, name: str, expected: str, first: dict, second: dict, rounds: int
     ``first``/``second``: keyword arguments of ``explained``; ``examples``: examples per step
     of each (the gain compared in examples/s when they differ)."""
     before, after = [], []
-    shown = None
     for _ in range(rounds):
-        e = explained(ip, link=link, **first)
-        shown = shown or e
-        before.append(e)
+        before.append(explained(ip, link=link, **first))
         after.append(explained(ip, link=link, **second))
-    print(f"\n== {name} ==\n{shown.text}\n-- after the advice --\n{after[0].text}", flush=True)
+        print(f"  {name}: {before[-1].bottleneck} "
+              f"{[f'{a.kind} {a.gain:+.0%}' for a in before[-1].advice]} "
+              f"{before[-1].steps_per_s:.1f} -> {after[-1].steps_per_s:.1f} steps/s", flush=True)
+    print(f"\n== {name} ==\n{before[0].text}\n-- after the advice --\n{after[0].text}",
+          flush=True)
     rate_before = statistics.median(e.steps_per_s for e in before) * examples[0]
     rate_after = statistics.median(e.steps_per_s for e in after) * examples[1]
-    named = [e.bottleneck for e in before]
-    # what the applied change was predicted to gain, in each round that advised it
-    advised = [a for e in before for a in e.advice if a.kind == expected]
-    advice = advised[0] if advised else None
+    named = sum(e.bottleneck == expected for e in before)
+    # what the applied change was predicted to gain: each round's first advice, where named
+    advised = [e.advice[0] for e in before if e.bottleneck == expected and e.advice]
     predicted = statistics.median(a.gain for a in advised) if advised else float("nan")
     measured = rate_after / rate_before - 1
-    unit = advice.unit if advice else "steps/s"
-    ok_name = "yes" if all(n == expected for n in named) else f"NO ({', '.join(named)})"
-    verdict = ("yes" if advice and measured >= predicted / 2 else "no") if advice else "-"
-    return (f"{name:<14} {expected:<14} {ok_name:<8} {unit:<11} {rate_before:9.1f} "
-            f"{rate_after:9.1f} {predicted:+9.0%} {measured:+9.0%} {verdict:>6}")
+    unit = advised[0].unit if advised else "steps/s"
+    verdict = ("yes" if measured >= predicted / 2 else "no") if advised else "-"
+    return row(name, expected, f"{named} of {rounds}", unit, rate_before, rate_after,
+               f"{predicted:+.0%}", f"{measured:+.0%}", verdict)
 
 
-HEADER = (f"{'run':<14} {'bottleneck':<14} {'named':<8} {'unit':<11} {'before':>9} "
-          f"{'after':>9} {'predicted':>9} {'measured':>9} {'>=half':>6}")
+def row(*cells) -> str:
+    widths = (16, 14, 8, 11, 9, 9, 9, 9, 6)
+    out = []
+    for cell, width in zip(cells, widths, strict=True):
+        text = f"{cell:.1f}" if isinstance(cell, float) else str(cell)
+        out.append(text.ljust(width) if width in (16, 14, 8, 11) else text.rjust(width))
+    return " ".join(out)
 
 
-def local_runs(ip, rounds: int) -> list[str]:
+HEADER = row("run", "bottleneck", "named", "unit", "before", "after", "predicted", "measured",
+             ">=half")
+
+
+def local_runs(ip, rounds: int, only: set[str] | None = None) -> list[str]:
     ok(ip, DATA)
     ok(ip, MODELS)
-    lines = []
-    lines.append(compare(ip, "input", "input",
-                         {"cell": MLP_STEP.format(data="ex_slow", steps=80, flags="",
-                                                  model="ex_mlp")},
-                         {"cell": MLP_STEP.format(data="ex_slow_fixed", steps=80, flags="",
-                                                  model="ex_mlp")},
-                         rounds))
-    lines.append(compare(ip, "dispatch", "dispatch",
-                         {"cell": MLP_STEP.format(data="ex_fast", steps=400, flags="",
-                                                  model="ex_mlp")},
-                         {"cell": MLP_STEP.format(data="ex_fast", steps=400, model="ex_mlp",
-                                                  flags="--steps-per-call auto")}, rounds))
-    mlp = next(r for r in reversed(nbdist.runs) if r.step_cell.spec.data == "ex_fast"
-               and str(r.step_cell.spec.steps_per_call) == "1")
-    print(f"\n== dispatch, against one replica ==\n{scaling(mlp)}", flush=True)
-    conv = explained(ip, CONV_STEP.format(steps=30))
-    print(f"\n== conv net ==\n{conv.text}\n{scaling(nbdist.runs[-1])}", flush=True)
-    lines.append(f"{'conv net':<14} {'balanced':<14} "
-                 f"{'yes' if conv.bottleneck == 'balanced' else 'NO (' + conv.bottleneck + ')':<8}"
-                 f" {'steps/s':<11} {conv.steps_per_s:9.1f} {'-':>9} {'-':>9} {'-':>9} {'-':>6}")
-    return lines
+    cases = {
+        "pymap": lambda: compare(ip, "pymap", "input", mlp("pymap"), mlp("pymap_fixed"),
+                                 rounds),
+        "interleave": lambda: compare(ip, "interleave", "input", mlp("interleaved"),
+                                      mlp("interleaved_fixed"), rounds),
+        "shuffle": lambda: compare(ip, "shuffle", "input", mlp("shuffled"),
+                                   mlp("shuffled_fixed"), rounds),
+        "tiny batch": lambda: compare(
+            ip, "tiny batch", "dispatch", mlp("tiny", steps=400, batch=8),
+            mlp("tiny_doubled", steps=400, batch=16), rounds, examples=(8, 16)),
+        "sync BN": lambda: compare(ip, "sync BN", "communication", mlp("cached", "sync"),
+                                   mlp("cached", "local"), rounds),
+        "shared cores": lambda: shared_cores(ip, rounds),
+    }
+
+    def mlp(data: str, model: str = "bm", flags: str = "", steps: int = 200,
+            batch: int = 64) -> dict:
+        return {"cell": MLP_STEP.format(data=data, steps=steps, flags=flags, model=model)
+                .replace("global_batch_size=64", f"global_batch_size={batch}")}
+
+    return [case() for name, case in cases.items() if only is None or name in only]
 
 
-def scaling(run) -> str:
-    """``run``'s replicas against one replica (``explain(baseline=True)``), in one line."""
-    e = run.explain(baseline=True)
-    return (f"--baseline: {e.replicas} replicas give {e.speedup:.2f}x one replica's examples/s "
-            f"(efficiency {e.efficiency:.0%}); one replica {e.baseline.examples_per_s:.0f} "
-            f"examples/s at batch {e.baseline.batch}; the probe took {e.baseline.seconds:.1f} s")
+def shared_cores(ip, rounds: int) -> str:
+    """A conv net on 2 logical devices (named balanced: more replicas cannot help), against
+    the same step on 4 (each its own model: variables belong to their strategy)."""
+    explanations, rates = [], {2: [], 4: []}
+    try:
+        for _ in range(rounds):
+            for devices in (2, 4):
+                ip.run_line_magic("distribute", f"mirrored --devices {devices}")
+                ok(ip, CONV)
+                e = explained(ip, CONV_STEP.format(steps=30))
+                rates[devices].append(e.steps_per_s)
+                if devices == 2:
+                    explanations.append(e)
+                    print(f"  shared cores: {e.bottleneck} {e.steps_per_s:.1f} steps/s",
+                          flush=True)
+    finally:
+        ip.run_line_magic("distribute", "mirrored --devices 4")
+    print(f"\n== shared cores ==\n{explanations[0].text}", flush=True)
+    named = sum(e.bottleneck == "balanced" and "more replicas cannot make it faster" in e.text
+                for e in explanations)
+    before, after = statistics.median(rates[2]), statistics.median(rates[4])
+    measured = after / before - 1   # same global batch: steps/s is examples/s
+    return row("shared cores", "balanced", f"{named} of {rounds}", "steps/s", before, after,
+               "none", f"{measured:+.0%}", "yes" if measured < 0.1 else "no")
 
 
 def straggler_run(ip, rounds: int, delay: float) -> str:
@@ -152,8 +288,8 @@ def straggler_run(ip, rounds: int, delay: float) -> str:
         ok(ip, WORKER_SETUP.format(width=4))
         step = WORKER_STEP.format(data="ds32", steps=40, batch=32)
         return compare(ip, "straggler", "straggler",
-                       {"cell": step, "before": f"inject slow 1 --delay {delay:g}",
-                        "after": "inject slow 1 --delay 0"}, {"cell": step}, rounds)
+                       {"cell": step, "before": f"inject slow 0 --delay {delay:g}",
+                        "after": "inject slow 0 --delay 0"}, {"cell": step}, rounds)
     finally:
         ip.run_line_magic("distribute", "stop")
 
@@ -164,23 +300,28 @@ def communication_run(ip, rounds: int, rate: str) -> str:
 
     reason = hostbed.skip_reason()
     if reason:
-        return f"{'communication':<14} skipped: {reason}"
+        return f"{'dense 2 workers':<16} skipped: {reason}"
     with hostbed.HostBed(2, rate=rate) as bed:
         latency = one_way_latency_ms(bed)
         bed.start_cluster()
         ip.run_line_magic("distribute", f"multiworker --cluster {bed.profile_dir}")
         try:
-            ok(ip, WORKER_SETUP.format(width=512))   # 512 x 512 + 512 floats: 1.05 MB
+            ok(ip, WORKER_SETUP.format(width=1024))   # 1024 x 1024 + 1024 floats: 4.2 MB
             link = (hostbed.rate_bytes(rate), latency)
-            print(f"\ncommunication: 2 hosts, each link {rate}, one-way latency {latency:.3f} ms",
-                  flush=True)
+            print(f"\ndense 2 workers: 2 hosts, each link {rate}, one-way latency "
+                  f"{latency:.3f} ms", flush=True)
             return compare(
-                ip, "communication", "communication",
-                {"cell": WORKER_STEP.format(data="ds32", steps=24, batch=32)},
-                {"cell": WORKER_STEP.format(data="ds64", steps=24, batch=64)},
+                ip, "dense 2 workers", "communication",
+                {"cell": WORKER_STEP.format(data="ds32", steps=16, batch=32)},
+                {"cell": WORKER_STEP.format(data="ds64", steps=16, batch=64)},
                 rounds, examples=(32, 64), link=link)
         finally:
             ip.run_line_magic("distribute", "stop")
+
+
+def uptime() -> str:
+    """``uptime``'s load averages (1, 5, 15 min)."""
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _interrupted(signum, frame) -> None:
@@ -189,20 +330,25 @@ def _interrupted(signum, frame) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2, help="before/after pairs per run")
-    parser.add_argument("--rate", default="100mbit",
+    parser.add_argument("--rounds", type=int, default=3, help="before/after pairs per run")
+    parser.add_argument("--rate", default="500mbit",
                         help="the simulated hosts' link rate (tc units)")
-    parser.add_argument("--delay", type=float, default=0.05,
+    parser.add_argument("--delay", type=float, default=0.03,
                         help="seconds the straggler run's slow worker sleeps after each step")
+    parser.add_argument("--only", default=None,
+                        help="local runs to make, comma-separated (default: all of them)")
     parser.add_argument("--runs", default="local,straggler,communication",
-                        help="which of local (input, dispatch, conv net), straggler, "
-                             "communication (simulated hosts)")
+                        help="which of local (pymap, interleave, shuffle, tiny batch, sync "
+                             "BN, shared cores), straggler, communication (simulated hosts)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupted)   # so the host bed is removed as on Ctrl-C
     started = time.monotonic()
+    load = uptime()
+    print(f"uptime at the start: {load}", flush=True)
     ip = nbdist_shell()
     runs = args.runs.split(",")
-    lines = local_runs(ip, args.rounds) if "local" in runs else []
+    only = set(args.only.split(",")) if args.only else None
+    lines = local_runs(ip, args.rounds, only) if "local" in runs else []
     if "straggler" in runs:
         lines.append(straggler_run(ip, args.rounds, args.delay))
     if "communication" in runs:
@@ -211,8 +357,8 @@ def main() -> int:
           "the applied advice's expected gain (the first advice where the run was named right); "
           "measured: after/before - 1\n" + HEADER)
     print("\n".join(lines))
-    print(f"({time.monotonic() - started:.0f} s; machine load {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} cores at the end)")
+    print(f"({time.monotonic() - started:.0f} s on {os.cpu_count()} cores; uptime at the "
+          f"start: {load}; at the end: {uptime()})")
     return 0
 
 

@@ -282,6 +282,23 @@ def test_a_pipeline_that_keeps_up_is_no_input_bottleneck_whatever_the_waits():
 
 
 @pytest.mark.unit
+def test_a_tiny_batch_is_told_to_carry_twice_the_examples():
+    run = synthetic(replicas=4, compute=0.1, allreduce=0.3, outside=2.0, data=1.3, ready=0.3)
+    rate = InputRate(0.1, 0.1, batches=2000, seconds=0.3, cores=2, batch=8)
+    explained = explain(run, input_rate=rate)
+    first = explained.advice[0]
+    assert first.kind == "dispatch" and first.unit == "examples/s", explained.text
+    assert first.text.startswith("Each replica gets 2 examples a step")
+    assert "`.batch(16)`" in first.text
+    step = explained.breakdown.step_ms.mean()
+    compute = explained.breakdown.compute.mean()
+    assert first.gain == pytest.approx(2 * step / (step + compute) - 1, rel=0.01)
+    # 16 examples a replica: no tiny batch
+    wide = InputRate(0.1, 0.1, batches=2000, seconds=0.3, cores=2, batch=64)
+    assert "Each replica gets" not in explain(run, input_rate=wide).text
+
+
+@pytest.mark.unit
 def test_an_unmeasured_pipeline_is_said_to_be_inferred():
     explained = synthetic(compute=2.0, data=15.0, ready=1.0).explain()
     assert explained.bottleneck == "input"

@@ -27,6 +27,7 @@ from ..telemetry.run import Run, register_view
 SECONDS = 1.0          # the pipeline is timed this long after its first batch...
 MAX_BATCHES = 2000     # ...or for this many batches
 MIN_BATCHES = 3        # fewer (a dataset that ends): not measured
+RELEASE_WAIT = 2.0     # seconds to wait for the run's iterators to be deleted, at most
 
 
 def measure_input(run: Run, shell: Any = None) -> InputRate | str:
@@ -78,17 +79,20 @@ def time_pipeline(dataset: Any) -> InputRate | str:
     element, and its stages; a sentence where it gave too few elements to time."""
     import os
 
-    from ..data.iterate import new_iterator, release
+    from ..data.iterate import new_iterator, release, wait_released
     from ..hooks.tf_data import pipeline_stages
 
     started = time.perf_counter()
+    # the run's own iterators, still being deleted, would compete with the pipeline timed
+    wait_released(RELEASE_WAIT)
     iterator = new_iterator(dataset)
     try:
         try:
-            next(iterator)   # the pipeline starting: not its rate
+            first = next(iterator)   # the pipeline starting: not its rate
         except StopIteration:
             return "its dataset is empty"
         batches = 0
+        demand = _runnable_ns()
         cpu, since = time.process_time(), time.perf_counter()
         now = since
         while batches < MAX_BATCHES and now - since < SECONDS:
@@ -99,13 +103,46 @@ def time_pipeline(dataset: Any) -> InputRate | str:
             batches += 1
             now = time.perf_counter()
         cpu = time.process_time() - cpu
+        demand = _runnable_ns() - demand if demand is not None else None
     finally:
         iterator = release(iterator)
     if batches < MIN_BATCHES:
         return f"its dataset ended after {batches + 1} batches"
     wall = now - since
+    if demand is not None:   # on the CPU, or ready to run and waiting for a core
+        cpu = max(cpu, demand / 1e9)
     return InputRate(ms_per_batch=wall / batches * 1e3, cpu_ms_per_batch=cpu / batches * 1e3,
                      batches=batches, seconds=time.perf_counter() - started,
                      stages=tuple(pipeline_stages(dataset) or ()),
                      cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                     else (os.cpu_count() or 1))
+                     else (os.cpu_count() or 1), batch=_examples(first))
+
+
+def _runnable_ns() -> int | None:
+    """ns this process's threads have run or waited for a core, so far (Linux's per-thread
+    schedstat: time on a CPU, time runnable in a run queue); None where it is not kept."""
+    import glob
+
+    total = 0
+    try:
+        for path in glob.glob("/proc/self/task/*/schedstat"):
+            try:
+                with open(path) as f:
+                    on_cpu, waiting, _ = f.read().split()
+            except (FileNotFoundError, ProcessLookupError):   # a thread that just ended
+                continue
+            total += int(on_cpu) + int(waiting)
+    except (OSError, ValueError):
+        return None
+    return total or None
+
+
+def _examples(element: Any) -> int:
+    """The leading dimension of an element's first tensor with one (0: none has)."""
+    import tensorflow as tf
+
+    for leaf in tf.nest.flatten(element):
+        shape = getattr(leaf, "shape", None)
+        if shape is not None and len(shape) and shape[0] is not None:
+            return int(shape[0])
+    return 0

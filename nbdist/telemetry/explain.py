@@ -116,6 +116,8 @@ PACE = 0.9
 CPU_BOUND = 0.5
 #: the stages a parallel version of which the advice can name (the op runs one at a time)
 SERIAL = {"MapDataset": "map", "InterleaveDataset": "interleave"}
+#: fewer examples per replica a step than this: a tiny batch, which twice the examples fixes
+TINY_BATCH = 8
 #: a gradient under this many bytes costs the all-reduce its latency, not its bandwidth: when
 #: exchanging it outweighs the compute, the model is too small for its replicas
 TINY_BYTES = 1_000_000
@@ -158,10 +160,12 @@ class Baseline:
 @dataclass(frozen=True)
 class InputRate:
     """The run's input pipeline iterated alone (``nbdist.step.inputrate``): ``ms_per_batch``
-    of wall time per element (a step's global batch) and ``cpu_ms_per_batch`` of the process's
-    CPU meanwhile, over ``batches`` elements after the first (``seconds``: the whole
-    measurement); ``stages``: its stages from source to output (``hooks.tf_data.Stage``),
-    empty where its graph could not be read; ``cores``: the cores the process may use."""
+    of wall time per element (a step's global batch) and ``cpu_ms_per_batch`` of CPU the
+    process's threads used or waited for meanwhile (on a loaded machine, a thread ready to run
+    waits for a core: that is CPU work too), over ``batches`` elements after the first
+    (``seconds``: the whole measurement); ``stages``: its stages from source to output
+    (``hooks.tf_data.Stage``), empty where its graph could not be read; ``cores``: the cores
+    the process may use; ``batch``: the examples of an element."""
 
     ms_per_batch: float
     cpu_ms_per_batch: float
@@ -169,6 +173,7 @@ class InputRate:
     seconds: float
     stages: tuple[Any, ...] = ()
     cores: int = 1
+    batch: int = 0     # examples in an element (its leading dimension), 0 if not known
 
     @property
     def python_stage(self) -> Any:
@@ -756,12 +761,16 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
             "`.prefetch(tf.data.AUTOTUNE)` last)",
             f"data wait {input_ms:.2f} ms of each {cycle:.2f} ms step (a ready batch takes "
             f"{float(mean['fetch']):.2f} ms to fetch)", gain(input_ms)))
+    tiny_batch = (pace is not None and not pace.paced
+                  and 0 < pace.rate.batch < TINY_BATCH * ranks)
+    if tiny_batch:   # the advice names several steps per call too, as the lesser fix
+        out.append(_larger_batch(pace.rate.batch, ranks, cycle, float(mean["compute"])))
     # several steps per call save the dispatch of each call; the batch's fetch moves into the
     # call, where it still costs about what it did; a wait too short to be the pipeline's is
     # the host's own work slowed, and goes with it
     dispatch = float(mean["dispatch"])
     saved = dispatch + (input_ms if input_ms < host and pace is None else 0.0)
-    if not grouped and saved >= WORTH * cycle:
+    if not grouped and saved >= WORTH * cycle and not tiny_batch:
         out.append(Advice(
             "dispatch",
             "The step is too small for one call per step: run several steps per call with "
@@ -818,6 +827,20 @@ def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: flo
     # a pipeline that sets the pace is the bottleneck, whatever its change is predicted to gain
     out = [a for a in out if a.gain >= MIN_GAIN or (a.kind == "input" and floor)]
     return sorted(out, key=lambda a: (not (a.kind == "input" and floor), -a.gain))
+
+
+def _larger_batch(batch: int, ranks: int, cycle: float, compute: float) -> Advice:
+    """A step of a few examples per replica: its fixed costs (dispatching, fetching, the
+    collectives' latency) stay when it carries twice the examples; only the compute grows."""
+    return Advice(
+        "dispatch",
+        f"Each replica gets {count(batch // ranks, 'example')} a step: the step's fixed costs "
+        "(dispatching it, fetching the batch, the all-reduce's latency) outweigh its compute. "
+        f"Give it twice the examples (`.batch({2 * batch})`, and the loss's global batch size "
+        "to match); several steps per call (`--steps-per-call auto`) save only the dispatch",
+        f"{batch} examples a step over {count(ranks, 'replica')}; compute {compute:.2f} ms of "
+        f"each {cycle:.2f} ms step; doubling the batch",
+        2 * cycle / (cycle + compute) - 1, "examples/s")
 
 
 def _input_advice(pace: _Pace) -> Advice:
