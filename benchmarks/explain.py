@@ -51,6 +51,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import nbdist_shell, ok  # noqa: E402
+from explain_cells import CONV_STEP as TESTS_CONV_STEP  # noqa: E402
 from explain_cells import MLP_STEP  # noqa: E402
 
 import nbdist  # noqa: E402
@@ -144,15 +145,9 @@ convnet = tf.keras.Sequential([
     tf.keras.layers.Dense(10)])
 convnet_opt = tf.keras.optimizers.SGD(0.01)
 """
-CONV_STEP = """%%distribute --step --data pictures --steps {steps}
-x, y = batch
-with tf.GradientTape() as tape:
-    logits = convnet(x, training=True)
-    per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-    loss = tf.nn.compute_average_loss(per_example, global_batch_size=32)
-grads = tape.gradient(loss, convnet.trainable_variables)
-convnet_opt.apply_gradients(zip(grads, convnet.trainable_variables))
-"""
+# the tests' conv-net step on this benchmark's own model and data
+CONV_STEP = (TESTS_CONV_STEP.replace("ex_images", "pictures").replace("ex_conv", "convnet")
+             .replace("global_batch_size=64", "global_batch_size=32"))
 
 # multiworker: each worker's own data; BATCH is the global batch
 WORKER_SETUP = """%%distribute
