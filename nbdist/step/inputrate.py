@@ -3,10 +3,11 @@
 ``measure_input(run)`` iterates the dataset a step run of this kernel read (its ``--data``,
 as the notebook holds it now) on a fresh iterator of its own, as TensorFlow's tf.data
 performance guide times a pipeline: the first batch (the pipeline starting, its buffers
-filling) left out, then batches for about ``SECONDS``, at most ``MAX_BATCHES``. The user's
-iterators and the run's are untouched: a ``tf.data.Dataset`` makes a new iterator each time
-it is iterated. It also reads the pipeline's stages from its graph (``hooks.tf_data``): which
-one runs Python (``tf.py_function``, ``tf.numpy_function``) and whether it runs in parallel.
+filling) left out, then batches for about ``SECONDS``, at most ``MAX_BATCHES``, the rate
+the median of four runs of them. The user's iterators and the run's are untouched: a
+``tf.data.Dataset`` makes a new iterator each time it is iterated. It also reads the
+pipeline's stages from its graph (``hooks.tf_data``): which one runs Python
+(``tf.py_function``, ``tf.numpy_function``) and whether it runs in parallel.
 
 It measures only a run that has ended (a pipeline timed beside a training run would slow the
 run and be slowed by it), of a strategy that trains in the kernel, whose data is a
@@ -27,6 +28,7 @@ from ..telemetry.run import Run, register_view
 SECONDS = 1.0          # the pipeline is timed this long after its first batch...
 MAX_BATCHES = 2000     # ...or for this many batches
 MIN_BATCHES = 3        # fewer (a dataset that ends): not measured
+CHUNKS = 4             # the rate is the median of this many runs of batches
 RELEASE_WAIT = 2.0     # seconds to wait for the run's iterators to be deleted, at most
 
 
@@ -91,50 +93,36 @@ def time_pipeline(dataset: Any) -> InputRate | str:
             first = next(iterator)   # the pipeline starting: not its rate
         except StopIteration:
             return "its dataset is empty"
-        batches = 0
-        demand = _runnable_ns()
         cpu, since = time.process_time(), time.perf_counter()
-        now = since
-        while batches < MAX_BATCHES and now - since < SECONDS:
+        stamps = [since]
+        while len(stamps) <= MAX_BATCHES and stamps[-1] - since < SECONDS:
             try:
                 next(iterator)
             except StopIteration:
                 break
-            batches += 1
-            now = time.perf_counter()
+            stamps.append(time.perf_counter())
         cpu = time.process_time() - cpu
-        demand = _runnable_ns() - demand if demand is not None else None
     finally:
         iterator = release(iterator)
+    batches = len(stamps) - 1
     if batches < MIN_BATCHES:
         return f"its dataset ended after {batches + 1} batches"
-    wall = now - since
-    if demand is not None:   # on the CPU, or ready to run and waiting for a core
-        cpu = max(cpu, demand / 1e9)
-    return InputRate(ms_per_batch=wall / batches * 1e3, cpu_ms_per_batch=cpu / batches * 1e3,
+    return InputRate(ms_per_batch=_typical_ms(stamps), cpu_ms_per_batch=cpu / batches * 1e3,
                      batches=batches, seconds=time.perf_counter() - started,
                      stages=tuple(pipeline_stages(dataset) or ()),
                      cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                      else (os.cpu_count() or 1), batch=_examples(first))
 
 
-def _runnable_ns() -> int | None:
-    """ns this process's threads have run or waited for a core, so far (Linux's per-thread
-    schedstat: time on a CPU, time runnable in a run queue); None where it is not kept."""
-    import glob
+def _typical_ms(stamps: list[float]) -> float:
+    """ms per batch: the median of ``CHUNKS`` runs of consecutive batches' means (a burst of
+    load from elsewhere on the machine slows one run, not the measurement)."""
+    import statistics
 
-    total = 0
-    try:
-        for path in glob.glob("/proc/self/task/*/schedstat"):
-            try:
-                with open(path) as f:
-                    on_cpu, waiting, _ = f.read().split()
-            except (FileNotFoundError, ProcessLookupError):   # a thread that just ended
-                continue
-            total += int(on_cpu) + int(waiting)
-    except (OSError, ValueError):
-        return None
-    return total or None
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    size = max(len(gaps) // CHUNKS, 1)
+    means = [sum(gaps[i:i + size]) / len(gaps[i:i + size]) for i in range(0, len(gaps), size)]
+    return statistics.median(means) * 1e3
 
 
 def _examples(element: Any) -> int:

@@ -160,10 +160,9 @@ class Baseline:
 @dataclass(frozen=True)
 class InputRate:
     """The run's input pipeline iterated alone (``nbdist.step.inputrate``): ``ms_per_batch``
-    of wall time per element (a step's global batch) and ``cpu_ms_per_batch`` of CPU the
-    process's threads used or waited for meanwhile (on a loaded machine, a thread ready to run
-    waits for a core: that is CPU work too), over ``batches`` elements after the first
-    (``seconds``: the whole measurement); ``stages``: its stages from source to output
+    of wall time per element (a step's global batch) and ``cpu_ms_per_batch`` of the process's
+    CPU meanwhile, over ``batches`` elements after the first (``seconds``: the whole
+    measurement); ``stages``: its stages from source to output
     (``hooks.tf_data.Stage``), empty where its graph could not be read; ``cores``: the cores
     the process may use; ``batch``: the examples of an element."""
 
