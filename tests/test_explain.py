@@ -273,6 +273,15 @@ def test_python_work_that_keeps_a_core_busy_is_cached_not_run_in_parallel():
 
 
 @pytest.mark.unit
+def test_a_pipeline_timed_slower_than_the_run_it_fed_predicts_no_loss():
+    # timed alone while the machine was busier: 60 ms a batch for a run of ~19 ms a step
+    run = synthetic(compute=2.0, data=15.0, ready=1.0)
+    explained = explain(run, input_rate=python_map_rate(60.0))
+    first = explained.advice[0]
+    assert explained.bottleneck == "input" and first.gain > 0, explained.text
+
+
+@pytest.mark.unit
 def test_a_pipeline_that_keeps_up_is_no_input_bottleneck_whatever_the_waits():
     # 14 ms of waiting in the rows, but the pipeline alone gives a batch every 0.2 ms
     run = synthetic(compute=2.0, data=15.0, ready=1.0)

@@ -441,7 +441,9 @@ class _Pace:
         """ms a step once the input advice is applied, and the pipeline's ms a batch then:
         its serial stages in parallel over the cores (its Python work on one), prefetched
         so that it overlaps the step; Python work takes turns with the host's own."""
-        pipeline = self.pipeline
+        # timed alone on a machine busier than during the run, the pipeline can seem slower
+        # than the run it fed: the run shows it gives a batch a step at least
+        pipeline = min(self.pipeline, self.cycle)
         if self.rate.serial_stages:
             pipeline = max(pipeline / self.rate.cores, self.python_cpu)
         if self.cpu_bound:   # the advice is to do it once (``.cache()``): then it is gone
