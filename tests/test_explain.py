@@ -282,6 +282,17 @@ def test_a_pipeline_timed_slower_than_the_run_it_fed_predicts_no_loss():
 
 
 @pytest.mark.unit
+def test_a_serial_stage_the_run_waited_for_is_input_near_the_pace_too():
+    # timed alone at 0.6 of the step's own time (a quieter machine than during the run), but
+    # the run waited 14 ms a step and the map runs one element at a time, unprefetched
+    run = synthetic(compute=2.0, data=15.0, ready=1.0)
+    ready = run.explain(measure=False).breakdown.step_ms.mean() - 14.0
+    assert explain(run, input_rate=python_map_rate(0.6 * ready)).bottleneck == "input"
+    parallel = python_map_rate(0.6 * ready, parallel=True)
+    assert explain(run, input_rate=parallel).bottleneck != "input"
+
+
+@pytest.mark.unit
 def test_a_pipeline_that_keeps_up_is_no_input_bottleneck_whatever_the_waits():
     # 14 ms of waiting in the rows, but the pipeline alone gives a batch every 0.2 ms
     run = synthetic(compute=2.0, data=15.0, ready=1.0)

@@ -112,6 +112,8 @@ FETCH_PER_DISPATCH = 2.0
 #: the input pipeline sets the pace when, timed alone, its batch takes at least this share of
 #: the step with a ready batch (the step's own time then hides no more than this of it)
 PACE = 0.9
+#: ...or at least this share, where the run waited for it and a stage runs one at a time
+NEAR_PACE = 0.5
 #: Python work whose CPU time is at least this share of its pipeline's keeps a core busy
 CPU_BOUND = 0.5
 #: the stages a parallel version of which the advice can name (the op runs one at a time)
@@ -408,6 +410,7 @@ class _Pace:
     cycle: float
     ready: float
     host: float     # the host's own Python work per step: fetching, dispatching, between
+    waited: float = 0.0   # the run's wait for input per step (its rows)
 
     @classmethod
     def of(cls, parts: pd.DataFrame, grouped: bool,
@@ -419,7 +422,8 @@ class _Pace:
         # a grouped call reads its batches inside: the pipeline's time is in the steps'
         ready = (max(cycle - rate.ms_per_batch, 0.0) if grouped
                  else cycle - float(mean["input"]))
-        return cls(rate, cycle, ready, float(mean["fetch"] + mean["dispatch"] + mean["between"]))
+        return cls(rate, cycle, ready, float(mean["fetch"] + mean["dispatch"] + mean["between"]),
+                   0.0 if grouped else float(mean["input"]))
 
     @property
     def pipeline(self) -> float:
@@ -427,7 +431,13 @@ class _Pace:
 
     @property
     def paced(self) -> bool:
-        return self.pipeline >= PACE * self.ready
+        """Timed alone, the pipeline takes about the step's own time or more; or, near that,
+        the run waited for it and its graph shows a stage that runs one element at a time,
+        unprefetched (so a busier machine during the run or the timing flips no verdict)."""
+        if self.pipeline >= PACE * self.ready:
+            return True
+        return (self.pipeline >= NEAR_PACE * self.ready and self.waited >= WORTH * self.cycle
+                and bool(self.rate.serial_stages) and not self.rate.prefetched)
 
     @property
     def python_cpu(self) -> float:
