@@ -279,6 +279,10 @@ def test_a_pipeline_timed_slower_than_the_run_it_fed_predicts_no_loss():
     explained = explain(run, input_rate=python_map_rate(60.0))
     first = explained.advice[0]
     assert explained.bottleneck == "input" and first.gain > 0, explained.text
+    # 12 ms of CPU a batch: little of 60 ms, most of the run's step: Python keeping a core busy
+    explained = explain(run, input_rate=python_map_rate(60.0, cpu=12.0))
+    first = explained.advice[0]
+    assert "threads cannot run it in parallel" in first.text and first.gain > 0, explained.text
 
 
 @pytest.mark.unit

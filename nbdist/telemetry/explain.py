@@ -430,6 +430,13 @@ class _Pace:
         return self.rate.ms_per_batch
 
     @property
+    def delivered(self) -> float:
+        """ms a batch the pipeline took, as far as the run shows: timed alone on a machine
+        busier than during the run it can seem slower than the run it fed, which proves it
+        gives a batch a step at least."""
+        return min(self.pipeline, self.cycle)
+
+    @property
     def paced(self) -> bool:
         """Timed alone, the pipeline takes about the step's own time or more; or, near that,
         the run waited for it and its graph shows a stage that runs one element at a time,
@@ -445,29 +452,28 @@ class _Pace:
         it where a stage runs Python: which part is Python the CPU time does not say)."""
         if self.rate.python_stage is None:
             return 0.0
-        return min(self.rate.cpu_ms_per_batch, self.pipeline)
+        return min(self.rate.cpu_ms_per_batch, self.delivered)
 
     def after_input(self) -> tuple[float, float]:
         """ms a step once the input advice is applied, and the pipeline's ms a batch then:
         its serial stages in parallel over the cores (its Python work on one), prefetched
         so that it overlaps the step; Python work takes turns with the host's own."""
-        # timed alone on a machine busier than during the run, the pipeline can seem slower
-        # than the run it fed: the run shows it gives a batch a step at least
-        pipeline = min(self.pipeline, self.cycle)
+        pipeline = self.delivered
         if self.rate.serial_stages:
             pipeline = max(pipeline / self.rate.cores, self.python_cpu)
         if self.cpu_bound:   # the advice is to do it once (``.cache()``): then it is gone
             return self.ready, 0.0
         held = self.host + self.python_cpu if self.python_cpu else 0.0
         # the pipeline's CPU and the step's (replicas on CPU devices) share the same cores
-        cpu = min(self.rate.cpu_ms_per_batch, self.pipeline)
+        cpu = min(self.rate.cpu_ms_per_batch, self.delivered)
         shared = (self.ready + cpu) / self.rate.cores
-        return max(self.ready, pipeline, held, shared), pipeline
+        # work the run already overlapped (more than its step adds up to) costs it no more
+        return min(max(self.ready, pipeline, held, shared), self.cycle), pipeline
 
     @property
     def cpu_bound(self) -> bool:
         """The pipeline's Python work keeps a core busy most of its time."""
-        return self.python_cpu >= CPU_BOUND * self.pipeline
+        return self.python_cpu >= CPU_BOUND * self.delivered
 
     def fact(self) -> str:
         r = self.rate
