@@ -11,6 +11,8 @@ bound run on two hosts with a rate-limited link is benchmarks/explain.py's.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from explain_cells import CONV_STEP, DATA, MLP_STEP, MODELS
 from helpers import run_ok
@@ -294,6 +296,11 @@ def test_a_serial_stage_the_run_waited_for_is_input_near_the_pace_too():
     assert explain(run, input_rate=python_map_rate(0.6 * ready)).bottleneck == "input"
     parallel = python_map_rate(0.6 * ready, parallel=True)
     assert explain(run, input_rate=parallel).bottleneck != "input"
+    # cached after the map: it runs in the first epoch only
+    serial = python_map_rate(0.6 * ready)
+    cached = dataclasses.replace(serial, stages=(*serial.stages[:3], Stage("CacheDatasetV2", 3),
+                                                 Stage("RepeatDataset", 4)))
+    assert explain(run, input_rate=cached).bottleneck != "input"
 
 
 @pytest.mark.unit

@@ -178,13 +178,20 @@ class InputRate:
 
     @property
     def python_stage(self) -> Any:
-        """The first stage that runs Python (``tf.py_function``...), None if none does."""
-        return next((s for s in self.stages if s.python), None)
+        """The first stage that runs Python (``tf.py_function``...) at every epoch, None if
+        none does."""
+        return next((s for s in self.stages if s.python and not self._cached(s)), None)
 
     @property
     def serial_stages(self) -> list[Any]:
-        """The stages that handle one element at a time and take ``num_parallel_calls``."""
-        return [s for s in self.stages if s.op in SERIAL]
+        """The stages that handle one element at a time and take ``num_parallel_calls``, at
+        every epoch."""
+        return [s for s in self.stages if s.op in SERIAL and not self._cached(s)]
+
+    def _cached(self, stage: Any) -> bool:
+        """A ``.cache()`` after ``stage``: it runs in the first epoch only."""
+        return any(s.op.startswith("CacheDataset") and s.index > stage.index
+                   for s in self.stages)
 
     @property
     def prefetched(self) -> bool:
