@@ -1,7 +1,8 @@
 """Why a run is as fast as it is, and what to change: ``Run.explain()``, ``%distribute explain``.
 
-Reads a Run's rows only (numpy and pandas; nothing runs, so explaining costs nothing while a
-run trains). A step of a worker and replica is the time from one step's end to the next
+Reads a Run's rows (numpy and pandas; nothing runs, so explaining a run that trains costs it
+nothing), and, where given, the run's input pipeline timed alone (``InputRate``, below).
+A step of a worker and replica is the time from one step's end to the next
 (``wall_time``), split into:
 
 * ``compute``: the replica's own work up to the gradient all-reduce (``compute_ms``);
