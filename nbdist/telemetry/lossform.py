@@ -70,20 +70,20 @@ def recording_divisions() -> Iterator[None]:
 
         site = replica_scaling_site()
         if site:
-            sites.append((*site, "a Keras loss (Keras divides it by the replicas)"))
+            sites.append((*site, "a Keras loss, which Keras divides by the replicas"))
     if "tf_keras" in sys.modules:
         from ..hooks.tf_keras import replica_scaling_site as tf_keras_site
 
         site = tf_keras_site()
         if site:
-            sites.append((*site, "a tf_keras loss (tf_keras divides it by the replicas)"))
+            sites.append((*site, "a tf_keras loss, which tf_keras divides by the replicas"))
     if "tensorflow" in sys.modules:
         import tensorflow as tf
 
         sites += [(tf.nn, "compute_average_loss",
-                   "tf.nn.compute_average_loss (divided by the global batch)"),
+                   "tf.nn.compute_average_loss, divided by the global batch"),
                   (tf.nn, "scale_regularization_loss",
-                   "tf.nn.scale_regularization_loss (divided by the replicas)")]
+                   "tf.nn.scale_regularization_loss, divided by the replicas")]
     for owner, name, words in sites:
         changes.append((owner, name, _noting(getattr(owner, name), words)))
     try:
@@ -208,7 +208,7 @@ class _Reader:
         replica's batch size was passed on the way down (a sum below it is a mean)."""
 
         same = (None if self.reads_data(tensor)
-                else ("same", "a term that reads no data (e.g. a regularization loss)"))
+                else ("same", "a term that reads no data, such as a regularization loss"))
         while True:
             words = _divided_by(tensor)
             if words is not None:
@@ -236,8 +236,8 @@ class _Reader:
                     tensor = numerator
                     continue
                 if self._multiplies_by_replicas(denominator):
-                    return "divided", ("a loss divided by the global batch "
-                                       "(tf.nn.compute_average_loss)")
+                    return "divided", ("a loss divided by the global batch, as "
+                                       "tf.nn.compute_average_loss does")
                 if self.reads_data(denominator) or _reads_shape(denominator):
                     divided_by_batch = True   # the batch's size, or its summed weights
                     tensor = numerator
@@ -247,11 +247,11 @@ class _Reader:
             if same is not None:   # not divided by the replicas on the way down
                 return same
             if op.type == "Mean" and op.inputs:
-                return "mean", "a mean over the replica's batch (tf.reduce_mean)"
+                return "mean", "a mean over each replica's batch, as tf.reduce_mean gives"
             if op.type == "Sum" and op.inputs:
                 if divided_by_batch:
-                    return "mean", "a mean over the replica's batch"
-                return "summed", "a sum over the replica's batch (tf.reduce_sum)"
+                    return "mean", "a mean over each replica's batch"
+                return "summed", "a sum over each replica's batch, as tf.reduce_sum gives"
             return None, f"a value computed by {op.type}"
 
     def _constant_and_other(self, inputs: Any) -> tuple[float | None, Any]:
@@ -398,10 +398,10 @@ def global_loss(form: LossForm | None, replicas: int, text_divides: bool) -> tup
     if reduction == "sum":
         how = "; ".join(form.kinds(ADDING))
         return n, (f"loss (global) is the sum of the {n} replicas' losses, which is what the "
-                   f"cell's loss gives on the whole global batch on one device: it is {how} "
-                   "(TensorFlow's tutorials report it as strategy.reduce(SUM, "
-                   "per_replica_losses)); the per-replica values are the `loss` column of "
-                   "run.metrics")
+                   "cell's loss gives on the whole global batch on one device. The loss is "
+                   f"{how}; TensorFlow's tutorials report it the same way, with "
+                   "strategy.reduce(SUM, per_replica_losses). The per-replica values are the "
+                   "`loss` column of run.metrics")
     if reduction == "mean":
         if not form.kinds(frozenset(("mean",))):
             return 1, None   # it reads no data: the same value on every replica
@@ -416,9 +416,9 @@ def global_loss(form: LossForm | None, replicas: int, text_divides: bool) -> tup
         undivided = "; ".join(form.kinds(AVERAGING))
         return n, (f"loss (global) is the sum of the {n} replicas' shares of it, which is what "
                    "the cell's loss gives on the whole global batch on one device. Its terms "
-                   f"add up differently over the replicas: {divided}, but also {undivided}, "
-                   "not divided by the replicas; so each replica's `loss` here is its share "
-                   f"(the undivided terms divided by {n}). The optimizer sums the replicas' "
+                   f"add up differently over the replicas. Divided by them: {divided}. Not "
+                   f"divided: {undivided}. So each replica's `loss` here is its share (the "
+                   f"undivided terms divided by {n}). The optimizer sums the replicas' "
                    f"gradients, so the undivided terms weigh {n} times what they weigh on one "
                    "device: divide them by the replicas (tf.nn.scale_regularization_loss(...) "
                    "for model.losses) to train as one device would")
