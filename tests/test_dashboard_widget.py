@@ -447,7 +447,8 @@ def test_a_shell_that_renders_svg_gets_the_static_figure_and_summary(
     dash.close()
     bundle, summary = recorder.displayed
     assert summary["text/plain"].startswith("Run 1 (step, mirrored, 4 replicas): done")
-    assert "<pre>" in summary["text/html"]
+    html = summary["text/html"]      # no number broken across lines
+    assert html.startswith("<pre style='word-break:normal") and "nowrap'>step_ms 4.00<" in html
     assert bundle["image/svg+xml"].startswith("<svg") and "Run 1" in bundle["text/plain"]
     names = [t["name"] for t in bundle["application/vnd.nbdist.figure.v1+json"]["data"]]
     assert names.count("replica 3") == 4                   # one per panel
@@ -500,15 +501,20 @@ def test_a_notebook_saved_mid_run_keeps_the_last_picture(
                                      "was live when this was saved.")
     assert "as of step 20, live when this was saved" in picture["image/svg+xml"]
     assert picture["image/svg+xml"].count("<polyline") >= 4
+    # the first picture is of the first redraw: refreshed a second later
+    clock.advance(run_view.FIRST_PICTURE_AFTER)
+    feed(run, 20, 30, on_step=dash.on_step)
+    [first] = recorder.replaced
+    assert first[run_view.LIVE_PICTURE_MIME] == {"run": 1, "step": 21}
     clock.advance(5)
-    feed(run, 20, 40, on_step=dash.on_step)
-    assert recorder.replaced == []              # redrawn, but the picture is 5 s old only
+    feed(run, 30, 40, on_step=dash.on_step)
+    assert len(recorder.replaced) == 1          # redrawn, but the picture is 5 s old only
     clock.advance(6)
     feed(run, 40, 41, on_step=dash.on_step)
-    [later] = recorder.replaced
+    later = recorder.replaced[1]
     assert later[run_view.LIVE_PICTURE_MIME] == {"run": 1, "step": 41}
     RunWriter(run).finish("done")
     dash.close()
-    emptied, final = recorder.replaced[1:]
+    emptied, final = recorder.replaced[2:]
     assert emptied == {"text/plain": ""}        # the final figure says it all
     assert FIGURE_MIME in final and "done" in final["text/plain"]

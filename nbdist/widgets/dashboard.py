@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import html
+import re
 import threading
 import time
 import warnings
@@ -53,7 +54,7 @@ class Dashboard(RunObserver):
     max_interval: float = 2.0       # ... but the view is never older than this (seconds)
     stop_mode: str = "auto"         # see nbdist.widgets.stopper
     stall_after: float = 5.0        # the header says "no new step for N s" after this (s)
-    picture_every: float = 10.0     # s between refreshes of the picture a mid-run save keeps
+    picture_every: float = 5.0      # s between refreshes of the picture a mid-run save keeps
 
     def __init__(self, shell: Any = None, *, live: bool | None = None, **settings: Any):
         for name, value in settings.items():
@@ -251,7 +252,13 @@ def _summary(run: Run) -> str:
 
 
 def _summary_bundle(text: str) -> dict[str, Any]:
-    return {"text/plain": text, "text/html": f"<pre>{html.escape(text)}</pre>"}
+    """The summary as text and HTML. JupyterLab breaks output text anywhere (``word-break:
+    break-all``): the HTML breaks at spaces only, and never between a name and its number
+    ("step_ms 1.20" stays whole)."""
+    glued = re.sub(r"(\S+ -?\d\S*)", r"<span style='white-space:nowrap'>\1</span>",
+                   html.escape(text))
+    return {"text/plain": text, "text/html": "<pre style='word-break:normal;"
+                                             f"overflow-wrap:normal'>{glued}</pre>"}
 
 
 def _display_summary(run: Run) -> None:

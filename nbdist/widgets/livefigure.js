@@ -19,46 +19,143 @@ function loadPlotly(cdn) {
   return g.__nbdistPlotlyCdn;
 }
 
-// The page's dark theme (JupyterLab's, VS Code's): a transparent background, the theme's
-// text colour, and the near-black aggregate lines drawn in that colour. Light pages: as sent.
-export function darkTheme(doc = globalThis.document) {
+// The page's theme, followed live. JupyterLab's dark themes (and VS Code's) draw the figure
+// on a transparent background in the theme's own colours (its CSS variables); light pages
+// show the figure as the kernel sent it. `themeUpdate` says every themed property as a
+// relayout (back to the kernel's values in a light theme), so a switch redraws in place.
+export function pageTheme(doc = globalThis.document) {
   const body = doc && doc.body;
   if (!body) return null;
   const dark = body.dataset.jpThemeLight === "false" || body.classList.contains("vscode-dark");
   if (!dark) return null;
   const css = globalThis.getComputedStyle ? globalThis.getComputedStyle(body) : null;
   const read = (name, fallback) => (css && css.getPropertyValue(name).trim()) || fallback;
-  return { fg: read("--jp-ui-font-color1", "#d4d4d4"), grid: read("--jp-border-color2", "#444") };
+  return {
+    fg: read("--jp-ui-font-color1", "#d4d4d4"), muted: read("--jp-ui-font-color2", "#a0a0a0"),
+    bg: read("--jp-layout-color1", "#212121"), grid: read("--jp-border-color2", "#444"),
+    border: read("--jp-border-color1", "#616161"),
+    // plotly draws the active and hovered button #F4FAFF whatever the theme: the buttons
+    // stay light, labelled in the theme's inverse (dark) text colour
+    button: read("--jp-inverse-layout-color3", "#bdbdbd"),
+    buttonText: read("--jp-ui-inverse-font-color1", "rgba(0,0,0,.8)"),
+  };
 }
 
 const DARK_LINES = new Set(["#111111", "#555555", "#000000", "black"]);
 
-export function themedTraces(traces, theme) {
-  if (!theme) return traces;
-  return traces.map(t => (t.line && DARK_LINES.has(String(t.line.color).toLowerCase()))
-    ? { ...t, line: { ...t.line, color: theme.fg } } : t);
+// a trace's line colour in `theme`, from the kernel's colour `color`
+function lineColor(color, theme) {
+  return theme && DARK_LINES.has(String(color).toLowerCase()) ? theme.fg : color;
 }
 
-export function themedLayout(layout, theme) {
-  if (!theme) return layout;
-  const out = { ...layout, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-                font: { ...(layout.font || {}), color: theme.fg },
-                legend: { ...(layout.legend || {}), font: { ...((layout.legend || {}).font || {}),
-                                                             color: theme.fg } } };
+export function themedTraces(traces, theme) {
+  return traces.map(t => {
+    const color = t.line && lineColor(t.line.color, theme);
+    return color && color !== t.line.color ? { ...t, line: { ...t.line, color } } : t;
+  });
+}
+
+// The figure's theme: the page's, followed across theme switches. It remembers the kernel's
+// layout and line colours, so a switch back to a light theme restores them.
+function makeThemer(div, layout) {
+  let Plotly = null, theme = pageTheme();
+  const colors = [];              // the kernel's line colour of each kernel trace
+  return {
+    get theme() { return theme; },
+    ready(P) { Plotly = P; },
+    // kernel traces as drawn in the current theme
+    traces(traces) {
+      for (const t of traces) colors.push(t.line ? t.line.color : undefined);
+      return themedTraces(traces, theme);
+    },
+    layout() { return withUpdate(layout, themeUpdate(layout, theme)); },
+    async apply() {
+      theme = pageTheme();
+      await Plotly.relayout(div, themeUpdate(layout, theme));
+      const idx = [], values = [];
+      colors.forEach((c, i) => {
+        if (c !== undefined && DARK_LINES.has(String(c).toLowerCase())) {
+          idx.push(i);
+          values.push(lineColor(c, theme));
+        }
+      });
+      if (idx.length) await Plotly.restyle(div, { "line.color": values }, idx);
+    },
+  };
+}
+
+function lookup(obj, path) {
+  return path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), obj);
+}
+
+// {relayout key: value} of every themed property of `layout` (the kernel's), in `theme`
+// (null: the kernel's own values; null values reset to plotly's defaults).
+export function themeUpdate(layout, theme) {
+  const out = {};
+  const set = (key, themed, path = key) => {
+    const own = lookup(layout, path);
+    out[key] = theme ? themed : (own === undefined ? null : own);
+  };
+  const t = theme || {};
+  set("paper_bgcolor", "rgba(0,0,0,0)");
+  set("plot_bgcolor", "rgba(0,0,0,0)");
+  set("font.color", t.fg);
+  set("legend.font.color", t.fg);
+  set("title.font.color", t.fg);
+  set("hoverlabel.bgcolor", t.bg);
+  set("hoverlabel.bordercolor", t.border);
+  set("hoverlabel.font.color", t.fg);
   for (const [name, axis] of Object.entries(layout)) {
-    if (/^[xy]axis\d*$/.test(name)) {
-      out[name] = { ...axis, gridcolor: theme.grid, linecolor: theme.grid,
-                    zerolinecolor: theme.grid };
+    if (!/^[xy]axis\d*$/.test(name) || !axis) continue;
+    for (const prop of ["gridcolor", "linecolor", "zerolinecolor"]) {
+      set(`${name}.${prop}`, t.grid);
     }
   }
-  if (layout.annotations) {      // panel titles and notes: dark grey on a light page
-    out.annotations = layout.annotations.map(a => ({ ...a, font: { ...(a.font || {}),
-                                                                   color: theme.fg } }));
-  }
-  if (layout.title) {
-    out.title = { ...layout.title, font: { ...(layout.title.font || {}), color: theme.fg } };
+  (layout.annotations || []).forEach((a, i) => {       // the notes line is muted
+    set(`annotations[${i}].font.color`, a.name === "notes" ? t.muted : t.fg,
+        `annotations.${i}.font.color`);
+  });
+  (layout.updatemenus || []).forEach((_, i) => {
+    set(`updatemenus[${i}].bgcolor`, t.button, `updatemenus.${i}.bgcolor`);
+    set(`updatemenus[${i}].bordercolor`, t.border, `updatemenus.${i}.bordercolor`);
+    set(`updatemenus[${i}].font.color`, t.buttonText, `updatemenus.${i}.font.color`);
+  });
+  return out;
+}
+
+// `layout` with a relayout `update` applied (for the first draw: one draw, no flash).
+export function withUpdate(layout, update) {
+  const out = JSON.parse(JSON.stringify(layout));
+  for (const [key, value] of Object.entries(update)) {
+    const parts = key.replace(/\[(\d+)\]/g, ".$1").split(".");
+    let o = out;
+    for (const p of parts.slice(0, -1)) o = o[p] = o[p] && typeof o[p] === "object" ? o[p] : {};
+    if (value === null) delete o[parts[parts.length - 1]];
+    else o[parts[parts.length - 1]] = value;
   }
   return out;
+}
+
+// Calls `onChange` after each theme switch of the page (JupyterLab sets these attributes once
+// the new theme's CSS is loaded); returns the function that stops watching.
+export function watchTheme(onChange, doc = globalThis.document) {
+  if (!doc || !doc.body || typeof MutationObserver === "undefined") return () => {};
+  const observer = new MutationObserver(() => onChange());
+  observer.observe(doc.body, { attributes: true, attributeFilter: [
+    "data-jp-theme-light", "data-jp-theme-name", "class"] });
+  return () => observer.disconnect();
+}
+
+// No control of the figure sends its data off the machine (plotly.js 4 offers "Share
+// chart..." to Plotly Cloud by default); the kernel's config (panels.PLOTLY_CONFIG) comes first.
+const LOCAL_ONLY = { showSendToCloud: false, showLink: false, showEditInChartStudio: false,
+                     plotlyServerURL: "" };
+
+export function plotConfig(config) {
+  const remove = new Set([...((config || {}).modeBarButtonsToRemove || []),
+                          "sendChartToCloud", "sendDataToCloud", "editInChartStudio"]);
+  return { displaylogo: false, ...(config || {}), ...LOCAL_ONLY,
+           modeBarButtonsToRemove: [...remove] };
 }
 
 // A restyle value: {buffer: i} is the i-th binary buffer (float64), anything else is JSON.
@@ -74,21 +171,27 @@ function decode(value, buffers) {
 // Messages are coalesced: a restyle carries each trace's whole series, so only the latest
 // value per (trace, property) is drawn, once per animation frame. Drawing every message as it
 // comes would queue work faster than a busy page draws it and starve its clicks (Stop).
-function makeQueue(div, smoother) {
+function makeQueue(div, smoother, themer) {
   let Plotly = null, scheduled = false, busy = false;
   let added = [];                 // traces to add, in order
   let weight = null;              // a new smoothing weight to apply
   let pending = new Map();        // trace index -> {prop: value}
+  let retheme = false;            // the page's theme changed
   async function flush() {
     scheduled = false;
     if (!Plotly || busy) return;
     busy = true;
     try {
-      const traces = added, updates = pending, smoothing = weight;
+      const traces = added, updates = pending, smoothing = weight, theme = retheme;
       added = [];
       pending = new Map();
       weight = null;
-      if (traces.length) await smoother.added(themedTraces(traces, darkTheme()));
+      retheme = false;
+      if (theme) {
+        await themer.apply();
+        await smoother.restyled();      // the faint copies take the lines' new colours
+      }
+      if (traces.length) await smoother.added(themer.traces(traces));
       const n = smoother.base;
       const byProps = new Map();      // one restyle per set of properties
       for (const [t, props] of updates) {
@@ -110,7 +213,7 @@ function makeQueue(div, smoother) {
       console.error("nbdist live figure:", err);
     } finally {
       busy = false;
-      if (added.length || pending.size || weight !== null) schedule();
+      if (added.length || pending.size || weight !== null || retheme) schedule();
     }
   }
   // Log axes: 1-2-5 in each decade, or decades only once an axis spans more than 2.5 of
@@ -132,6 +235,7 @@ function makeQueue(div, smoother) {
   return {
     ready(P) { Plotly = P; schedule(); },
     smooth(w) { weight = w; schedule(); },
+    retheme() { retheme = true; schedule(); },
     push(msg, buffers) {
       if (msg.type === "add_traces") {
         added.push(...msg.traces);
@@ -205,6 +309,7 @@ function makeSmoother(div) {
     ready(P, traces) { Plotly = P; keep(traces); },
     get base() { return base(); },
     async set(w) { weight = w; await sync(); },
+    async restyled() { if (weight) await sync(); },
     // new kernel traces go before the raw copies
     async added(traces) {
       const at = traces.map((_, j) => base() + j);
@@ -264,11 +369,25 @@ function smoothingControl(onChange) {
   return { bar, initial: saved };
 }
 
+// plotly.js' drawing calls on `div`, doing nothing once the view is gone: a message, a
+// resize or a theme switch that comes after `purge` must not draw into a purged div (plotly
+// throws reading its traces).
+function guarded(Plotly, div, isOpen) {
+  const out = {};
+  for (const name of ["restyle", "relayout", "addTraces", "deleteTraces"]) {
+    out[name] = (...args) => (isOpen() && Array.isArray(div.data)
+      ? Plotly[name](...args) : Promise.resolve());
+  }
+  return out;
+}
+
 async function render({ model, el }) {
   const div = document.createElement("div");
-  div.className = "nbdist-live-figure";
+  div.className = "nbdist-live-figure nbdist-plot";
   div.style.width = "100%";
+  const fig = model.get("figure");
   const smoother = makeSmoother(div);
+  const themer = makeThemer(div, fig.layout);
   // the kernel keeps the slider's value: the figure left in the notebook when the run ends
   // is drawn with the same smoothing
   const smooth = w => {
@@ -278,10 +397,12 @@ async function render({ model, el }) {
   };
   const control = smoothingControl(smooth);
   el.append(control.bar, div);
-  const queue = makeQueue(div, smoother);   // messages that arrive while plotly.js loads wait
-  let Plotly = null;
+  // messages that arrive while plotly.js loads wait
+  const queue = makeQueue(div, smoother, themer);
+  let open = true;
   const onMessage = (msg, buffers) => queue.push(msg, buffers);
   model.on("msg:custom", onMessage);
+  let Plotly = null;
   try {
     Plotly = await loadPlotly(model.get("cdn"));
   } catch (err) {
@@ -289,28 +410,31 @@ async function render({ model, el }) {
       "final figure is drawn here when the run ends.";
     return () => model.off("msg:custom", onMessage);
   }
-  const fig = model.get("figure");
   // The output area's width, followed: plotly measures once (700 px when the view is not
   // attached yet) and then only on window resizes, while the output area also changes with
   // side panels. The height stays the figure's (it depends on the panels drawn).
   const width = () => Math.floor(div.getBoundingClientRect().width);
-  const theme = darkTheme();
-  await Plotly.newPlot(div, themedTraces(fig.data, theme),
-                       { ...themedLayout(fig.layout, theme), width: width() || undefined },
-                       { displaylogo: false });
+  await Plotly.newPlot(div, themer.traces(fig.data),
+                       { ...themer.layout(), width: width() || undefined },
+                       plotConfig(fig.config));
+  const drawing = guarded(Plotly, div, () => open);
   let last = width();
   const resize = new ResizeObserver(() => {
     const w = width();
     if (w && Math.abs(w - last) > 1) {
       last = w;
-      Plotly.relayout(div, { width: w });
+      void drawing.relayout(div, { width: w });
     }
   });
   resize.observe(div);
-  smoother.ready(Plotly, fig.data);
-  queue.ready(Plotly);
+  const unwatch = watchTheme(() => queue.retheme());
+  themer.ready(drawing);
+  smoother.ready(drawing, fig.data);
+  queue.ready(drawing);
   if (control.initial) smooth(control.initial);
   return () => {
+    open = false;
+    unwatch();
     resize.disconnect();
     model.off("msg:custom", onMessage);
     Plotly.purge(div);

@@ -23,6 +23,7 @@ import traitlets
 
 from ..hooks.ipykernel import can_watch_comm, watch_comm
 from .figure import plotly_json
+from .panels import PLOTLY_CONFIG
 
 __all__ = ["LiveFigure"]
 
@@ -39,12 +40,13 @@ class LiveFigure(anywidget.AnyWidget):
     # The module's text, not its path: for a path anywidget connects every instance to the
     # file's change signal (hot reload) with a strong reference, so no figure was ever freed.
     _esm = Path(__file__).with_name("livefigure.js").read_text(encoding="utf-8")
-    figure = traitlets.Dict().tag(sync=True)   # {"data", "layout"}: traces added later, no data
+    # {"data", "layout", "config"}: traces added later come without their data
+    figure = traitlets.Dict().tag(sync=True)
     cdn = traitlets.Unicode().tag(sync=True)   # plotly.js when nbdist's extension is absent
     smoothing = traitlets.Float(0.0).tag(sync=True)   # the slider's, set by the front end
 
     def __init__(self, figure: dict[str, Any]):
-        super().__init__(figure=plotly_json(figure), cdn=_cdn())
+        super().__init__(figure={**plotly_json(figure), "config": PLOTLY_CONFIG}, cdn=_cdn())
         # What the front end shows now (numpy arrays as sent): for reading, e.g. in tests.
         self.current: dict[str, Any] = {"data": [dict(t) for t in figure["data"]],
                                         "layout": figure["layout"]}

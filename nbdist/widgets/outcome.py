@@ -2,8 +2,9 @@
 
 A run that ends early (a worker died, an exception, a non-finite loss, Kernel > Interrupt, the
 Stop button) gets a marker on the loss panel at its last step, in the header's words and
-colours (``header.OUTCOMES``), named in the legend, with the reason in the loss panel's title
-(``Run.error``'s first sentence) and in the marker's hover text. Legend and title are drawn
+colours (``header.OUTCOMES``), named in the legend, with the reason in a line of its own under
+the figure's title (``Run.error``'s first sentence; the loss panel's title would run under the
+loss toggle) and in the marker's hover text. Legend and title are drawn
 by every renderer (plotly.js and the SVG of ``svgplot``), so a saved notebook says it too.
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..telemetry.run import Run
 from .header import OUTCOMES
+from .panels import add_note
 
 __all__ = ["mark_outcome", "reason"]
 
@@ -49,10 +51,8 @@ def mark_outcome(fig: dict[str, Any], run: Run) -> None:
                    "line": {"width": 3, "color": colour}},
         "text": [f"{name}: {why}" if why else name], "hoverinfo": "text", "legendrank": 1,
     })
-    for note in fig["layout"].get("annotations", ()):
-        if note.get("name") == "title:loss":
-            note["text"] += (f" · <span style='color:{colour}'>{html.escape(name)}"
-                             + (f": {html.escape(why)}" if why else "") + "</span>")
+    add_note(fig["layout"], f"<span style='color:{colour}'><b>{html.escape(name)}</b>"
+                            + (f": {html.escape(why)}" if why else "") + "</span>")
 
 
 def _last_point(fig: dict[str, Any]) -> tuple[float, float] | None:

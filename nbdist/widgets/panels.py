@@ -67,6 +67,19 @@ AGGREGATES = {
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
 REPLICA_WIDTH, AGGREGATE_WIDTH = 1.3, 2.6
+
+#: plotly.js' config of every dashboard figure (live, finished, ``run.plot()``): the mode bar
+#: keeps zoom, pan, reset and the PNG download, and has no control that sends the figure off
+#: the machine (plotly.js 4 offers "Share chart..." to Plotly Cloud unless told not to). The
+#: front ends enforce the "no upload" part for figures saved without it
+#: (``livefigure.js``'s ``plotConfig``, ``labextension/src/figure.ts``).
+PLOTLY_CONFIG = {
+    "displaylogo": False, "showSendToCloud": False, "showLink": False,
+    "showEditInChartStudio": False, "plotlyServerURL": "",
+    "modeBarButtonsToRemove": ["sendChartToCloud", "sendDataToCloud", "editInChartStudio",
+                               "lasso2d", "select2d"],
+    "toImageButtonOptions": {"format": "png", "filename": "nbdist-dashboard", "scale": 2},
+}
 _TOP, _NOTE, _BOTTOM, _GAP = 58, 15, 42, 36   # px: title, a note line, step title, panel title
 
 
@@ -146,12 +159,10 @@ def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -
                   "showspikes": True, "spikemode": "across", "spikesnap": "cursor",
                   "spikethickness": 1, "spikedash": "dot", "spikecolor": "#888",
                   "zeroline": False},
-        "annotations": [{      # why a panel is not drawn: one line each, under the title
-            "name": "notes", "text": "<br>".join(notes), "x": 0, "xref": "paper",
-            "xanchor": "left", "y": 1, "yref": "paper", "yanchor": "bottom", "yshift": 24,
-            "align": "left", "showarrow": False, "font": {"size": 11, "color": "#666"},
-        }] if notes else [],
+        "annotations": [],
     }
+    for note in notes:      # why a panel is not drawn: one line each, under the title
+        add_note(out, note, grow=False)
     top = plot_h
     for panel, axis, h in zip(panels, axis_names(panels).values(), heights, strict=True):
         spec = PANELS[panel]
@@ -181,6 +192,21 @@ def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -
         ],
     }]
     return out
+
+
+def add_note(layout: dict[str, Any], text: str, grow: bool = True) -> None:
+    """One more line under the figure's title, full width (clear of the panel titles and the
+    loss toggle); ``grow``: the figure grows by that line (``layout`` made room already)."""
+    notes = next((a for a in layout["annotations"] if a.get("name") == "notes"), None)
+    if notes is None:
+        notes = {"name": "notes", "text": "", "x": 0, "xref": "paper", "xanchor": "left",
+                 "y": 1, "yref": "paper", "yanchor": "bottom", "yshift": 24, "align": "left",
+                 "showarrow": False, "font": {"size": 11, "color": "#666"}}
+        layout["annotations"].insert(0, notes)
+    notes["text"] = f"{notes['text']}<br>{text}" if notes["text"] else text
+    if grow:
+        layout["margin"]["t"] += _NOTE
+        layout["height"] += _NOTE
 
 
 def _hover(panel: str) -> str:

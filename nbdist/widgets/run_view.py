@@ -11,9 +11,11 @@ notebook then shows the final figure without a kernel or a widget model.
 A notebook saved while the run goes on keeps no widget (its model lives in the kernel), so a
 second output under the widgets holds the dashboard's picture as of its last refresh (SVG,
 ``live_picture``), hidden by nbdist's JupyterLab extension while the live dashboard is there.
-It is refreshed at most every ``picture_every`` seconds (and less often if drawing it costs
-more than 1% of the time): the picture is drawn from what the live figure shows already, and
-a page autosaves every two minutes, so steps pay nothing for it. It is not in the widget's own
+It is refreshed ``FIRST_PICTURE_AFTER`` s after the widgets are built (the first picture, of the
+first step, has nothing on its axes), then every ``picture_every`` seconds (and less often if
+drawing it costs more than 1% of the time): a save at any moment (Ctrl+S, autosave) keeps
+curves a few seconds old at most. The picture is drawn from what the live figure shows
+already, so steps pay nothing for it. It is not in the widget's own
 output: updating that output makes the front end build a new widget view, which would lose
 the figure's data (sent in messages, not in the widget's state).
 
@@ -42,6 +44,9 @@ from .svgplot import figure_svg
 
 #: The live dashboard's last picture (rendered by labextension/src/figure.ts).
 LIVE_PICTURE_MIME = "application/vnd.nbdist.live-picture.v1+json"
+
+#: Seconds from the first picture (the widgets' first step) to its first refresh.
+FIRST_PICTURE_AFTER = 1.0
 
 #: Views made by ``add_view`` kept at once; the oldest is closed to make room for another.
 MAX_EXTRA_VIEWS = 3
@@ -159,7 +164,8 @@ class RunView:
             parts.no_live_stop()
         self.handle = display(parts.bundle(), raw=True, display_id=True)
         self.picture = display(self.live_picture(), raw=True, display_id=True)
-        self._picture_due = time.monotonic() + self.owner.picture_every
+        self._picture_due = time.monotonic() + min(FIRST_PICTURE_AFTER,
+                                                   self.owner.picture_every)
         self.stall = StallWatch(self.owner.stall_after, self._show_stall)
 
     def add_view(self) -> dict[str, Any]:

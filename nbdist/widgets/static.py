@@ -21,6 +21,7 @@ import numpy as np
 from ..telemetry.run import Run
 from .aggregate import AGGREGATE_ABOVE
 from .figure import plotly_json, run_figure, run_title, series_of
+from .panels import PLOTLY_CONFIG
 from .svgplot import figure_svg
 
 __all__ = ["FIGURE_MIME", "PLOTLY_MIME", "figure_bundle", "plot_figure", "static_bundle"]
@@ -49,7 +50,7 @@ def figure_bundle(fig: dict[str, Any], what: str) -> dict[str, Any]:
     for nbdist's renderer, and the title with ``what`` it is as text."""
     title = fig["layout"]["title"]["text"]
     return {
-        FIGURE_MIME: _typed_json(fig),
+        FIGURE_MIME: {**_typed_json(fig), "config": PLOTLY_CONFIG},
         "image/svg+xml": figure_svg(fig),
         "text/plain": f"{title} ({what})",
     }
@@ -77,6 +78,14 @@ def _run_figure_class() -> type:
             layout.setdefault("title", {}).setdefault("text", "")
             return figure_bundle({"data": data, "layout": layout},
                                  "a plotly Figure: nbdist.runs[i].plot()")
+
+        def show(self, *args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("config", PLOTLY_CONFIG)   # no "Share chart" upload button
+            return super().show(*args, **kwargs)
+
+        def write_html(self, *args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("config", PLOTLY_CONFIG)
+            return super().write_html(*args, **kwargs)
 
         def _ipython_display_(self) -> None:     # plotly's own goes through its renderers
             from IPython.display import display
