@@ -109,6 +109,7 @@ FILE_TIERS = {
     "browser/test_dashboard_live.py": "browser",
     "browser/test_dashboard_reload.py": "browser",
     "browser/test_dashboard_scale.py": "browser",
+    "browser/test_dashboard_theme.py": "browser",
     "browser/test_lab.py": "browser",
     "browser/test_lab_workers.py": "browser",
     "browser/test_notebook7.py": "browser",

@@ -33,6 +33,8 @@ import threading
 import time
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..telemetry.run import Run
 from .aggregate import AGGREGATE_ABOVE
 from .figure import TOP_STRAGGLERS, FigureModel, feed, figure_dict, run_title
@@ -47,6 +49,10 @@ LIVE_PICTURE_MIME = "application/vnd.nbdist.live-picture.v1+json"
 
 #: Seconds from the first picture (the widgets' first step) to its first refresh.
 FIRST_PICTURE_AFTER = 1.0
+
+#: Points per line in that picture: the page's width, not the live figure's 2000 (its cost
+#: spaces the refreshes, see the module docstring).
+PICTURE_POINTS = 400
 
 #: Views made by ``add_view`` kept at once; the oldest is closed to make room for another.
 MAX_EXTRA_VIEWS = 3
@@ -200,7 +206,9 @@ class RunView:
         layout = {**current["layout"], "title": {**current["layout"]["title"], "text": title}}
         return {
             LIVE_PICTURE_MIME: {"run": run.id, "step": step},
-            "image/svg+xml": figure_svg({"data": current["data"], "layout": layout}),
+            "image/svg+xml": figure_svg({"data": [_thinned(t, PICTURE_POINTS)
+                                                  for t in current["data"]],
+                                         "layout": layout}),
             "text/plain": f"Run {run.id} ({run.strategy}): the dashboard as of step {step}; "
                           "the run was live when this was saved.",
         }
@@ -321,6 +329,16 @@ class _Widgets:
             "going on when this notebook was saved; below is its picture as of then. A Jupyter "
             "widget front end (JupyterLab 4, Notebook 7, VS Code) draws it live.")
         return bundle
+
+
+def _thinned(trace: dict[str, Any], points: int) -> dict[str, Any]:
+    """``trace`` with at most ``points`` of its x/y points, evenly spaced, the last kept."""
+    x, y = trace.get("x"), trace.get("y")
+    if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray) or \
+            len(x) != len(y) or len(x) <= points:
+        return trace
+    keep = np.linspace(0, len(x) - 1, points).round().astype(np.int64)
+    return {**trace, "x": x[keep], "y": y[keep]}
 
 
 def _close_tree(widget: Any) -> None:

@@ -18,6 +18,36 @@ KERNEL_CONNECTED = (
     " w.sessionContext.session.kernel.connectionStatus === 'connected'; }")
 
 
+# A notebook's first cells: nbdist on 2 mirrored replicas, a repeating dataset `ds`, a linear
+# `model` and its `optimizer`; then `step_cell(steps)` trains it.
+MIRRORED_SETUP = [
+    "%load_ext nbdist",
+    "%distribute mirrored --devices 2",
+    """import numpy as np
+import tensorflow as tf
+x = np.random.default_rng(0).normal(size=(640, 8)).astype("float32")
+ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(32, drop_remainder=True).repeat()""",
+    """%%distribute
+model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.SGD(0.01)""",
+]
+
+
+def step_cell(steps: int) -> str:
+    return f"""%%distribute --step --data ds --steps {steps}
+a, b = batch
+with tf.GradientTape() as tape:
+    loss = tf.nn.compute_average_loss(tf.square(model(a) - b)[:, 0], global_batch_size=32)
+grads = tape.gradient(loss, model.trainable_variables)
+optimizer.apply_gradients(zip(grads, model.trainable_variables))"""
+
+
+# The notebook's last cell is running (not ``kernel.status``: see test_dashboard_live.py).
+LAST_CELL_RUNNING = """() => {
+    const cells = window.jupyterapp.shell.currentWidget.content.widgets;
+    return cells[cells.length - 1].model.executionState === 'running';
+}"""
+
 # Every cell of the notebook, started without waiting: the promise that
 # `commands.execute('notebook:run-all-cells')` returns resolves only when every cell has run.
 RUN_ALL_NOWAIT = "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"

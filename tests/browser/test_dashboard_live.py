@@ -21,6 +21,7 @@ import time
 from figurechecks import check_final_figure, check_final_smoothing, check_live_figure
 from labhelpers import (
     COUNT_POINTS,
+    LAST_CELL_RUNNING,
     RUN_ALL_NOWAIT,
     dismiss_news,
     doc_shot,
@@ -71,10 +72,7 @@ BOTTLENECK_LABELS = {"input": "input-bound", "dispatch": "dispatch-bound",
 LIVE_VERDICT = rf"step \d+/{TOTAL_STEPS} · ([^·]+)$"
 
 # The training cell (the notebook's last) is running.
-TRAINING = """() => {
-    const cells = window.jupyterapp.shell.currentWidget.content.widgets;
-    return cells[cells.length - 1].model.executionState === 'running';
-}"""
+TRAINING = LAST_CELL_RUNNING
 
 
 # The header's items, each with the number of lines it is drawn on, and the header's lines.

@@ -11,28 +11,20 @@ The second tab opens the notebook saved mid-run: its view takes the saved view's
 import time
 
 from figurechecks import check_final_figure
-from labhelpers import KERNEL_CONNECTED, RUN_ALL_NOWAIT, run_new_cell, shot, write_notebook
+from labhelpers import (
+    KERNEL_CONNECTED,
+    MIRRORED_SETUP,
+    RUN_ALL_NOWAIT,
+    run_new_cell,
+    shot,
+    step_cell,
+    write_notebook,
+)
 
 # Stop ends the run long before this.
 TOTAL_STEPS = 100_000
 
-CELLS = [
-    "%load_ext nbdist",
-    "%distribute mirrored --devices 2",
-    """import numpy as np
-import tensorflow as tf
-x = np.random.default_rng(0).normal(size=(640, 8)).astype("float32")
-ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(32, drop_remainder=True).repeat()""",
-    """%%distribute
-model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
-optimizer = tf.keras.optimizers.SGD(0.01)""",
-    f"""%%distribute --step --data ds --steps {TOTAL_STEPS}
-a, b = batch
-with tf.GradientTape() as tape:
-    loss = tf.nn.compute_average_loss(tf.square(model(a) - b)[:, 0], global_batch_size=32)
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))""",
-]
+CELLS = [*MIRRORED_SETUP, step_cell(TOTAL_STEPS)]
 
 # The step the live dashboard's header shows (-1: no dashboard on the page).
 STEP = f"""() => {{
