@@ -62,6 +62,7 @@ FILE_TIERS = {
     "test_dashboard_aggregate.py": "unit",
     "test_dashboard_widget.py": "unit",
     "test_dashboard_views.py": "unit",
+    "test_dashboard_look.py": "unit",
     "test_devices.py": "kernel",
     "test_docs.py": "notebooks",
     "test_export.py": "notebooks",        # its refusals in an IPython shell: kernel
