@@ -105,6 +105,9 @@ export function themeUpdate(layout, theme) {
   set("hoverlabel.bgcolor", t.bg);
   set("hoverlabel.bordercolor", t.border);
   set("hoverlabel.font.color", t.fg);
+  set("modebar.bgcolor", "rgba(0,0,0,0)");
+  set("modebar.color", t.muted);
+  set("modebar.activecolor", t.fg);
   for (const [name, axis] of Object.entries(layout)) {
     if (!/^[xy]axis\d*$/.test(name) || !axis) continue;
     for (const prop of ["gridcolor", "linecolor", "zerolinecolor"]) {

@@ -99,9 +99,14 @@ def _readable(page, cell, what: str) -> dict:
     plot.scroll_into_view_if_needed()
     drag = plot.locator(".nsewdrag").first
     box = drag.bounding_box()
-    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
-    page.wait_for_function("p => p.querySelector('.hoverlayer .legend text')",
-                           arg=plot.element_handle(), timeout=10_000)
+    # a redraw of the live figure can drop its hover box: move again until one shows
+    deadline = time.monotonic() + 30
+    for i in range(1000):
+        page.mouse.move(box["x"] + box["width"] * 0.6 + i % 5, box["y"] + box["height"] / 2)
+        time.sleep(0.3)
+        if plot.evaluate("p => !!p.querySelector('.hoverlayer .legend text')"):
+            break
+        assert time.monotonic() < deadline, f"no hover box on the {what} figure"
     seen = plot.evaluate(COLOURS)
     print(what, json.dumps(seen))
     hover = seen["hover"]
@@ -131,8 +136,13 @@ def _theme(page, name: str) -> None:
 def test_dashboards_follow_the_theme_save_a_recent_picture_and_log_no_error(
         lab_server, lab_page):
     errors: list[str] = []
-    lab_page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    lab_page.on("pageerror", lambda err: errors.append(str(err)))
+
+    def error(text: str) -> None:
+        print("console error:", text)
+        errors.append(text)
+
+    lab_page.on("console", lambda m: m.type == "error" and error(m.text))
+    lab_page.on("pageerror", lambda err: error(str(err)))
     name = write_notebook(lab_server["dir"], "theme.ipynb", CELLS)
     page = lab_page.open_notebook(name)
     page.set_viewport_size({"width": 1400, "height": 1600})
