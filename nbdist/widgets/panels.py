@@ -81,6 +81,7 @@ PLOTLY_CONFIG = {
     "toImageButtonOptions": {"format": "png", "filename": "nbdist-dashboard", "scale": 2},
 }
 _TOP, _NOTE, _BOTTOM, _GAP = 58, 15, 42, 36   # px: title, a note line, step title, panel title
+_TOGGLE = 36         # px: the loss toggle's height above the panels (the notes go above it)
 
 
 def log_dtick(lo: float, hi: float) -> Any:
@@ -200,7 +201,8 @@ def add_note(layout: dict[str, Any], text: str, grow: bool = True) -> None:
     notes = next((a for a in layout["annotations"] if a.get("name") == "notes"), None)
     if notes is None:
         notes = {"name": "notes", "text": "", "x": 0, "xref": "paper", "xanchor": "left",
-                 "y": 1, "yref": "paper", "yanchor": "bottom", "yshift": 24, "align": "left",
+                 "y": 1, "yref": "paper", "yanchor": "bottom", "yshift": _TOGGLE,
+                 "align": "left",
                  "showarrow": False, "font": {"size": 11, "color": "#666"}}
         layout["annotations"].insert(0, notes)
     notes["text"] = f"{notes['text']}<br>{text}" if notes["text"] else text
