@@ -61,7 +61,6 @@ function makeThemer(div, layout) {
   let Plotly = null, theme = pageTheme();
   const colors = [];              // the kernel's line colour of each kernel trace
   return {
-    get theme() { return theme; },
     ready(P) { Plotly = P; },
     // kernel traces as drawn in the current theme
     traces(traces) {
