@@ -6,6 +6,7 @@ tests/browser/test_dashboard_theme.py.)"""
 from __future__ import annotations
 
 import re
+import threading
 
 import dashboard_helpers
 import numpy as np
@@ -113,3 +114,24 @@ def test_the_mid_run_picture_draws_a_bounded_number_of_points(recorder: Recorder
     assert lines and max(len(p.split()) for p in lines) == run_view.PICTURE_POINTS
     assert np.isclose(float(lines[0].split()[-1].split(",")[0]),
                       max(float(p.split()[-1].split(",")[0]) for p in lines), atol=1)
+
+
+def test_the_live_figures_csv_button_gets_the_runs_rows(recorder: Recorder) -> None:
+    """The mode bar's CSV button sends {"type": "csv"}; seen as it arrives (the cell is still
+    running), the kernel answers with every row of ``run.metrics`` so far, as a CSV file."""
+    import io
+
+    import pandas as pd
+
+    run = make_run(40, replicas=2, total=100)
+    dash = live_dashboard(run)
+    fig = dash.views[1].fig
+    fig._seen({"method": "custom", "content": {"type": "csv"}})
+    for thread in threading.enumerate():
+        if thread.name == "nbdist-csv":
+            thread.join(30)
+    [(_, _, data, [body])] = [m for m in recorder.messages if m[0] == "comm_msg"
+                              and m[2].get("content", {}).get("type") == "csv"]
+    assert data["content"]["name"] == "nbdist-run-1.csv"
+    rows = pd.read_csv(io.BytesIO(bytes(body)))
+    pd.testing.assert_frame_equal(rows, run.metrics.reset_index(drop=True), check_dtype=False)

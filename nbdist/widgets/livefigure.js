@@ -371,6 +371,16 @@ function smoothingControl(onChange) {
   return { bar, initial: saved };
 }
 
+// Save `data` (a binary buffer from the kernel) as the file `name`, in the browser.
+function download(name, data) {
+  const url = URL.createObjectURL(new Blob([data], { type: "text/csv" }));
+  const link = Object.assign(document.createElement("a"), { href: url, download: name });
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
 // plotly.js' drawing calls on `div`, doing nothing once the view is gone: a message, a
 // resize or a theme switch that comes after `purge` must not draw into a purged div (plotly
 // throws reading its traces).
@@ -402,7 +412,11 @@ async function render({ model, el }) {
   // messages that arrive while plotly.js loads wait
   const queue = makeQueue(div, smoother, themer);
   let open = true;
-  const onMessage = (msg, buffers) => queue.push(msg, buffers);
+  const onMessage = (msg, buffers) => {
+    if (msg.type === "csv") download(msg.name, buffers[0]);
+    else if (msg.type === "csv_error") console.warn("nbdist: no CSV of the run:", msg.message);
+    else queue.push(msg, buffers);
+  };
   model.on("msg:custom", onMessage);
   let Plotly = null;
   try {
@@ -416,9 +430,14 @@ async function render({ model, el }) {
   // attached yet) and then only on window resizes, while the output area also changes with
   // side panels. The height stays the figure's (it depends on the panels drawn).
   const width = () => Math.floor(div.getBoundingClientRect().width);
+  const config = plotConfig(fig.config);
+  if (model.get("can_download")) {      // the kernel answers while the run goes on
+    config.modeBarButtonsToAdd = [{
+      name: "nbdistCsv", title: "Download the run's data as CSV (run.metrics, every row)",
+      icon: Plotly.Icons && Plotly.Icons.disk, click: () => model.send({ type: "csv" }) }];
+  }
   await Plotly.newPlot(div, themer.traces(fig.data),
-                       { ...themer.layout(), width: width() || undefined },
-                       plotConfig(fig.config));
+                       { ...themer.layout(), width: width() || undefined }, config);
   const drawing = guarded(Plotly, div, () => open);
   let last = width();
   const resize = new ResizeObserver(() => {

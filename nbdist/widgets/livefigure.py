@@ -14,6 +14,8 @@ then gets every later message too: one encoding, one more message per view.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,8 @@ class LiveFigure(anywidget.AnyWidget):
     figure = traitlets.Dict().tag(sync=True)
     cdn = traitlets.Unicode().tag(sync=True)   # plotly.js when nbdist's extension is absent
     smoothing = traitlets.Float(0.0).tag(sync=True)   # the slider's, set by the front end
+    # the front end offers "download the run's data as CSV": the kernel answers while it runs
+    can_download = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, figure: dict[str, Any]):
         super().__init__(figure={**plotly_json(figure), "config": PLOTLY_CONFIG}, cdn=_cdn())
@@ -53,7 +57,11 @@ class LiveFigure(anywidget.AnyWidget):
         self._slider: float | None = None
         self._leader: LiveFigure | None = None      # set on a follower (see ``follow``)
         self._followers: list[LiveFigure] = []
+        #: ``() -> (file name, CSV bytes)`` of the run's rows, set by its view: the mode bar's
+        #: CSV button asks for them (a follower asks its leader's)
+        self.csv: Callable[[], tuple[str, bytes]] | None = None
         self._unwatch = watch_comm(self.comm, self._seen) if can_watch_comm(self.comm) else None
+        self.can_download = self._unwatch is not None
 
     def follow(self) -> LiveFigure:
         """Another widget showing this figure, for a page that connected mid-run: its state
@@ -68,14 +76,41 @@ class LiveFigure(anywidget.AnyWidget):
 
     def _seen(self, data: Any) -> None:
         """A message from the front end, seen as it arrives (the kernel is busy running the
-        cell and handles it only afterwards): keep the slider's value."""
-        if not isinstance(data, dict) or data.get("method") != "update":
+        cell and handles it only afterwards): keep the slider's value, answer a CSV request."""
+        if not isinstance(data, dict):
+            return
+        content = data.get("content")
+        if data.get("method") == "custom" and isinstance(content, dict) and \
+                content.get("type") == "csv":
+            self.send_csv()
+            return
+        if data.get("method") != "update":
             return
         state = data.get("state")
         if isinstance(state, dict) and "smoothing" in state:
             value = state["smoothing"]
             if isinstance(value, (int, float)) and 0 <= value < 1:
                 (self._leader or self)._slider = float(value)
+
+    def send_csv(self) -> threading.Thread | None:
+        """Send the run's rows as CSV to this view (``{"type": "csv", "name"}`` and the bytes
+        as a buffer), from a thread of its own: the request comes on the shell-channel thread,
+        which must not wait for a big run's CSV."""
+        source = (self._leader or self).csv
+        if source is None:
+            return None
+
+        def work() -> None:
+            try:
+                name, body = source()
+            except Exception as err:   # said in the browser's console, training goes on
+                self.send({"type": "csv_error", "message": f"{type(err).__name__}: {err}"})
+                return
+            self.send({"type": "csv", "name": name}, [body])
+
+        thread = threading.Thread(target=work, name="nbdist-csv", daemon=True)
+        thread.start()
+        return thread
 
     def chosen_smoothing(self) -> float:
         """The smoothing the user set on this figure's slider, even while the cell runs."""

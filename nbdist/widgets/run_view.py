@@ -162,6 +162,7 @@ class RunView:
             self.model.title += (f" · resumed from run {self.run.resumed_from.id} at step "
                                  f"{self.run.resumed_at}")
         self.fig = LiveFigure(figure_dict(self.model))
+        self.fig.csv = self.csv
         parts = _Widgets(self.fig, self.run)
         self.header, self.progress, self.button = parts.header, parts.progress, parts.button
         self.notes, self.box = parts.notes, parts.box
@@ -192,6 +193,11 @@ class RunView:
         with self._lock:
             self._mirror()
         return parts.bundle()
+
+    def csv(self) -> tuple[str, bytes]:
+        """The run's rows so far (``run.metrics``) as a CSV file: (name, bytes)."""
+        return (f"nbdist-run-{self.run.id}.csv",
+                self.run.metrics.to_csv(index=False).encode("utf-8"))
 
     def extra_ids(self) -> list[str]:
         """The widget model ids of the views ``add_view`` made."""

@@ -1,12 +1,14 @@
 """The dashboard in JupyterLab's light and dark themes, switched while a run goes on: a
 finished and a live dashboard on the page follow each switch (hover box, loss toggle, global
-loss line readable), the mode bar has no upload control, a save mid-run keeps a recent
-picture, and the browser console stays clean through the run and its end.
+loss line readable), the mode bar has no upload control and downloads the run's rows as CSV,
+a save mid-run keeps a recent picture, and the browser console stays clean through the run
+and its end.
 Screenshots: test-artifacts/dashboard-theme-{light,dark,light-again}.png."""
 
 import json
 import re
 import time
+from pathlib import Path
 
 from labhelpers import (
     COUNT_POINTS,
@@ -194,6 +196,18 @@ def test_dashboards_follow_the_theme_save_a_recent_picture_and_log_no_error(
                  [(b["text"], b["bg"]) for b in s["buttons"]], s["loss"][1]) for s in seen]
     assert look(seen["light-again"]) == look(seen["light"])
     assert look(seen["dark"])[0] != look(seen["light"])[0]
+
+    # The live figure's CSV button: run.metrics' rows so far, from the kernel mid-run.
+    step, _ = page.evaluate(HEADER)
+    live.locator(".nsewdrag").first.hover()
+    with page.expect_download(timeout=60_000) as download:
+        live.locator(".modebar-btn[data-title^=\"Download the run's data as CSV\"]").click()
+    lines = Path(download.value.path()).read_text().splitlines()
+    print(f"CSV: {download.value.suggested_filename}, {len(lines) - 1} rows at step {step}",
+          lines[:2])
+    assert download.value.suggested_filename == "nbdist-run-2.csv"
+    assert lines[0].startswith("step,epoch,replica,worker,loss,")
+    assert len(lines) - 1 >= 2 * step       # a row per replica and step
 
     page.locator(".nbdist-dashboard button", has_text="Stop").click()
     page.wait_for_function(f"() => !({LAST_CELL_RUNNING})()", timeout=120_000)
