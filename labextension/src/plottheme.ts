@@ -157,8 +157,6 @@ export function plotConfig(config: Record<string, any> = {}): Record<string, any
     displaylogo: false,
     ...config,
     showSendToCloud: false,
-    showLink: false,
-    showEditInChartStudio: false,
     plotlyServerURL: '',
     modeBarButtonsToRemove: [...remove]
   };

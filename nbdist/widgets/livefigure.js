@@ -150,8 +150,7 @@ export function watchTheme(onChange, doc = globalThis.document) {
 
 // No control of the figure sends its data off the machine (plotly.js 4 offers "Share
 // chart..." to Plotly Cloud by default); the kernel's config (panels.PLOTLY_CONFIG) comes first.
-const LOCAL_ONLY = { showSendToCloud: false, showLink: false, showEditInChartStudio: false,
-                     plotlyServerURL: "" };
+const LOCAL_ONLY = { showSendToCloud: false, plotlyServerURL: "" };
 
 export function plotConfig(config) {
   const remove = new Set([...((config || {}).modeBarButtonsToRemove || []),

@@ -74,8 +74,7 @@ REPLICA_WIDTH, AGGREGATE_WIDTH = 1.3, 2.6
 #: front ends enforce the "no upload" part for figures saved without it
 #: (``livefigure.js``'s ``plotConfig``, ``labextension/src/figure.ts``).
 PLOTLY_CONFIG = {
-    "displaylogo": False, "showSendToCloud": False, "showLink": False,
-    "showEditInChartStudio": False, "plotlyServerURL": "",
+    "displaylogo": False, "showSendToCloud": False, "plotlyServerURL": "",
     "modeBarButtonsToRemove": ["sendChartToCloud", "sendDataToCloud", "editInChartStudio",
                                "lasso2d", "select2d"],
     "toImageButtonOptions": {"format": "png", "filename": "nbdist-dashboard", "scale": 2},
