@@ -26,8 +26,8 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["import_tensorflow_quietly", "quiet_cpp_logs", "quiet_tensorflow", "set_verbose",
-           "verbose", "worker_environment"]
+__all__ = ["import_tensorflow_quietly", "native_stderr", "quiet_cpp_logs", "quiet_tensorflow",
+           "set_verbose", "verbose", "worker_environment"]
 
 ENV = "NBDIST_VERBOSE"
 QUIET_CPP_LEVEL = "2"
@@ -84,24 +84,36 @@ def import_tensorflow_quietly() -> None:
     descriptor 2, so that descriptor is pointed at a file for the import."""
     if "tensorflow" in sys.modules or verbose():
         return
+    with native_stderr() as caught:
+        import tensorflow  # noqa: F401
+    kept = [line for line in caught if not _STARTUP_NOISE.search(line)]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def native_stderr() -> Iterator[list[str]]:
+    """What C++ code writes to file descriptor 2 while the block runs (TensorFlow's and gRPC's
+    log lines bypass Python's ``sys.stderr``): kept out of the cell and put, line by line, in
+    the list this yields when the block ends. Without a usable descriptor 2 the block runs as
+    is and the list stays empty."""
+    lines: list[str] = []
     try:
         sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError):   # no usable descriptor 2: import as is
-        import tensorflow  # noqa: F401
+    except (OSError, ValueError):
+        yield lines
         return
     with tempfile.TemporaryFile(mode="w+b") as caught:
         os.dup2(caught.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401
+            yield lines
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-        caught.seek(0)
-        kept = [line for line in caught.read().decode(errors="replace").splitlines()
-                if line.strip() and not _STARTUP_NOISE.search(line)]
-    if kept:
-        print("\n".join(kept), file=sys.stderr)
+            caught.seek(0)
+            lines += [line for line in caught.read().decode(errors="replace").splitlines()
+                      if line.strip()]
 
 
 class _BelowWarning(logging.Filter):

@@ -159,6 +159,11 @@ def test_runs_top_to_bottom(name):
               for o in c.get("outputs", []) if o.output_type == "stream"
               and o.name == "stderr" and "Warning: nbdist" in o.text]
     assert not warned, "\n".join(warned)
+    # nor a C++ log line of TensorFlow or gRPC (a stopping cluster's go to the worker logs)
+    native = [f"{c.source.splitlines()[0]!r}: {line[:200]}" for c in nb.cells
+              for o in c.get("outputs", []) if o.output_type == "stream"
+              for line in o.text.splitlines() if re.match(r"[EWF]\d{4} \d\d:\d\d:\d\d", line)]
+    assert not native, "\n".join(native)
 
 
 def test_00_quickstart():

@@ -250,3 +250,12 @@ def test_headless_quickstart_prints_no_widget_repr() -> None:
     assert "Box(" not in done.stdout and "FigureWidget" not in done.stdout, done.stdout
     assert "INFO:tensorflow" not in done.stdout
     assert "Run 1 · mirrored · 2 replicas" in done.stdout
+
+
+def test_native_stderr_keeps_what_cpp_writes_out_of_the_cell(capfd):
+    # TensorFlow's and gRPC's C++ lines go to file descriptor 2, not sys.stderr
+    with tflogs.native_stderr() as caught:
+        os.write(2, b"E0000 00:00:1 context.cc:911] Failed to remove function remotely\n\n")
+    os.write(2, b"after\n")
+    assert caught == ["E0000 00:00:1 context.cc:911] Failed to remove function remotely"]
+    assert capfd.readouterr().err == "after\n"

@@ -14,6 +14,7 @@ metrics are fetched by the coordinator itself, so no telemetry channel is needed
 
 from __future__ import annotations
 
+import gc
 import signal
 import time
 from typing import Any
@@ -27,10 +28,11 @@ from ...spec import StrategySpec
 from ...step.cache import StepCache
 from ...step.groups import refuse_grouped_steps
 from ...telemetry.run import Run, RunList, RunObserver
-from ...tflogs import worker_environment
+from ...tflogs import native_stderr, worker_environment
 from ...words import count
 from ..engines import make as make_engines
 from ..engines.base import START_TIMEOUT_S, ClusterStartError, EngineSet
+from ..engines.enginelogs import keep as keep_log
 from ..failures import ClusterError, WorkerError, build_error, controller_died_message
 from ..inengine import ps_server
 from ..lifecycle import ClusterLifecycle, live
@@ -44,6 +46,8 @@ from .steps import COORDINATOR_LOGS, PSStepLoop, require_known_length, ring_capa
 
 DEFAULT_WORKERS = 2
 DEFAULT_PS = 1
+#: Seconds a stop waits for TensorFlow to log the removals it could not make (see ``stop``).
+NOISE_DRAIN_S = 0.3
 #: Said when a cluster starts with --partitioner.
 KERAS3_PARTITIONER_NOTE = (
     "nbdist: note: Keras 3 layers and optimizers cannot train the ShardedVariables "
@@ -161,7 +165,19 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
 
     def stop(self) -> list[int]:
         """Detach the kernel, stop every process; return pids that had to be killed."""
+        with native_stderr() as noise:
+            killed = self._stop()
+        if noise:   # e.g. "Failed to remove function remotely" for each dead task
+            keep_log(f"TensorFlow, while the cluster stopped ({count(len(noise), 'line')}):\n"
+                     + "\n".join(noise))
+        return killed
+
+    def _stop(self) -> list[int]:
+        # The traced steps are released first and collected at once, while the processes
+        # still run: their functions are removed from the tasks now, where TensorFlow's
+        # errors for a dead task land in the worker logs, not in a later cell.
         self.traced_steps.clear()
+        gc.collect()
         self.rows = self.positions = None
         self.faults.forget()
         if self._atomic is not None:
@@ -179,6 +195,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
             self._logs.__exit__(None, None, None)
             self._logs = None
         self._stopped()
+        time.sleep(NOISE_DRAIN_S)   # the failed removals' replies, logged from gRPC threads
         return killed
 
     def restarted(self) -> ParameterServerCluster:

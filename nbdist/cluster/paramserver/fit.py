@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -100,6 +101,10 @@ def _tf_keras() -> Any:
     return tf_keras
 
 
+#: The start of TensorFlow's warning when ``Dataset.options()`` is read in graph mode.
+TF_DATA_OPTIONS_WARNING = "To make it possible to preserve tf.data options"
+
+
 def _recording_fit(original: Any, new_run: Callable[[], Run], observers: list[RunObserver],
                    watch: ProcessWatch, extra_callbacks: Any = None) -> Any:
     def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -110,7 +115,10 @@ def _recording_fit(original: Any, new_run: Callable[[], Run], observers: list[Ru
         kwargs["callbacks"] = [*list(kwargs.get("callbacks") or []), *extra, recorder]
 
         def instrumented_fit() -> Any:
-            with _instrumented(model):
+            with _instrumented(model), warnings.catch_warnings():
+                # tf_keras reads the dataset's options inside the coordinator's per-worker
+                # dataset function, and TensorFlow warns about it on every such fit
+                warnings.filterwarnings("ignore", TF_DATA_OPTIONS_WARNING, UserWarning)
                 history = original(model, *args, **kwargs)
             recorder.drain()
             return history
