@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, sugges
 from .telemetry.run import RunObserver
 from .tflogs import quiet_tensorflow
 from .words import count
+from .writable import unwritable_reason
 
 _ACTIONS = ("status", "stop", "restart", "push", "pull", "inject", "explain")
 _WIDTH = 96   # the help is rendered once, at this width, whatever the terminal
@@ -154,17 +156,112 @@ def _flags(magic: Callable) -> set[str]:
 
 
 def _parse(parsed_by: Callable, other: Callable, line: str, here: str, there: str) -> Any:
-    """Parse ``line`` with ``parsed_by``; a flag that belongs to ``other`` gets a ConfigError
-    saying where it goes (argparse alone would only call it unrecognized)."""
+    """Parse ``line`` with ``parsed_by``; argparse's bare "unrecognized" and "expected one
+    argument" become a ConfigError with the change: where a flag of ``other`` goes, the close
+    match of a misspelt flag, an example of a flag's value, the quotes a path with spaces
+    needs."""
+    words = split_args(line)
     try:
-        return parsed_by.parser.parse_args(split_args(line))
+        args = parsed_by.parser.parse_args(words)
     except UsageError as err:
         theirs, mine = _flags(other), _flags(parsed_by)
-        for word in line.split():
+        for word in words:
             flag = word.split("=")[0]
             if flag in theirs - mine:
                 raise ConfigError(f"{flag} belongs on {there}, not on {here}.") from None
-        raise err
+        raise ConfigError(_usage_advice(str(err), words, parsed_by, here)) from None
+    flag, value, rest = _path_continued(words, parsed_by)
+    positional = getattr(args, "what", None) or getattr(args, "strategy", None)
+    if positional in rest and positional not in (*STRATEGY_NAMES, *_ACTIONS):
+        raise ConfigError(_quote_advice(flag, value, rest))
+    return args
+
+
+#: An example value of the flags that take one (others: 2), for messages.
+_EXAMPLE_VALUES = {"--data": "train_ds", "--steps": "100", "--epochs": "3",
+                   "--loss": "loss", "--grads": "grads",
+                   "--checkpoint": "ckpt/run1", "--tensorboard": "logs/run1",
+                   "--cluster": "ssh", "--tpu": "grpc://10.0.0.2:8470",
+                   "--partitioner": "min_size:256k", "--steps-per-call": "8",
+                   "--delay": "0.5", "--keras": "legacy", "--worker": "1"}
+
+
+def _options(parsed_by: Callable) -> dict[str, Any]:
+    """The parser's own options, by flag (argparse's actions)."""
+    return {flag: action for action in parsed_by.parser._actions
+            for flag in action.option_strings}
+
+
+def _usage_advice(message: str, words: list[str], parsed_by: Callable, here: str) -> str:
+    """argparse's ``message`` about ``words`` as one paragraph with the one change."""
+    options = _options(parsed_by)
+    missing = re.match(r"argument (--[a-z-]+)(?:/[^:]*)?: expected one argument", message)
+    if missing:
+        flag = missing.group(1)
+        return (f"{flag} needs a value ({options[flag].metavar}) right after it, e.g. "
+                f"{_example(flag, options)}. {_flag_help(options[flag])}")
+    invalid = re.match(r"argument (--[a-z-]+)(?:/[^:]*)?: invalid (\w+) value: '(.*)'",
+                       message)
+    if invalid:
+        flag, kind, value = invalid.groups()
+        what = {"int": "a whole number", "float": "a number"}.get(kind, kind)
+        return (f"{flag} {value!r}: {flag} takes {what}, e.g. {_example(flag, options)}. "
+                f"{_flag_help(options[flag])}")
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        extra = split_args(unknown.group(1))
+        flag = next((w.split("=")[0] for w in extra if w.startswith("-")), None)
+        if flag is not None:
+            close = difflib.get_close_matches(flag, list(options), n=1, cutoff=0.6)
+            hint = f" Did you mean {_example(close[0], options)}?" if close else ""
+            return (f"{flag} is not a flag of {here}.{hint} `%distribute --help` lists "
+                    "every flag.")
+        flag, value, rest = _path_continued(words, parsed_by)
+        if set(extra) & set(rest):
+            return _quote_advice(flag, value, rest)
+        return (f"Unexpected {' '.join(extra)!r} on {here}: it takes at most one strategy "
+                "name, then --flags (`%distribute --help` lists them).")
+    choice = re.match(r"argument (--[a-z-]+)(?:/[^:]*)?: invalid choice: '(.*?)'", message)
+    if choice:
+        flag, value = choice.groups()
+        return (f"{flag} {value!r} is not one of its choices: "
+                f"{', '.join(options[flag].choices)}, e.g. "
+                f"`{flag} {_EXAMPLE_VALUES.get(flag, options[flag].choices[0])}`.")
+    return f"{message}. `%distribute --help` lists every flag with an example."
+
+
+def _example(flag: str, options: dict[str, Any]) -> str:
+    """``flag`` as it is written, with an example value if it takes one."""
+    if options[flag].nargs == 0:   # store_true
+        return f"`{flag}`"
+    return f"`{flag} {_EXAMPLE_VALUES.get(flag, '2')}`"
+
+
+def _flag_help(action: Any) -> str:
+    """A flag's own help line, as a sentence."""
+    return f"{action.option_strings[0]}: {action.help.replace('%%', '%')}."
+
+
+def _path_continued(words: list[str], parsed_by: Callable) -> tuple[str, str, list[str]]:
+    """(flag, its value, the words after it) when a path flag's value is followed by words
+    that are no flags: the rest of a path with spaces, unquoted (no words: none)."""
+    paths = {flag for flag, action in _options(parsed_by).items() if action.metavar == "DIR"}
+    for i, word in enumerate(words[:-2]):
+        if word in paths:
+            rest = []
+            for after in words[i + 2:]:
+                if after.startswith("-"):
+                    break
+                rest.append(after)
+            if rest:
+                return word, words[i + 1], rest
+    return "", "", []
+
+
+def _quote_advice(flag: str, value: str, rest: list[str]) -> str:
+    path = " ".join([value, *rest])
+    return (f"`{' '.join(rest)}` after `{flag} {value}` reads as another argument: a path "
+            f"with spaces must be quoted, `{flag} '{path}'` (or give a path without spaces).")
 
 
 def split_args(line: str) -> list[str]:
@@ -236,6 +333,8 @@ class DistributeMagics(Magics):
             raise ConfigError(f"`{args.strategy}` is a line command: `%distribute "
                               f"{args.strategy}` (one %), on a line of its own.")
         strategy = _strategy_spec(args.strategy, args)
+        if args.tensorboard is not None:
+            _check_logdir(args.tensorboard)
         run_spec = RunSpec(
             step=args.step, data=args.data, epochs=args.epochs, steps=args.steps,
             loss=args.loss, grads=args.grads, show_code=args.show_code,
@@ -268,7 +367,10 @@ class DistributeMagics(Magics):
 
     def _line(self, args: Any, strategy: StrategySpec | None, session: Any, line: str) -> None:
         if args.worker is not None and args.what != "pull":
-            raise ConfigError("--worker applies to `%distribute pull NAME --worker i`.")
+            more = (f" To start {args.worker} worker processes: `%distribute {args.what} "
+                    f"--workers {args.worker}`." if args.what in STRATEGY_NAMES else "")
+            raise ConfigError("--worker (no s) picks the worker `%distribute pull NAME "
+                              f"--worker i` reads from.{more}")
         if args.names and args.what not in ("push", "pull", "inject", "explain"):
             raise ConfigError(f"Unexpected {' '.join(args.names)!r}: only `push`, `pull`, "
                               "`inject` and `explain` take names.")
@@ -381,6 +483,17 @@ def _explained_run(names: list[str]) -> Any:
                           "(`%distribute explain` explains the last; a negative number counts "
                           "back from it).")
     return found[0]
+
+
+def _check_logdir(logdir: str) -> None:
+    """``--tensorboard DIR``, refused before the cell runs when the scalars cannot be written
+    there (they are written after the run)."""
+    why = "no directory given" if not logdir.strip() else unwritable_reason(logdir)
+    if why is not None:
+        raise ConfigError(
+            f"--tensorboard {logdir!r}: nbdist could not write the run's scalars there ({why}), "
+            "so the cell did not run. Give a directory you can write to (it is created if "
+            "missing), e.g. `--tensorboard logs/run1`.")
 
 
 def _graph_observer(args: Any) -> list[RunObserver]:

@@ -37,6 +37,12 @@ PARTITIONERS: dict[str, str] = {
     "max_size": "MaxSizePartitioner(max_shard_bytes=NUMBER)",
     "fixed": "FixedShardsPartitioner(num_shards=NUMBER)",
 }
+#: What each placement flag taking text names, and an example, for messages.
+_NAMED = {"cluster": "it names an ipyparallel profile whose engines run the workers "
+                     "(without --cluster they run on this machine)",
+          "tpu": "it names a TPU or its grpc:// address",
+          "partitioner": "it shards variables as KIND:NUMBER"}
+_EXAMPLES = {"cluster": "ssh", "tpu": "grpc://10.0.0.2:8470", "partitioner": "min_size:256k"}
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
@@ -71,6 +77,14 @@ class StrategySpec:
 
     def __post_init__(self) -> None:
         fam = family(self.name)   # an unknown name: the closest known one
+        for flag in ("cluster", "tpu", "partitioner"):
+            value = getattr(self, flag)
+            if value is not None and not value.strip():
+                raise ConfigError(
+                    f"--{flag} was given an empty value: {_NAMED[flag]}, e.g. `%distribute "
+                    f"{self.name if flag in fam.flags else taking(flag)[0]} --{flag} "
+                    f"{_EXAMPLES[flag]}`, or drop --{flag}. "
+                    "The session is unchanged.")
         for flag in ("devices", "workers", "ps"):
             value = getattr(self, flag)
             if value is not None and value < 1:

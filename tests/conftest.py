@@ -85,6 +85,7 @@ FILE_TIERS = {
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
     "test_memory.py": "kernel",
+    "test_mistakes.py": "kernel",         # its worker-process mistakes: cluster
     "test_mixed_precision.py": "kernel",
     "test_notebooks.py": "notebooks",
     "test_nonfinite.py": "kernel",

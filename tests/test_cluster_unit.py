@@ -255,7 +255,7 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
     ("multiworker --workers 2 --cluster no-such-profile", "no IPython profile 'no-such-pro"),
     ("push", "needs variable names"),
     ("pull a b", "takes one name"),
-    ("status --worker 1", "--worker applies to"),
+    ("status --worker 1", r"--worker \(no s\) picks the worker"),
     ("mirrored --devices 4 --keras legacy", "applies to `multiworker` only"),
     ("restart", "no worker processes to restart"),
     ("pull x", "start them first"),

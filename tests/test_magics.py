@@ -6,7 +6,6 @@ import time
 
 import pytest
 from helpers import interrupt_me, once_running, run_err, run_ok
-from IPython.core.error import UsageError
 
 import nbdist
 from nbdist.errors import (
@@ -155,7 +154,7 @@ def test_a_terminal_keeps_the_summary_of_each_run_not_a_figure(shell, capsys):
     ("mirored --devices 2", ConfigError, "Did you mean `mirrored`"),
     ("mirrored --devices 0", ConfigError, "--devices 0"),
     ("mirrored --devices -3", ConfigError, "--devices -3"),
-    ("mirrored --gpus 2", UsageError, "unrecognized arguments"),
+    ("mirrored --gpus 2", ConfigError, "--gpus is not a flag of the `%distribute` line"),
     ("mirrored --devices 8", DeviceError, "Restart the kernel"),
     ("parameter_server --workers 2 --ps 0", ConfigError, "--ps 0 is not allowed"),
 ])
@@ -175,7 +174,7 @@ def test_more_gpus_than_exist(monkeypatch):
 
 
 @pytest.mark.parametrize("flags, body, kind, words", [
-    ("", BODY, UsageError, ""),   # --data with no value
+    ("", BODY, ConfigError, "--data needs a value"),
     ("--steps 1", "x = (\n", StepCodeError, "cell line 2"),
     ("--steps 1", "x, y = batch\nprediction = model(x)\n", StepCodeError, "assign"),
     ("--steps 1", BODY + "return loss\n", StepCodeError, "cell line 7 `return loss`"),
