@@ -53,8 +53,15 @@ def cell_line_of(message: str, source: StepSource) -> int | None:
     """The cell line of the innermost frame of ``source`` in the first traceback of ``message``."""
     first_block = message.split("Detected at node", 2)
     text = first_block[1] if len(first_block) > 1 else message
-    pattern = re.compile(r'File "' + re.escape(source.filename) + r'", line (\d+)')
-    lines = [int(m.group(1)) for m in pattern.finditer(text)]
+    # AutoGraph names the file it first converted the step's code from: an earlier cell's,
+    # when a cell of the same code ran before (with another --data or --steps-per-call)
+    own = linecache.getlines(source.filename)
+    lines = []
+    for m in re.finditer(r'File "(<[^"]+>)", line (\d+)', text):
+        line, other = int(m.group(2)), linecache.getlines(m.group(1))
+        same = len(other) == len(own) and 0 < line <= len(own) and other[line - 1] == own[line - 1]
+        if m.group(1) == source.filename or same:
+            lines.append(line)
     for generated in reversed(lines):
         line = source.cell_line(generated)
         if line is not None:
@@ -223,12 +230,25 @@ def batch_advice(message: str, source: StepSource, line: int,
                 f"`batch` is a dict with keys {keys} {where}: unpacking it gives its keys, "
                 f"not its tensors. Take them by key: `{picks}`.",
                 cell_line=unpacked, line_text=_cell_text(source, unpacked))
-        missing = re.search(r"""^['"]([^'"]+)['"]$""", _root_message(message).strip())
-        if missing and missing.group(1) not in batch_spec and "batch[" in \
-                _cell_text(source, line).replace(" ", ""):
+        root = _root_message(message).strip()
+        missing = re.search(r"""^['"]([^'"]+)['"]$""", root)
+        text = _cell_text(source, line).replace(" ", "")
+        if missing and missing.group(1) not in batch_spec and "batch[" in text:
             return StepCodeError(
                 f"`batch` has no key {missing.group(1)!r}: its keys are {keys} {where}.",
                 cell_line=line, line_text=_cell_text(source, line))
+        if re.fullmatch(r"-?\d+", root) and f"batch[{root}]" in text:
+            return StepCodeError(
+                f"`batch` is a dict with keys {keys} {where}: it has no item {root}; take its "
+                f"tensors by key, not by position: `{picks}`.",
+                cell_line=line, line_text=_cell_text(source, line))
+    if isinstance(batch_spec, tuple) and "indices must be integers" in message \
+            and re.search(r"batch\[['\"]", _cell_text(source, line)):
+        return StepCodeError(
+            f"`batch` is a tuple of {len(batch_spec)} {where}, not a dict: take its parts by "
+            f"position, `{', '.join(f'batch[{i}]' for i in range(min(len(batch_spec), 2)))}`, "
+            "or unpack it: `x, y = batch`.",
+            cell_line=line, line_text=_cell_text(source, line))
     return None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import run_err
 
-from nbdist.errors import ConfigError
+from nbdist.errors import ConfigError, LossError, StepCodeError
 from nbdist.session import current_session
 
 
@@ -78,3 +78,89 @@ def test_a_quoted_path_and_a_strategy_after_a_path_are_not_mistakes(ip, tmp_path
     assert ip.user_ns.pop("x_tb_ok") == 1
     err = run_err(ip, f"%%distribute --checkpoint {tmp_path} mirrored --devices 2\nx = 1")
     assert "kernel's strategy" in str(err)   # the strategy word is the strategy, not the path
+
+
+# -- step cells --------------------------------------------------------------------------------
+@pytest.fixture
+def trained(ip):
+    """`model`, `optimizer`, a tuple dataset `train_ds` and a dict one `dict_ds` of it."""
+    from helpers import regression_data, run_ok
+
+    run_ok(ip, regression_data("128"))
+    run_ok(ip, "dict_ds = tf.data.Dataset.from_tensor_slices("
+               "{'features': features, 'label': targets}).batch(GLOBAL_BATCH)")
+    run_ok(ip, "%%distribute\n"
+               "model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(3)])\n"
+               "optimizer = tf.keras.optimizers.SGD(0.1)")
+    return ip
+
+
+def _refused_step(shell, cell: str, error=StepCodeError) -> str:
+    """A step cell refused before it trains: the model's weights are unchanged too."""
+    weights = [w.copy() for w in shell.user_ns["model"].get_weights()]
+    message = refused(shell, cell, error)
+    assert all((a == b).all() for a, b in
+               zip(weights, shell.user_ns["model"].get_weights(), strict=True))
+    return message
+
+
+@pytest.mark.parametrize("line, what", [
+    ("loss = 0.5", "the Python float 0.5"),
+    ("loss = 3", "the Python int 3"),
+    ("loss = tf.constant(2.0) * 3", "a tensor computed from constants alone"),
+])
+def test_a_loss_that_depends_on_nothing_is_refused_before_training(trained, line, what):
+    said = _refused_step(trained, f"%%distribute --step --data train_ds\nx, y = batch\n{line}\n",
+                         LossError)
+    assert said == (
+        f"cell line 3 `{line}`: `loss` is {what}: it depends neither on the batch nor on any "
+        "variable, so every step would report the same loss and train nothing. Compute it "
+        "from the batch and the model inside a `with tf.GradientTape() as tape:` block, "
+        "`loss = loss_fn(y, model(x, training=True))`, then apply its gradients "
+        "(`optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), "
+        "model.trainable_variables))`).")
+
+
+def test_a_loss_of_the_batch_or_of_a_variable_alone_is_not_refused(trained):
+    from helpers import run_ok
+
+    run_ok(trained, "%%distribute --step --data train_ds --steps 1\nx, y = batch\n"
+                    "loss = tf.reduce_mean(x)\n")
+    run_ok(trained, "%%distribute --step --data train_ds --steps 1\n"
+                    "loss = tf.reduce_sum(model.trainable_variables[0])\n")
+
+
+STEP_BODY = """with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(tf.square(model(x) - y))
+optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                              model.trainable_variables))
+"""
+DICT_SPEC = ("(the --data dataset's element_spec: {'features': TensorSpec(shape=(None, 8), "
+             "dtype=tf.float32, name=None), 'label': TensorSpec(shape=(None, 3), "
+             "dtype=tf.float32, name=None)})")
+
+
+def test_a_dict_dataset_used_as_a_tuple_names_the_line_its_keys_and_the_fix(trained):
+    from helpers import run_ok
+
+    # the same code ran on a tuple dataset first: TensorFlow then names that cell's file
+    run_ok(trained, "%%distribute --step --data train_ds --steps 1\nx, y = batch\n" + STEP_BODY)
+    for flags in ("", " --steps-per-call 2"):
+        said = _refused_step(trained, f"%%distribute --step --data dict_ds{flags}\n"
+                                      "x, y = batch\n" + STEP_BODY)
+        assert said == (
+            f"cell line 2 `x, y = batch`: `batch` is a dict with keys 'features', 'label' "
+            f"{DICT_SPEC}: unpacking it gives its keys, not its tensors. Take them by key: "
+            "`batch['features'], batch['label']`.")
+    said = _refused_step(trained, "%%distribute --step --data dict_ds\n"
+                                  "x, y = batch[0], batch[1]\n" + STEP_BODY)
+    assert said == (
+        f"cell line 2 `x, y = batch[0], batch[1]`: `batch` is a dict with keys 'features', "
+        f"'label' {DICT_SPEC}: it has no item 0; take its tensors by key, not by position: "
+        "`batch['features'], batch['label']`.")
+    said = _refused_step(trained, "%%distribute --step --data train_ds\n"
+                                  "x, y = batch['features'], batch['label']\n" + STEP_BODY)
+    assert said.startswith("cell line 2 `x, y = batch['features'], batch['label']`: `batch` is "
+                           "a tuple of 2 (the --data dataset's element_spec: (TensorSpec(")
+    assert said.endswith("not a dict: take its parts by position, `batch[0], batch[1]`, or "
+                         "unpack it: `x, y = batch`.")
