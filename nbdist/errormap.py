@@ -16,7 +16,7 @@ import re
 import types
 from typing import Any
 
-from .errors import LossError, NbdistError, NoGradients, StepCodeError
+from .errors import KnownTensorFlowError, LossError, NbdistError, NoGradients, StepCodeError
 from .step.rewrite import StepSource, assigned_line
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
@@ -264,3 +264,45 @@ def _unpacks_batch(cell: str) -> int | None:
                 and any(isinstance(t, (ast.Tuple, ast.List)) for t in node.targets)):
             return node.lineno
     return None
+
+
+# -- TensorFlow's errors for mistakes of code pasted from its guides and Keras' -------------------
+_OUTSIDE_REPLICA = re.compile(r"DistributedVariable\.handle is not available outside the "
+                              r"replica context")
+_EMPTY_REPLICA = re.compile(r"Inputs to operation AddN of type AddN must have the same size and "
+                            r"shape\.\s+Input \d+: \[[^\]]*\] != input \d+: \[0\b")
+
+
+def tensorflow_advice(err: BaseException, replicas: int | None = None) -> str | None:
+    """The one change for TensorFlow's own ``err`` when it comes from a mistake users make
+    with a strategy's objects (None: nbdist knows none). ``replicas``: the session's."""
+    message = str(err)
+    if _OUTSIDE_REPLICA.search(message):
+        return (
+            "The cell updates a distributed model's variables outside `strategy.run` (an "
+            "optimizer's `apply` or `apply_gradients` in a plain Python loop over the dataset, "
+            "as keras.io's and TensorFlow's custom training loops do before they wrap the step "
+            "in `strategy.run`): TensorFlow allows it only inside each replica's step. Make the "
+            "loop's body a step cell, `%%distribute --step --data train_ds` on its first line "
+            "and `x, y = batch` for the loop's unpacking: nbdist loops over the dataset and "
+            "runs the body on every replica under `strategy.run`.")
+    if _EMPTY_REPLICA.search(message):
+        have = f"the {replicas} replicas" if replicas else "the replicas"
+        return (
+            f"A batch had fewer examples than {have}, so a replica got an empty slice "
+            "(`[0, ...]` below) and TensorFlow cannot add up the replicas' results: give "
+            "`fit`, `evaluate` and `predict` batches of at least "
+            f"{replicas or 'as many examples as replicas'}"
+            + (" examples" if replicas else "")
+            + " (`batch_size=`, or `dataset.batch(...)` with a multiple of the replicas), and "
+            "drop a smaller last batch: `dataset.batch(BATCH, drop_remainder=True)`; to run "
+            "one example, call the model in a plain cell instead: `model(x[:1])`.")
+    return None
+
+
+def with_tensorflow_advice(err: BaseException, replicas: int | None = None) -> BaseException:
+    """``err``, or a KnownTensorFlowError that says the change before its text."""
+    if isinstance(err, NbdistError):
+        return err
+    advice = tensorflow_advice(err, replicas)
+    return err if advice is None else KnownTensorFlowError(advice, err)

@@ -80,6 +80,16 @@ class ExportError(NbdistError):
     or the file exists."""
 
 
+class KnownTensorFlowError(NbdistError):
+    """TensorFlow's own error for a mistake nbdist knows the change for (``errormap``): the
+    change first, then TensorFlow's text unchanged; the error itself is its ``__cause__``."""
+
+    def __init__(self, advice: str, error: BaseException):
+        self.advice = advice
+        super().__init__(f"{advice}\n\nTensorFlow's error, {type(error).__name__}: "
+                         f"{str(error).strip()}")
+
+
 class NbdistWarning(UserWarning):
     """Code that runs but not as its author likely meant (a Python side effect in a compiled
     step runs once, while TensorFlow traces it). Shown once, as Python shows warnings."""

@@ -19,7 +19,7 @@ from IPython.core.magic_arguments import (
 from IPython.utils.process import arg_split
 
 from .cluster.protocol import FAULT_KINDS
-from .errormap import without_nbdist_frames
+from .errormap import with_tensorflow_advice, without_nbdist_frames
 from .errors import ConfigError, NbdistError
 from .families import family
 from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
@@ -306,6 +306,9 @@ class DistributeMagics(Magics):
         except Exception as err:   # the user's frames, not nbdist's (errors of ours: as is)
             if isinstance(err, NbdistError):
                 raise
+            advised = with_tensorflow_advice(err, _replicas(self.shell))
+            if advised is not err:   # TensorFlow's error for a known mistake: the change first
+                raise advised from err
             raise err.with_traceback(without_nbdist_frames(err.__traceback__)) from None
 
     def _distribute(self, line: str, cell: str | None) -> Any:
@@ -442,6 +445,14 @@ class DistributeMagics(Magics):
         value = session.pull(name, worker, into)
         self.shell.user_ns[target] = value
         print(_pulled(name, worker, target, value, into, session))
+
+
+def _replicas(shell: Any) -> int | None:
+    """The session's replicas, if it has a strategy."""
+    from .session import current_session
+
+    backend = current_session(shell).backend
+    return None if backend is None else backend.replicas
 
 
 def _pulled(name: str, worker: int, target: str, value: Any, into: Any, session: Any) -> str:

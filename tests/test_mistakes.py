@@ -164,3 +164,52 @@ def test_a_dict_dataset_used_as_a_tuple_names_the_line_its_keys_and_the_fix(trai
                            "a tuple of 2 (the --data dataset's element_spec: (TensorSpec(")
     assert said.endswith("not a dict: take its parts by position, `batch[0], batch[1]`, or "
                          "unpack it: `x, y = batch`.")
+
+
+# -- TensorFlow's own errors for code pasted from its guides: the change first ----------------
+KERAS_IO_LOOP = """%%distribute
+for step, (x_batch, y_batch) in enumerate(train_ds):
+    with tf.GradientTape() as tape:
+        logits = model(x_batch, training=True)
+        loss_value = tf.reduce_mean(tf.square(logits - y_batch))
+    grads = tape.gradient(loss_value, model.trainable_weights)
+    optimizer.apply(grads, model.trainable_weights)
+"""
+
+
+@pytest.mark.parametrize("cell, advice, tensorflow", [
+    (KERAS_IO_LOOP,
+     "The cell updates a distributed model's variables outside `strategy.run` (an optimizer's "
+     "`apply` or `apply_gradients` in a plain Python loop over the dataset, as keras.io's and "
+     "TensorFlow's custom training loops do before they wrap the step in `strategy.run`): "
+     "TensorFlow allows it only inside each replica's step. Make the loop's body a step cell, "
+     "`%%distribute --step --data train_ds` on its first line and `x, y = batch` for the "
+     "loop's unpacking: nbdist loops over the dataset and runs the body on every replica "
+     "under `strategy.run`.",
+     "TensorFlow's error, ValueError: DistributedVariable.handle is not available outside the "
+     "replica context"),
+    ("%%distribute\nmodel.compile(optimizer='sgd', loss='mse')\n"
+     "model.fit(train_ds.unbatch().batch(2), epochs=1, verbose=0)\n",
+     "A batch had fewer examples than the 4 replicas, so a replica got an empty slice "
+     "(`[0, ...]` below) and TensorFlow cannot add up the replicas' results: give `fit`, "
+     "`evaluate` and `predict` batches of at least 4 examples (`batch_size=`, or "
+     "`dataset.batch(...)` with a multiple of the replicas), and drop a smaller last batch: "
+     "`dataset.batch(BATCH, drop_remainder=True)`; to run one example, call the model in a "
+     "plain cell instead: `model(x[:1])`.",
+     "TensorFlow's error, InvalidArgumentError: "),
+    ("%%distribute\nbn = tf.keras.Sequential([tf.keras.Input((8,)), "
+     "tf.keras.layers.BatchNormalization(), tf.keras.layers.Dense(3)])\n"
+     "bn.compile(optimizer='sgd', loss='mse')\n"
+     "bn.evaluate(features[:1], targets[:1], verbose=0)\n",
+     "A batch had fewer examples than the 4 replicas", "Inputs to operation AddN of type AddN "
+     "must have the same size and shape."),
+])
+def test_tensorflows_error_for_a_known_mistake_comes_after_the_change(trained, cell, advice,
+                                                                      tensorflow):
+    from nbdist.errors import KnownTensorFlowError
+
+    err = run_err(trained, cell)
+    assert isinstance(err, KnownTensorFlowError), repr(err)
+    said, theirs = str(err).split("\n\n", 1)
+    assert said.startswith(advice) and "\n" not in said, said
+    assert tensorflow in theirs and str(err.__cause__).strip() in theirs   # never instead
