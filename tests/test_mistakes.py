@@ -213,3 +213,57 @@ def test_tensorflows_error_for_a_known_mistake_comes_after_the_change(trained, c
     said, theirs = str(err).split("\n\n", 1)
     assert said.startswith(advice) and "\n" not in said, said
     assert tensorflow in theirs and str(err.__cause__).strip() in theirs   # never instead
+
+
+# -- parameter_server: pasted TF_CONFIG code -------------------------------------------------------
+PS_TF_CONFIG = """import json, os
+cluster = {"worker": ["10.0.0.1:2222", "10.0.0.2:2222", "10.0.0.3:2222"],
+           "ps": ["10.0.0.4:2222", "10.0.0.5:2222"]}
+tf_config = {"cluster": cluster, "task": {"type": "worker", "index": 0}}
+os.environ["TF_CONFIG"] = json.dumps(tf_config)
+"""
+
+
+class _ParameterServers:
+    """Stands for a parameter_server backend: records what would run."""
+
+    def __init__(self, workers: int = 2, ps: int = 1):
+        from nbdist.spec import StrategySpec
+
+        self.spec = StrategySpec("parameter_server", workers=workers, ps=ps)
+        self.replicas, self.devices, self.worker_keras = workers, ("CPU:0",), None
+        self.sent = []
+
+    def run_scope_cell(self, cell, observers):
+        self.sent.append(cell.text)
+
+    def kernel_strategy(self):
+        return None
+
+
+@pytest.mark.parametrize("code, said", [
+    (PS_TF_CONFIG,
+     "cell line 6 `os.environ[\"TF_CONFIG\"] = json.dumps(tf_config)`: nbdist sets TF_CONFIG "
+     "for its workers itself (each worker gets its own, with free ports) and builds the "
+     "strategy on each, so a cell must not set it. `%distribute parameter_server --workers 3 "
+     "--ps 2` starts the workers on this machine (the 3 workers and 2 ps its TF_CONFIG lists), "
+     "`%distribute parameter_server --cluster PROFILE` on the engines of an ipyparallel cluster "
+     "(SSH, MPI, Slurm...) such as the hosts it names; then run the cell without the TF_CONFIG "
+     "lines: its strategy line then uses the session's strategy."),
+    (PS_TF_CONFIG + "strategy = tf.distribute.ParameterServerStrategy(resolver)\n",
+     "`%distribute parameter_server --workers 3 --ps 2` starts the workers on this machine"),
+    # built from what the cell cannot read: it lists ps tasks all the same, as the session's
+    (PS_TF_CONFIG.replace('["10.0.0.4:2222", "10.0.0.5:2222"]', "[f'h{i}:1' for i in range(2)]"),
+     "This session's `%distribute parameter_server --workers 2 --ps 1` already runs those "
+     "workers with TF_CONFIG set: remove the TF_CONFIG lines and run the cell again"),
+])
+def test_pasted_tf_config_listing_ps_tasks_gets_the_parameter_server_line(ip, code, said):
+    from nbdist.session import Session
+    from nbdist.spec import RunSpec
+
+    session = Session(ip)
+    session.backend = backend = _ParameterServers(workers=2, ps=1)
+    with pytest.raises(ConfigError) as err:
+        session.run_scope_cell(code, RunSpec(step=False), [])
+    assert said in str(err.value) and "multiworker" not in str(err.value), str(err.value)
+    assert backend.sent == [] and "TF_CONFIG" not in __import__("os").environ

@@ -82,13 +82,14 @@ def pasted_code(cell: str, class_names: frozenset[str] | None = None,
         return PastedCode((), ())
     lines = cell.splitlines()
     aliases = _imported_aliases(tree)
+    assigned = _assigned_values(tree)
     calls, configs = [], []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             found = _strategy_call(node, names, aliases, lines)
             if found is not None:
                 calls.append(dataclasses.replace(found, line=found.line + first_line - 1))
-        config = _tf_config_set(node, lines)
+        config = _tf_config_set(node, lines, assigned)
         if config is not None:
             configs.append(dataclasses.replace(config, line=config.line + first_line - 1))
     return PastedCode(tuple(sorted(calls, key=lambda c: c.span)),
@@ -161,7 +162,18 @@ def _literal_devices(node: ast.expr) -> tuple[str, ...] | None:
     return None
 
 
-def _tf_config_set(node: ast.AST, lines: list[str]) -> TfConfigSet | None:
+def _assigned_values(tree: ast.AST) -> dict[str, ast.expr]:
+    """The value last assigned to each plain name in the cell (``config = {...}``), for a
+    TF_CONFIG built from a variable."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            found.update({t.id: node.value for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+def _tf_config_set(node: ast.AST, lines: list[str],
+                   assigned: dict[str, ast.expr] | None = None) -> TfConfigSet | None:
     """``os.environ["TF_CONFIG"] = ...``, ``os.environ.update(TF_CONFIG=...)``,
     ``os.environ.setdefault("TF_CONFIG", ...)``, ``os.putenv("TF_CONFIG", ...)``."""
     value: ast.expr | None = None
@@ -180,7 +192,7 @@ def _tf_config_set(node: ast.AST, lines: list[str]) -> TfConfigSet | None:
             return None
     else:
         return None
-    workers, ps, hosts = _listed_cluster(value)
+    workers, ps, hosts = _listed_cluster(value, assigned or {})
     line = node.lineno
     return TfConfigSet(line, lines[line - 1].strip() if line <= len(lines) else "",
                        workers, ps, hosts)
@@ -190,19 +202,27 @@ def _is_tf_config(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value == "TF_CONFIG"
 
 
-def _listed_cluster(value: ast.expr | None) -> tuple[int | None, int, tuple[str, ...]]:
+def _listed_cluster(value: ast.expr | None, assigned: dict[str, ast.expr]
+                    ) -> tuple[int | None, int, tuple[str, ...]]:
     """The workers (chief included), parameter servers and hosts of a literal TF_CONFIG
-    (a dict, ``json.dumps`` of one, or its JSON text)."""
+    (a dict, ``json.dumps`` of one, or its JSON text; also through a variable of the cell
+    assigned one). One it cannot read that names ``"ps"`` tasks counts one."""
     import json
 
     if isinstance(value, ast.Call) and value.args:   # json.dumps({...})
         value = value.args[0]
+    for _ in range(3):   # json.dumps(config), config = {"cluster": cluster, ...}
+        if isinstance(value, ast.Name) and value.id in assigned:
+            value = assigned[value.id]
+        if isinstance(value, ast.Dict):
+            value = ast.Dict(keys=value.keys, values=[
+                assigned.get(v.id, v) if isinstance(v, ast.Name) else v for v in value.values])
     try:
         config = ast.literal_eval(value) if value is not None else None
         if isinstance(config, str):
             config = json.loads(config)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None, 0, ()
+        return None, int(_names_ps(value, assigned)), ()
     cluster = config.get("cluster") if isinstance(config, dict) else None
     if not isinstance(cluster, dict):
         return None, 0, ()
@@ -210,6 +230,23 @@ def _listed_cluster(value: ast.expr | None) -> tuple[int | None, int, tuple[str,
     workers = len(listed.get("worker", ())) + len(listed.get("chief", ()))
     hosts = tuple(str(a).rsplit(":", 1)[0] for v in listed.values() for a in v)
     return workers or None, len(listed.get("ps", ())), hosts
+
+
+def _names_ps(value: ast.expr | None, assigned: dict[str, ast.expr]) -> bool:
+    """Whether a TF_CONFIG value, or a variable of the cell it is built from, names a
+    ``"ps"`` task."""
+    todo, seen = [value], set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for child in ast.walk(node):
+            if isinstance(child, ast.Constant) and child.value == "ps":
+                return True
+            if isinstance(child, ast.Name) and child.id in assigned:
+                todo.append(assigned[child.id])
+    return False
 
 
 def _span(node: ast.AST, lines: list[str]) -> tuple[int, int, int, int]:
@@ -373,7 +410,8 @@ def _tf_config_message(config: TfConfigSet, found: PastedCode, spec: StrategySpe
     local = _line_for(wants, workers=config.workers or 2, ps=config.ps)
     listed = (f" (the {config.workers} workers{f' and {config.ps} ps' if config.ps else ''} "
               "its TF_CONFIG lists)") if config.workers else ""
-    other_count = bool(config.workers and spec.workers and config.workers != spec.workers)
+    other_count = bool(config.workers and spec.workers and config.workers != spec.workers) \
+        or bool(config.ps and spec.ps and config.ps != spec.ps)
     if wants is session and not other_count:
         what = (f"This session's `{spec.magic_line()}` already runs those workers with "
                 "TF_CONFIG set: remove the TF_CONFIG lines and run the cell again"
