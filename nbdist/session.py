@@ -38,6 +38,35 @@ from .widgets.progress import has_frontend
 GENERIC_LINE = "%distribute mirrored --devices 2"
 
 
+def _saved_to(run: Run, checkpoint: str | None) -> None:
+    """``--checkpoint DIR`` on a Run trained in worker processes, whose own Run there linked
+    it: the kernel's Run saved to DIR, and resumed at its first step if that is not 0."""
+    if checkpoint is None or run.checkpoint is not None or run.mode != "step":
+        return
+    import os
+
+    from .telemetry.run import RunWriter
+
+    steps = run.metrics["step"]
+    RunWriter(run).checkpointed(os.path.join(checkpoint, "step"),   # as StepCheckpoint's
+                                int(steps.min()) if len(steps) else 0)
+
+
+def missing_in_kernel(missing: list[str], user_ns: dict[str, Any]) -> str:
+    """``%distribute push`` of names the kernel does not have: the close ones it has."""
+    import difflib
+
+    have = [n for n in user_ns if not n.startswith("_") and n not in ("In", "Out")]
+    close = {n: difflib.get_close_matches(n, have, n=3) for n in missing}
+    hints = "; ".join(f"for {n!r}, did you mean {' or '.join(f'`{c}`' for c in found)}?"
+                      for n, found in close.items() if found)
+    return (f"push: no variable {', '.join(map(repr, missing))} in the kernel: push sends "
+            "the kernel's variables as they are now. "
+            + (f"{hints[0].upper()}{hints[1:]} " if hints else "")
+            + "Run the cell that assigns it first, or check its spelling "
+            "(`%who` lists the kernel's variables).")
+
+
 class Session:
     """One per kernel (see ``current_session``): the kernel's backend and its runs."""
 
@@ -162,7 +191,7 @@ class Session:
         """Copy kernel variables (by name) and ``values`` into every worker's namespace."""
         missing = [n for n in names if n not in self.shell.user_ns]
         if missing:
-            raise ConfigError(f"push: no variable {', '.join(map(repr, missing))} in the kernel.")
+            raise ConfigError(missing_in_kernel(missing, self.shell.user_ns))
         self._require_backend("push").push(
             {**{n: self.shell.user_ns[n] for n in names}, **values})
 
@@ -256,6 +285,7 @@ class Session:
         if said:
             print(said)
         self._in_cell = True
+        before = self.runs[-1] if self.runs else None
         try:
             result = method(prepared, [*observers, _Notify(self._changed), self.verdict])
             self.ran_cells.append(RanCell(self._history_number(cell), cell, spec,
@@ -263,6 +293,8 @@ class Session:
             return result
         finally:
             self._in_cell = False
+            if self.runs and self.runs[-1] is not before:
+                _saved_to(self.runs[-1], prepared.spec.checkpoint)
             if self.runs:
                 self.verdict.finish(self.runs[-1])
             self._changed()

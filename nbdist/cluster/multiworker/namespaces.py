@@ -157,8 +157,11 @@ def push_values(client: Any, engine_ids: list[int], values: dict[str, Any]) -> N
         # an AsyncResult, which would read as done
         client[engine_ids].push(values, block=False).get()
     except Exception as err:
-        raise ConfigError(f"Could not send {sorted(values)} to the workers: {err}. "
-                          "Only picklable values can be pushed.") from None
+        raise ConfigError(f"Could not send {sorted(values)} to the workers: {err}. Only "
+                          "picklable values can be pushed: push the plain data it holds or "
+                          "is built from (numbers, strings, lists, dicts, NumPy arrays), and "
+                          "make the object itself on the workers in a `%%distribute` cell "
+                          "(a lock, a file, a connection belongs to one process).") from None
 
 
 def pull_value(client: Any, engine_ids: list[int], name: str, worker_index: int,
@@ -180,10 +183,17 @@ def pull_value(client: Any, engine_ids: list[int], name: str, worker_index: int,
     except Exception as err:
         what = getattr(err, "ename", type(err).__name__)
         if what == "NameError":
-            raise ConfigError(f"worker {worker_index} has no variable `{name}`.") from None
+            raise ConfigError(_missing_on_worker(name, worker_index)) from None
         raise ConfigError(f"Could not pull `{name}` from worker {worker_index} ({what}: "
                           f"{getattr(err, 'evalue', err)}). Only picklable values can "
                           "be pulled; pull arrays or weights instead.") from None
+
+
+def _missing_on_worker(name: str, worker_index: int) -> str:
+    return (f"worker {worker_index} has no variable `{name}`: the workers have only what "
+            "`%%distribute` cells assigned there and what `%distribute push` sent. A value of "
+            f"this kernel: push it first, `%distribute push {name}`; a value the workers make: "
+            "run the `%%distribute` cell that assigns it, then pull.")
 
 
 def _check_on_worker(engine: Any, name: str, worker_index: int) -> dict[str, str] | None:
@@ -206,7 +216,7 @@ def _check_on_worker(engine: Any, name: str, worker_index: int) -> dict[str, str
             "`[key]` parts (e.g. `history.history['loss']`). Compute anything else in a "
             "`%%distribute` cell, `value = ...`, then `%distribute pull value`.")
     if kind == "missing":
-        raise ConfigError(f"worker {worker_index} has no variable `{problem['name']}`.")
+        raise ConfigError(_missing_on_worker(problem["name"], worker_index))
     if kind == "computed":
         expr = problem["expr"]
         raise ConfigError(
