@@ -269,7 +269,7 @@ def test_pasted_tf_config_listing_ps_tasks_gets_the_parameter_server_line(ip, co
     assert backend.sent == [] and "TF_CONFIG" not in __import__("os").environ
 
 
-# -- a 2-worker multiworker cluster, one for these tests --------------------------------------------
+# -- a 2-worker multiworker cluster, one for these tests ---------------------------------------
 @pytest.fixture(scope="module")
 def mw(ip):
     from cluster_cells import SETUP
