@@ -269,8 +269,14 @@ def _unpacks_batch(cell: str) -> int | None:
 # -- TensorFlow's errors for mistakes of code pasted from its guides and Keras' -------------------
 _OUTSIDE_REPLICA = re.compile(r"DistributedVariable\.handle is not available outside the "
                               r"replica context")
+# a replica's empty slice of a batch smaller than the replicas: its results cannot be added up
+# (Keras 3's fit/evaluate), or its first example read (tensorflow/tensorflow#58809)
 _EMPTY_REPLICA = re.compile(r"Inputs to operation AddN of type AddN must have the same size and "
-                            r"shape\.\s+Input \d+: \[[^\]]*\] != input \d+: \[0\b")
+                            r"shape\.\s+Input \d+: \[[^\]]*\] != input \d+: \[0\b"
+                            r"|slice index 0 of dimension 0 out of bounds")
+# a layer updating its state (BatchNormalization's statistics) when the model is called in
+# training mode outside strategy.run (tensorflow/tensorflow#29481, #39270)
+_UPDATE_OUTSIDE_REPLICA = re.compile(r"`add_update` was called in a cross-replica context")
 
 
 def tensorflow_advice(err: BaseException, replicas: int | None = None) -> str | None:
@@ -286,6 +292,13 @@ def tensorflow_advice(err: BaseException, replicas: int | None = None) -> str | 
             "loop's body a step cell, `%%distribute --step --data train_ds` on its first line "
             "and `x, y = batch` for the loop's unpacking: nbdist loops over the dataset and "
             "runs the body on every replica under `strategy.run`.")
+    if _UPDATE_OUTSIDE_REPLICA.search(message):
+        return (
+            "The cell calls the model in training mode outside `strategy.run`, where a layer "
+            "that updates its state (BatchNormalization's moving statistics) cannot: train in "
+            "a step cell (`%%distribute --step --data train_ds`, which runs the call on every "
+            "replica) or with `model.fit`, and call the model with `training=False` (or "
+            "`model.predict`) to only compute its outputs.")
     if _EMPTY_REPLICA.search(message):
         have = f"the {replicas} replicas" if replicas else "the replicas"
         return (
