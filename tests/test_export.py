@@ -330,3 +330,55 @@ def test_a_keras_loss_object_prints_the_loss_of_the_global_batch(ip, tmp_path):
     out = _script(["-c", WITHOUT_NBDIST, str(script)], tmp_path)
     printed = [float(v) for v in re.findall(r"epoch \d/2: loss (\S+) \(\d+ steps\)", out)]
     np.testing.assert_allclose(printed, notebook[[3, 7]], rtol=1e-4)
+
+
+@pytest.mark.kernel
+def test_an_unwritable_or_missing_directory_is_refused_and_the_script_passes_ruff(ip, tmp_path):
+    import shutil
+
+    tiny_model_and_data(ip)
+    assert run_cell(ip, "import os, textwrap").success     # textwrap: read by no exported cell
+    assert run_cell(ip, "SCALE_EX = float(len(os.sep))").success
+    assert run_cell(ip, tiny_step("SCALE_EX")).success
+    for target, why in [("/proc/nbdist-x.py", "(/proc takes no new files: "),
+                        (f"{tmp_path}/no/such/x.py", f"({tmp_path}/no/such does not exist), "
+                         f"so nothing was written. Create the directory first (`mkdir -p "
+                         f"{tmp_path}/no/such`), or give a .py file in a directory you can "
+                         "write to, e.g. `%distribute export train.py`")]:
+        err = run_cell(ip, f"%distribute export {target}").error_in_exec
+        assert isinstance(err, ExportError) and why in str(err), err
+        assert f"nbdist cannot write {target}" in str(err) and not os.path.exists(target)
+    assert not (tmp_path / "no").exists()
+
+    script = tmp_path / "train.py"
+    assert run_cell(ip, f"%distribute export {script}").success
+    ruff = shutil.which("ruff") or pytest.skip("ruff is not installed (pip install ruff)")
+    checked = subprocess.run([ruff, "check", "--output-format", "json", str(script)],
+                             cwd=ROOT, capture_output=True, text=True)   # the project's rules
+    found = json.loads(checked.stdout)
+    lines = script.read_text().splitlines()
+    typed = {ln.strip() for cell in ip.history_manager.input_hist_raw for ln in cell.splitlines()}
+    # what nbdist writes passes; the cells' own style (long lines, zip without strict=) is theirs
+    as_typed = [lines[d["location"]["row"] - 1].split("  # noqa")[0].strip() for d in found]
+    assert [(d["code"], line) for d, line in zip(found, as_typed, strict=True)
+            if line not in typed or d["code"] not in ("E401", "E402", "E501", "B905", "I001")] == []
+    assert "import os, textwrap  # noqa: F401, F811" in script.read_text()
+    assert subprocess.run([ruff, "check", "--select", "F,E9", str(script)],
+                          cwd=ROOT).returncode == 0
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("line, said", [
+    ("export /tmp/my dir/x.py", "`dir/x.py` reads as another argument after the file name: a "
+     "path with spaces must be quoted, `%distribute export '/tmp/my dir/x.py'` (or give a path "
+     "without spaces)."),
+    ("export --forse x.py", "--forse is not a flag of `%distribute export`. Did you mean "
+     "`--force`? Its flags: --strategy, --cell, --force (`%distribute export --help`)."),
+    ("export", "`%distribute export` needs the script's file name, e.g. `%distribute export "
+     "train.py`."),
+    ("export '/tmp/nbdist no such/x.py'", "(/tmp/nbdist no such does not exist), so nothing "
+     "was written. Create the directory first (`mkdir -p '/tmp/nbdist no such'`)"),
+])
+def test_a_mistaken_export_line_gets_the_fix(ip, line, said):
+    err = run_cell(ip, f"%distribute {line}").error_in_exec
+    assert isinstance(err, ExportError) and said in str(err), err

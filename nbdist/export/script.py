@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import textwrap
 from string import Template
 from typing import Any
 
@@ -194,10 +195,57 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
         reduce="SUM" if global_batch else "MEAN",
         loss_scale="strategy.num_replicas_in_sync" if global_batch else "1",
         data=spec.data, distribute=distribute, **_per_worker(distribute),
-        checkpointed=", ".join(f"{n}={n}" for n in _checkpoint_candidates(plan)) or "",
+        checkpointed=_wrapped([f"{n}={n}" for n in _checkpoint_candidates(plan)],
+                              len("        checkpoint = EpochCheckpoint(args.checkpoint, ")),
         build_optimizers=_build_optimizers(step.code),
     )
-    return head + "".join(_cell_block(c) for c in plan.cells) + step_text
+    return _imports_checked(head, "".join(_cell_block(c) for c in plan.cells), step_text)
+
+
+def _imports_checked(head: str, cells: str, tail: str) -> str:
+    """The script with the cells' imports as a linter expects them (``ruff check`` passes): a
+    module-level import of names the script's own code already imported (``import tensorflow
+    as tf``) is left out; one of names nothing in the script reads (a cell imports more than the
+    exported cells use), or of some the script imported too, is marked ``# noqa`` for them."""
+    script = ast.parse(head + cells + tail)
+    read = {node.id for node in ast.walk(script)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    ours = {_bound(alias) for node in ast.parse(head + tail).body
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    ours |= {t.id for node in ast.parse(head).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    lines = cells.splitlines(keepends=True)
+    for node, alone in _module_imports(ast.parse(cells)):
+        if node.lineno != node.end_lineno or "#" in lines[node.lineno - 1]:
+            continue
+        bound = [_bound(alias) for alias in node.names]
+        text = lines[node.lineno - 1].rstrip("\n")
+        if all(name in ours for name in bound) and not alone:
+            lines[node.lineno - 1] = ""
+            continue
+        codes = [code for code, names in (("F401", set(bound) - read),
+                                          ("F811", set(bound) & ours)) if names]
+        if codes:   # the cell's line as typed: unused here, or imported above too
+            lines[node.lineno - 1] = f"{text}  # noqa: {', '.join(codes)} - as the cell has it\n"
+    return head + "".join(lines) + tail
+
+
+def _module_imports(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """The imports that bind module-level names: at the top level, or in a scope cell's
+    ``with strategy.scope():`` block; each with whether it is its block's only statement."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append((node, False))
+        elif isinstance(node, ast.With):
+            found += [(child, len(node.body) == 1) for child in node.body
+                      if isinstance(child, (ast.Import, ast.ImportFrom))]
+    return found
+
+
+def _bound(alias: ast.alias) -> str:
+    """The name an import binds: ``np`` for ``numpy as np``, ``os`` for ``os.path``."""
+    return alias.asname or alias.name.split(".")[0]
 
 
 def check_strategy(name: str | None, given: bool = True) -> None:
@@ -232,6 +280,18 @@ def _check_names(plan: Plan) -> None:
             "them in the cells, run the cells again, then `%distribute export` again.")
 
 
+def _wrapped(items: list[str], column: int, width: int = 99) -> str:
+    """``items`` joined by commas from ``column`` on, in lines of at most ``width``
+    characters (a call's arguments, continued under its first)."""
+    lines = [""]
+    for item in items:
+        if lines[-1] and column + len(lines[-1]) + len(item) + 2 > width:
+            lines[-1] += ","
+            lines.append("")
+        lines[-1] += f", {item}" if lines[-1] else item
+    return ("\n" + " " * column).join(lines)
+
+
 def _literal(value: str | None) -> str:
     return "None" if value is None else json.dumps(value)
 
@@ -239,7 +299,9 @@ def _literal(value: str | None) -> str:
 def _left_out(plan: Plan) -> str:
     if not plan.left_out:
         return "    none"
-    return "\n".join(f"    {cell.label}: {why}" for cell, why in plan.left_out)
+    return "\n".join(textwrap.fill(f"{cell.label}: {why}", 99, initial_indent="    ",
+                                   subsequent_indent="      ", break_on_hyphens=False)
+                     for cell, why in plan.left_out)
 
 
 def _cell_block(cell: NotebookCell) -> str:

@@ -42,8 +42,10 @@ except ImportError:
     StepWriter = None
 
 STRATEGIES = $strategies
-COORDINATED = $coordinated   # a ClusterCoordinator schedules their steps on the workers
-MULTI_PROCESS = $multi_process   # one job of several processes, each with its TF_CONFIG
+# a ClusterCoordinator schedules their steps on the workers:
+COORDINATED = $coordinated
+# one job of several processes, each with its TF_CONFIG:
+MULTI_PROCESS = $multi_process
 DEFAULT_STRATEGY = $strategy   # the notebook's (python -m nbdist.launch reads it too)
 
 
@@ -227,8 +229,8 @@ def train(args, data):
     try:
         for epoch in range(first_epoch, args.epochs):
             last_loss = float("nan")
-            for loss, per_replica_loss, per_replica_norm, ran_on, data_s, step_s in \
-                    epoch_steps():
+            steps = epoch_steps()
+            for loss, per_replica_loss, per_replica_norm, ran_on, data_s, step_s in steps:
                 last_loss = loss
                 if metrics:
                     metrics.write(step, epoch, local_values(per_replica_loss),
