@@ -173,9 +173,13 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         return killed
 
     def _stop(self) -> list[int]:
-        # The traced steps are released first and collected at once, while the processes
-        # still run: their functions are removed from the tasks now, where TensorFlow's
-        # errors for a dead task land in the worker logs, not in a later cell.
+        for job, index in self.tasks if self.engines is not None else ():
+            if self.state(job, index) == "stopped":   # TensorFlow must let go of it first
+                self.signal_task(signal.SIGCONT, job, index)
+        # The traced steps are released and collected at once, while the processes still
+        # run (and none is stopped: a removal from a stopped task would wait for it): their
+        # functions are removed from the tasks now, where TensorFlow's errors for a dead task
+        # land in the worker logs, not in a later cell.
         self.traced_steps.clear()
         gc.collect()
         self.rows = self.positions = None
@@ -183,9 +187,6 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         if self._atomic is not None:
             self._atomic.__exit__(None, None, None)
             self._atomic = None
-        for job, index in self.tasks if self.engines is not None else ():
-            if self.state(job, index) == "stopped":   # TensorFlow must let go of it first
-                self.signal_task(signal.SIGCONT, job, index)
         if self.coordinator is not None:
             ps_context.disconnect(self.coordinator, worker_died=bool(self.dead_workers))
             self.coordinator = self.strategy = None
