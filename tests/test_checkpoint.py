@@ -171,7 +171,8 @@ def test_local_step_mode_resumes_from_the_last_completed_epoch(local, capsys):
     assert resumed.status == "done" and sorted(frame["step"].unique()) == list(range(16, 24))
     assert set(frame["epoch"]) == {2} and resumed.total_steps == 24
     assert any("resumed from epoch 2 of 3" in n for n in resumed.notes)
-    assert "model" in resumed.notes[-1] and "optimizer" in resumed.notes[-1]
+    [saved] = [n for n in resumed.notes if "Checkpointed objects:" in n]
+    assert "model" in saved and "optimizer" in saved
     assert_same_steps(resumed, died)
     assert_curves_continue(resumed, died)
     assert not os.path.exists(step_dir)              # finished: the backup is gone
