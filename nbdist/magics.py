@@ -188,8 +188,9 @@ _EXAMPLE_VALUES = {"--data": "train_ds", "--steps": "100", "--epochs": "3",
 
 def _options(parsed_by: Callable) -> dict[str, Any]:
     """The parser's own options, by flag (argparse's actions)."""
-    return {flag: action for action in parsed_by.parser._actions
-            for flag in action.option_strings}
+    from .hooks.argparse_parser import parser_options
+
+    return parser_options(parsed_by.parser)
 
 
 def _usage_advice(message: str, words: list[str], parsed_by: Callable, here: str) -> str:

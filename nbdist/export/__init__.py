@@ -98,7 +98,9 @@ def _usage_advice(message: str, line: str) -> str:
     words = line.split()[1:]
     extra = message.partition("unrecognized arguments: ")[2].split()
     flags = [w.split("=")[0] for w in extra if w.startswith("-")]
-    options = [f for a in _export_args.parser._actions for f in a.option_strings]
+    from ..hooks.argparse_parser import parser_options
+
+    options = list(parser_options(_export_args.parser))
     if flags:
         close = difflib.get_close_matches(flags[0], options, n=1)
         hint = f" Did you mean `{close[0]}`?" if close else ""

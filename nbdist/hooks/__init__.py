@@ -17,6 +17,7 @@ but ``errors``: it is the bottom layer.
 from __future__ import annotations
 
 from . import (
+    argparse_parser,
     ipykernel,
     ipyparallel,
     keras,
@@ -33,7 +34,7 @@ __all__ = ["REGISTRY", "PrivateAPI", "PrivateAPIMissing", "check"]
 REGISTRY: list[PrivateAPI] = [
     *tensorflow.DECLARED, *tf_coordinator.DECLARED, *tf_data.DECLARED,
     *tf_gradients.DECLARED, *keras.DECLARED,
-    *tf_keras.DECLARED, *ipykernel.DECLARED, *ipyparallel.DECLARED,
+    *tf_keras.DECLARED, *ipykernel.DECLARED, *ipyparallel.DECLARED, *argparse_parser.DECLARED,
 ]
 
 
