@@ -135,12 +135,16 @@ def test_the_state_names_the_bottleneck_while_and_after_a_run_trains(ip, monkeyp
     monkeypatch.setattr(live, "enabled", True)
     monkeypatch.setattr(live, "budget", 0.1)
     monkeypatch.setattr(live, "min_interval", 0.5)
+    # the first explanation as soon as the run trains: on an idle machine its 150 steps take
+    # less than the second the default first cost over this budget would wait
+    monkeypatch.setattr(live, "first_cost", 0.001)
+    monkeypatch.setattr(live, "_cost", None)
     states: list[dict] = []
     monkeypatch.setattr(session, "listeners", [*session.listeners,
                                                lambda: states.append(session.state())])
     run_ok(ip, DATA)
     run_ok(ip, MODELS)
-    run_ok(ip, MLP_STEP.format(data="ex_fast", steps=150, flags="", model="ex_mlp"))
+    run_ok(ip, MLP_STEP.format(data="ex_fast", steps=600, flags="", model="ex_mlp"))
     final = validate_state(session.state())
     assert final["verdict"] is not None, final
     assert final["verdict"]["run"] == final["run"]["id"] and final["run"]["status"] == "done"
@@ -149,6 +153,6 @@ def test_the_state_names_the_bottleneck_while_and_after_a_run_trains(ip, monkeyp
     assert "--steps-per-call auto" in final["verdict"]["advice"]
     live_states = [s for s in states if s["run"] and s["run"]["status"] == "running"
                    and s["verdict"] is not None]
-    assert live_states, [s["verdict"] for s in states]
+    assert live_states, ([s["verdict"] for s in states], [s["run"] and s["run"]["status"] for s in states], live.explanations)
     assert live.explanations >= 2
 
