@@ -153,6 +153,7 @@ def test_the_state_names_the_bottleneck_while_and_after_a_run_trains(ip, monkeyp
     assert "--steps-per-call auto" in final["verdict"]["advice"]
     live_states = [s for s in states if s["run"] and s["run"]["status"] == "running"
                    and s["verdict"] is not None]
-    assert live_states, ([s["verdict"] for s in states], [s["run"] and s["run"]["status"] for s in states], live.explanations)
+    assert live_states, ([s["verdict"] for s in states],
+                         [s["run"] and s["run"]["status"] for s in states], live.explanations)
     assert live.explanations >= 2
 
