@@ -145,18 +145,11 @@ model.compile(loss="mse")   # for compute_loss (tf_keras on the workers)
 optimizer = tf.keras.optimizers.SGD(learning_rate=0.0)
 """
 
-MW_STEP = """%%distribute --step --data ds --steps-per-call 1
-x, y = batch
-with tf.GradientTape() as tape:
-    loss = {expr}
-grads = tape.gradient(loss, model.trainable_variables)
-optimizer.apply_gradients(zip(grads, model.trainable_variables))
-"""
+MW_STEP = STEP.replace("x, y, w = batch", "x, y = batch")   # no sample weights here
 
 MW_FORMS = {
-    "keras loss object": ("mse(y, model(x))", "sum"),
-    "reduce_mean": ("tf.reduce_mean(tf.square(y - model(x)))", "mean"),
-    "keras loss + model.losses": ("mse(y, model(x)) + tf.add_n(model.losses)", "mixed"),
+    **{name: FORMS[name] for name in ("keras loss object", "reduce_mean",
+                                      "keras loss + model.losses")},
     "tf_keras model.compute_loss": ("model.compute_loss(x, y, model(x))", "sum"),
 }
 
