@@ -341,6 +341,7 @@ def fault_scenario(ip):
     out["kill_applied_step"] = injected["applied_step"]
     run = nbdist.runs[-1]
     out["killed_worker_rows"] = int((run.metrics["worker"] == 1).sum())
+    out["killed_worker_last_step"] = int(run.metrics.query("worker == 1").step.max())
     out["worker_kill_run"] = frame_summary(run)
     # each worker's last row, in seconds after the kill (a fast survivor can finish the run
     # within a second of it: no row is "long after" the kill then)

@@ -312,7 +312,11 @@ def test_a_killed_worker_s_steps_are_retried_on_the_other(faults):
     assert lost == ([f"{count(400 - run['rows'], 'step')}{LOST_ROWS}"]
                     if run["rows"] < 400 else []), \
         run["notes"]
-    assert any("worker 1 (pid" in n and "re-ran" in n for n in run["notes"])
+    died = [n for n in run["notes"] if "worker 1 (pid" in n and "re-ran" in n]
+    # the numbers users can check: its own count (what --at-step counts) and its last row
+    last_step = faults["killed_worker_last_step"]
+    assert len(died) == 1 and (f"nbdist recorded 20 steps of it in this run, the last step "
+                               f"{last_step} in Run.metrics") in died[0], run["notes"]
     assert "worker           1  DEAD" in faults["status_after_kill"]
     # the whole 400-step run (seconds): a run left waiting on the dead worker would not end
     assert faults["worker_kill_s"] < 4 * PROMPT_S, "the run did not finish on the survivor"

@@ -366,11 +366,24 @@ class PSStepLoop(StepLoop):
                 self._dead_seen.add(index)
                 self.on_worker_death(index)
                 who = self.watch.describe("worker", index)
-                print(f"nbdist: {who} died after step {self.run.steps_done}; "
+                progress = self._worker_progress(index)
+                print(f"nbdist: {who} died; {progress}; "
                       "ClusterCoordinator runs its unfinished steps on the other workers.",
                       file=sys.stderr)
-                self.run.note(f"{who} died during the run; ClusterCoordinator re-ran its "
-                              "unfinished steps on the other workers")
+                self.run.note(f"{who} died during the run ({progress}); ClusterCoordinator "
+                              "re-ran its unfinished steps on the other workers")
+
+    def _worker_progress(self, index: int) -> str:
+        """What nbdist has of a worker's steps in this run, in the numbers users read: how
+        many (what ``inject --at-step`` counts, less any rows lost with the worker) and its
+        last step in ``Run.metrics``. The run's step count when the death is noticed is
+        neither: the other workers went on."""
+        columns, table = self.run.table_since(0)
+        steps = table[table[:, columns.index("worker")] == index, columns.index("step")]
+        if not len(steps):
+            return "nbdist recorded none of its steps in this run"
+        return (f"nbdist recorded {count(len(steps), 'step')} of it in this run, the last "
+                f"step {int(steps.max())} in Run.metrics")
 
     def _dead_message_after(self, err: Exception) -> str:
         return dead_message_after(self.watch, err, self.run.steps_done)
