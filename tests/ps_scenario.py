@@ -402,27 +402,24 @@ def stall_scenario(ip):
 
     ip.run_line_magic("distribute", "parameter_server --workers 2 --ps 1")
     _, out["setup_error"] = cell(ip, SETUP)
-    # A worker stopped mid-run can hang the coordinator: a step traced anew is registered on
-    # every task, and TensorFlow waits for the stopped one. The SIGSTOP phases run on request
-    # (NBDIST_PS_SIGSTOP=1) until that is fixed.
-    sigstop = os.environ.get("NBDIST_PS_SIGSTOP") == "1"
-    if sigstop:
-        victim = cluster().pid("worker", 1)
-        out["victim"] = victim
-        thread, stopped = when_rows(lambda: os.kill(victim, signal.SIGSTOP), min_rows=20)
-        try:
-            _, out["stop_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 100000"))
-            out["stop_s"] = time.monotonic() - stopped[0] if stopped else None
-            thread.join()
-            out["stop_run"] = frame_summary(nbdist.runs[-1])
-            out["stop_status"] = status(ip)
-            _restart_and_train(ip, "stop")
-            out["victim_left"] = (alive([psutil.Process(victim)])
-                                  if psutil.pid_exists(victim) else [])
-        finally:   # never leave a stopped process behind
-            if psutil.pid_exists(victim):
-                for sig in (signal.SIGCONT, signal.SIGKILL):
-                    os.kill(victim, sig)
+    # A worker stopped mid-run, once the run has 20 rows: both variants of the step were
+    # traced before (a trace after it would wait for the stopped worker for ever).
+    victim = cluster().pid("worker", 1)
+    out["victim"] = victim
+    thread, stopped = when_rows(lambda: os.kill(victim, signal.SIGSTOP), min_rows=20)
+    try:
+        _, out["stop_error"] = cell(ip, STEP.format(data="long_ds", flags="--steps 100000"))
+        out["stop_s"] = time.monotonic() - stopped[0] if stopped else None
+        thread.join()
+        out["stop_run"] = frame_summary(nbdist.runs[-1])
+        out["stop_status"] = status(ip)
+        _restart_and_train(ip, "stop")
+        out["victim_left"] = (alive([psutil.Process(victim)])
+                              if psutil.pid_exists(victim) else [])
+    finally:   # never leave a stopped process behind
+        if psutil.pid_exists(victim):
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                os.kill(victim, sig)
 
     _, out["bad_input_error"] = cell(ip, BAD_INPUT)
     started = time.monotonic()
@@ -441,9 +438,6 @@ def stall_scenario(ip):
     out["controller_run"] = frame_summary(nbdist.runs[-1])
     _restart_and_train(ip, "controller")
 
-    if not sigstop:
-        ip.run_line_magic("distribute", "stop")
-        return
     victim = cluster().pid("worker", 1)
     out["injected_victim"] = victim
     try:

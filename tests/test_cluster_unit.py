@@ -499,3 +499,24 @@ def test_ipyparallel_exit_logs_are_kept_off_stderr_and_shown_once_collapsed(
     enginelogs.show_pending()
     assert shown[-1]["text/plain"].startswith(
         "nbdist: worker logs: the cluster's failure (1 line from TensorFlow)"), shown[-1]
+
+
+def test_a_parameter_server_step_traces_both_variants_in_its_first_two_steps():
+    """Tracing waits for every task: the plain variant must not wait for the pacer (which
+    times the first steps, until their rows are read), when a worker may be stopped."""
+    from types import SimpleNamespace
+
+    from nbdist.cluster.paramserver.steps import PSStepLoop
+    from nbdist.step.pacing import TimingPacer
+
+    loop = SimpleNamespace(_pacer=TimingPacer(None), _compiled={})
+    chosen = []
+    for step in range(40):   # no row read yet: the pacer alone would time all of them
+        timed = PSStepLoop._variant(loop, step)
+        chosen.append(timed)
+        loop._compiled[timed] = object()
+    assert chosen[:2] == [True, False] and all(chosen[2:]), chosen
+    never_timed = SimpleNamespace(_pacer=TimingPacer(0), _compiled={})
+    assert PSStepLoop._variant(never_timed, 0) is False   # --timing-every 0: one variant
+    never_timed._compiled[False] = object()
+    assert PSStepLoop._variant(never_timed, 1) is False

@@ -354,10 +354,6 @@ def _restarted_and_trained(out, key):
           f"{out[key + '_retrain_s']:.1f} s")
 
 
-@pytest.mark.skipif(os.environ.get("NBDIST_PS_SIGSTOP") != "1", reason=(
-    "a parameter-server worker stopped mid-run can hang the coordinator (a newly traced step is "
-    "registered on every task, and TensorFlow waits for the stopped one): run with "
-    "NBDIST_PS_SIGSTOP=1"))
 def test_a_stopped_worker_is_named_with_its_step_and_the_run_fails(stall):
     """SIGSTOP on worker 1 once the run has 20 rows: ClusterCoordinator would wait for the
     step it holds for ever; the cell ends within seconds naming it, and the run is failed."""
@@ -376,10 +372,6 @@ def test_a_stopped_worker_is_named_with_its_step_and_the_run_fails(stall):
     assert stall["victim_left"] == []    # restart resumed it, then ended it
 
 
-@pytest.mark.skipif(os.environ.get("NBDIST_PS_SIGSTOP") != "1", reason=(
-    "a parameter-server worker stopped mid-run can hang the coordinator (a newly traced step is "
-    "registered on every task, and TensorFlow waits for the stopped one): run with "
-    "NBDIST_PS_SIGSTOP=1"))
 def test_inject_stop_at_a_step_is_named_like_a_real_sigstop(stall):
     assert stall["inject_stop_error"] is None, stall["inject_stop_error"]
     error = stall["injected_stop_error"]

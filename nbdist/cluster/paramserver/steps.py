@@ -215,7 +215,7 @@ class PSStepLoop(StepLoop):
                 return
             self.interrupts.check()
             self._check_health()
-            self._pending.append(self._schedule(iterators, self._pacer.due(step)))
+            self._pending.append(self._schedule(iterators, self._variant(step)))
             self._scheduled = step
             # a fault waiting for its step: one step in flight, so no worker gets ahead of
             # the rows the kernel has read
@@ -245,6 +245,17 @@ class PSStepLoop(StepLoop):
         if lost > 0:   # one note, with the latest count (each epoch's checkpoint drains too)
             self.run.notes[:] = [n for n in self.run.notes if LOST_ROWS not in n]
             self.run.note(f"{count(lost, 'step')}{LOST_ROWS}")
+
+    def _variant(self, step: int) -> bool:
+        """Whether ``step`` runs the timed variant: as the pacer says, except that the first
+        steps trace both variants. Tracing registers the function on every task and waits for
+        each to answer, so a variant first traced after a worker stopped (SIGSTOP, a frozen
+        host) would hang the kernel there; the pacer alone would trace the plain variant only
+        once the first timed rows are read, when a worker may already be stopped."""
+        due = self._pacer.due(step)
+        used = {True, False} if self._pacer.every > 0 else {False}   # 0: never timed
+        missing = used - set(self._compiled)
+        return missing.pop() if missing and due not in missing else due
 
     def _schedule(self, iterators: Any, timed: bool) -> Any:
         fn = self._compiled.get(timed)
