@@ -78,7 +78,7 @@ def check_engines(dispatcher: Any, engine_ids: list[int], environment: dict[str,
     n = len(engine_ids)
     outcomes, _ = dispatcher.call(preflight, [(environment, expected)] * n, quiet=True)
     who = {i: f"{i} (engine {engine_ids[i]})" for i in range(n)}
-    broken = {w: o["error"] for w, o in outcomes.items() if not o["ok"]}
+    broken = {w: o.error for w, o in outcomes.items() if not o.ok}
     if broken:   # e.g. nbdist itself missing there: the check could not even be unpickled
         w = min(broken)
         raise ClusterStartError(
@@ -86,7 +86,7 @@ def check_engines(dispatcher: Any, engine_ids: list[int], environment: dict[str,
             f"{broken[w]['message']}). Every engine needs nbdist and TensorFlow installed, "
             f"the same versions as this kernel's (nbdist {kernel['nbdist']}); then {fix_env}."
         )
-    reports = {w: o["value"] for w, o in outcomes.items()}
+    reports = {w: o.value for w, o in outcomes.items()}
     for w, report in reports.items():
         who[w] = f"{w} (engine {engine_ids[w]}, pid {report['pid']} on {report['host']})"
     check_reports(reports, who, kernel, fix_env)

@@ -3,8 +3,9 @@
 Every message is a JSON object with a ``"type"`` (one of the names below), HMAC-signed by
 ``telemetry.channel``. Metric rows travel in ``ROWS`` messages with the Run store's columns.
 This module is shared by the kernel (``multiworker.monitor``) and the engines
-(``inengine.worker``, ``inengine.cells``) and imports neither. So is the table of the faults
-``%distribute inject`` puts into workers (``FAULT_KINDS``).
+(``inengine.worker``, ``inengine.cells``) and imports neither. So are what a function run on a
+worker's engine answers (``Outcome``) and the table of the faults ``%distribute inject`` puts
+into workers (``FAULT_KINDS``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,45 @@ FLUSH_ROWS = "flush_rows"    # send the rows not sent yet, then ROWS_FLUSHED (ch
 
 #: A paused worker waits this long for the kernel's decision, then stops on its own.
 STOP_DECISION_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a call on a worker's engine came to, as the kernel reads it (``dispatch``).
+
+    It crosses ipyparallel as plain data: a function run on an engine returns ``to_dict()``,
+    the kernel reads what came back with ``Outcome.of``. ``ok``: the function returned
+    ``value``. Else ``error`` is ``failures.describe_exception``'s dict (type, message,
+    traceback...), or ``abandoned``: the kernel ended the worker while it was still blocked
+    waiting for a failed one, so it has no answer of its own."""
+
+    ok: bool
+    value: Any = None
+    error: dict[str, Any] | None = None
+    abandoned: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "value": self.value, "error": self.error,
+                "abandoned": self.abandoned}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        return cls(ok=bool(data["ok"]), value=data.get("value"), error=data.get("error"),
+                   abandoned=bool(data.get("abandoned", False)))
+
+    @classmethod
+    def of(cls, returned: Any) -> Outcome:
+        """What an engine function returned: an outcome's dict, or a plain value (a function
+        that cannot fail in nbdist's terms, such as ``compat.preflight``, answers with it)."""
+        if isinstance(returned, dict) and "ok" in returned:
+            return cls.from_dict(returned)
+        return cls(ok=True, value=returned)
+
+    def failed(self) -> bool:
+        """Its function raised something other than an interrupt (the user's KeyboardInterrupt,
+        or nbdist's stop at a step boundary)."""
+        return self.error is not None and self.error.get("type") not in (
+            "KeyboardInterrupt", "RunInterrupted")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from ..engines.base import ClusterStartError, EngineSet
 from ..failures import ClusterError, WorkerDied, WorkerError, build_error, died_starting
 from ..inengine import cells, transfer, worker
 from ..lifecycle import ClusterLifecycle, live
-from ..protocol import FAULT_KINDS
+from ..protocol import FAULT_KINDS, Outcome
 from .dispatch import Dispatcher
 from .keras_choice import MIXED_KERAS, kernel_runs_keras3, resolve_keras
 from .models import WorkerModel, into_kernel
@@ -133,9 +133,9 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                                for i in range(self.n)],
                 quiet=True,   # TensorFlow's start-up lines are noise unless setup fails
                 fail_fast=SETUP_FAIL_FAST_S)   # the others wait for a failed one forever
-            failures = {w: o["error"] for w, o in outcomes.items() if "error" in o}
+            failures = {w: o.error for w, o in outcomes.items() if o.error is not None}
             if failures:
-                waiting = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
+                waiting = sorted(w for w, o in outcomes.items() if o.abandoned)
                 engines.kill_blocked([self._engine_pids[w] for w in waiting
                                       if w in self._engine_pids])
                 cause = build_error(failures, self.n, waiting)
@@ -143,7 +143,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                     raise ClusterStartError(f"The worker processes could not set up "
                                             f"MultiWorkerMirroredStrategy: {cause}") from cause
                 raise cause
-            self.info = [outcomes[i]["value"] for i in range(self.n)]
+            self.info = [outcomes[i].value for i in range(self.n)]
             self.dispatcher.reach = self.reach = watch_remote(engines, self.info)
             self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)
                                     if engines.local[i]}
@@ -215,7 +215,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         return self.dispatcher
 
     def _call(self, fn: Any, args: list[tuple[Any, ...]], observers: list[RunObserver]
-              ) -> tuple[dict[int, dict[str, Any]], bool]:
+              ) -> tuple[dict[int, Outcome], bool]:
         dispatcher = self._usable()
         self.monitor.stopper.reset()
         try:
@@ -226,7 +226,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                 if run.status == "running":
                     RunWriter(run).finish("failed", str(err))
             raise
-        ended = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
+        ended = sorted(w for w, o in outcomes.items() if o.abandoned)
         if ended:
             self.broken = (f"worker{'s' * (len(ended) > 1)} {', '.join(map(str, ended))} "
                            "waited in a collective for a worker whose cell failed, and "
@@ -280,7 +280,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
                                            observers)
         finish_runs(outcomes, interrupted, [run], self.n, self.monitor.stopper.requested)
-        first = outcomes[0].get("value") or {}
+        first = outcomes[0].value or {}
         for note in first.get("notes", []):
             run.note(note)
         if first.get("bytes"):
@@ -308,7 +308,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             from ...checkpoint import NOTHING_TRAINED
 
             print(NOTHING_TRAINED.format(dir=checkpoint))
-        values = {w: o.get("value") for w, o in outcomes.items()}
+        values = {w: o.value for w, o in outcomes.items()}
         return WorkerValues(values) if any(v is not None for v in values.values()) else None
 
     def status(self) -> BackendStatus:
@@ -333,7 +333,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         outcomes, interrupted = self._call(
             transfer.model_state, [(name, w == worker_index) for w in range(self.n)], [])
         finish_runs(outcomes, interrupted, [], self.n)
-        state = outcomes[worker_index]["value"]
+        state = outcomes[worker_index].value
         return WorkerModel(name, worker_index, state["weights"], state["config"], state["why"],
                            state["keras"], state["class"], state["type"])
 

@@ -33,6 +33,7 @@ from ..failures import (
     controller_died_message,
     describe_exception,
 )
+from ..protocol import Outcome
 from .monitor import HUNG_AFTER_S, ClusterMonitor
 from .output import WorkerOutput
 from .stall import ANSWER_S, diagnose, stacks_text, stuck_message
@@ -70,12 +71,12 @@ class Dispatcher:
 
     def call(self, fn: Callable[..., Any], args: list[tuple[Any, ...]],
              observers: list[RunObserver] = (), quiet: bool = False,
-             fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
+             fail_fast: float | None = None) -> tuple[dict[int, Outcome], bool]:
         """Run ``fn(*args[i])`` on worker i; return ({worker: outcome}, interrupted).
 
         ``quiet``: show the workers' output only if the call fails. ``fail_fast``: once a
         worker has failed, wait at most this many seconds for the others; those still running
-        then get the outcome ``{"ok": False, "abandoned": True}`` (they are typically blocked
+        then get an ``abandoned`` outcome (they are typically blocked
         waiting for the failed one, e.g. in the strategy's start-up, and must be stopped).
         """
         self._check_alive()
@@ -111,14 +112,14 @@ class Dispatcher:
             self.signal_workers(signal.SIGKILL, sorted(results))
 
     def wait(self, results: dict[int, Any], observers: list[RunObserver], quiet: bool = False,
-             fail_fast: float | None = None) -> tuple[dict[int, dict[str, Any]], bool]:
+             fail_fast: float | None = None) -> tuple[dict[int, Outcome], bool]:
         try:
             return self._wait(results, observers, quiet, fail_fast)
         finally:   # rows held to align the workers' steps (``arrivals``) reach their Runs
             self.monitor.flush_rows()
 
     def _wait(self, results: dict[int, Any], observers: list[RunObserver], quiet: bool,
-              fail_fast: float | None) -> tuple[dict[int, dict[str, Any]], bool]:
+              fail_fast: float | None) -> tuple[dict[int, Outcome], bool]:
         output = WorkerOutput(results, quiet)
         stopping: _Stopping | None = None
         give_up = _FailFast(results, fail_fast)
@@ -145,12 +146,12 @@ class Dispatcher:
                 else:
                     stopping.escalate()
         if give_up.expired:
-            outcomes = {i: _outcome(ar) if ar.ready() else {"ok": False, "abandoned": True}
+            outcomes = {i: _outcome(ar) if ar.ready() else Outcome(ok=False, abandoned=True)
                         for i, ar in results.items()}
             output.pump(final=True, show=True)
             return outcomes, False
         if peer_failed.ended:
-            outcomes = {i: {"ok": False, "abandoned": True} if i in peer_failed.ended
+            outcomes = {i: Outcome(ok=False, abandoned=True) if i in peer_failed.ended
                         else _outcome(ar) for i, ar in results.items()}
             output.pump(final=True, show=True)
             self._notify(observers)
@@ -159,7 +160,7 @@ class Dispatcher:
         for ar in results.values():
             ar.wait_for_output(1.0)
         outcomes = {i: _outcome(ar) for i, ar in results.items()}
-        output.pump(final=True, show=not all(o["ok"] for o in outcomes.values()))
+        output.pump(final=True, show=not all(o.ok for o in outcomes.values()))
         self._notify(observers)
         return outcomes, bool(stopping and stopping.interrupted)
 
@@ -282,8 +283,8 @@ class Dispatcher:
                           "and was ended")
                 continue
             outcome = _outcome(ar)
-            out[w] = ("finished" if outcome["ok"]
-                      else f"stopped with {outcome['error']['type']}")
+            out[w] = ("finished" if outcome.ok
+                      else f"stopped with {outcome.error['type']}")
         return out
 
 
@@ -299,7 +300,7 @@ class _FailFast:
         if self.grace is None:
             return False
         if self.failed_at is None:
-            if any(ar.ready() and not _outcome(ar)["ok"] for ar in self.results.values()):
+            if any(ar.ready() and not _outcome(ar).ok for ar in self.results.values()):
                 self.failed_at = time.monotonic()
             return False
         self.expired = time.monotonic() - self.failed_at > self.grace
@@ -322,8 +323,7 @@ class _PeerFailed:
 
     def __call__(self) -> bool:
         if self.failed_at is None:
-            if any(ar.ready() and _real_failure(_outcome(ar))
-                   for ar in self.results.values()):
+            if any(ar.ready() and _outcome(ar).failed() for ar in self.results.values()):
                 self.failed_at = time.monotonic()
             return False
         if time.monotonic() - self.failed_at < SURVIVOR_GRACE_S:
@@ -340,11 +340,6 @@ class _PeerFailed:
         self.d.signal_workers(signal.SIGKILL, blocked)
         self.ended = blocked
         return True
-
-
-def _real_failure(outcome: dict[str, Any]) -> bool:
-    return not outcome["ok"] and outcome.get("error", {}).get("type") not in (
-        "KeyboardInterrupt", "RunInterrupted")
 
 
 def _busy_in_own_code(stacks: dict[str, Any] | None) -> bool:
@@ -398,8 +393,8 @@ def _wait_a_little(results: dict[int, Any]) -> None:
         pending[0].wait(POLL_S)
 
 
-def _outcome(ar: Any) -> dict[str, Any]:
-    """The worker function's dict, or an error outcome if ipyparallel itself failed."""
+def _outcome(ar: Any) -> Outcome:
+    """What the worker function answered, or an error outcome if ipyparallel itself failed."""
     try:
         value = ar.get(0)
     except Exception as err:
@@ -407,10 +402,8 @@ def _outcome(ar: Any) -> dict[str, Any]:
         info = describe_exception(err)
         if cause:
             info.update(type=cause, message=getattr(err, "evalue", str(err)))
-        return {"ok": False, "error": info}
-    if isinstance(value, dict) and "ok" in value:
-        return value
-    return {"ok": True, "value": value}
+        return Outcome(ok=False, error=info)
+    return Outcome.of(value)
 
 
 def _process_state(pid: int | None) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from ...errors import RunInterrupted
 from ...telemetry.run import Run, RunWriter
 from ..failures import build_error
+from ..protocol import Outcome
 
 FIT_NOTE = (
     "loss is what tf_keras reports on each worker: the running mean over the epoch, already "
@@ -22,20 +23,19 @@ STEP_NOTE = ("under multiworker wait_ms covers replicas of the same worker, and 
              "the other workers inside the gradient all-reduce is part of allreduce_ms")
 
 
-def finish_runs(outcomes: dict[int, dict[str, Any]], interrupted: bool, runs: list[Run],
+def finish_runs(outcomes: dict[int, Outcome], interrupted: bool, runs: list[Run],
                 workers: int, stopped: bool = False) -> None:
     """Mark ``runs`` done, stopped (``stopped``: the Stop button), interrupted or failed from
     every worker's outcome; raise the error the cell shows (one for all workers), if any.
     The kernel decides, whether or not the workers' own ends have arrived yet."""
     # abandoned: blocked waiting for a failed worker, and ended by the kernel (dispatch)
-    waiting = sorted(w for w, o in outcomes.items() if o.get("abandoned"))
-    failures = {w: o["error"] for w, o in outcomes.items() if not o["ok"] and "error" in o}
+    waiting = sorted(w for w, o in outcomes.items() if o.abandoned)
+    failures = {w: o.error for w, o in outcomes.items() if o.error is not None}
     for run in runs:
         if run.status == "running" or (interrupted and run.status == "stopped"):
             RunWriter(run).finish("interrupted" if interrupted else "failed" if failures
                                   else "stopped" if stopped else "done")
-    real = {w: f for w, f in failures.items()
-            if f["type"] not in ("KeyboardInterrupt", "RunInterrupted")}
+    real = {w: o.error for w, o in outcomes.items() if o.failed()}
     if real:
         raise build_error(real, workers, waiting, ended=True)
     if (interrupted or failures) and runs:
