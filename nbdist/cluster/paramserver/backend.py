@@ -36,6 +36,7 @@ from ..engines.enginelogs import keep as keep_log
 from ..failures import ClusterError, WorkerError, build_error, controller_died_message
 from ..inengine import ps_server
 from ..lifecycle import ClusterLifecycle, live
+from ..protocol import Outcome
 from . import context as ps_context
 from . import fit as ps_fit
 from .faults import PSFaults
@@ -143,16 +144,16 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         pending = {task: client[eid].apply_async(ps_server.serve, self.cluster_spec, *task)
                    for task, eid in zip(self.tasks, self.engines.ids, strict=True)}
         deadline = time.monotonic() + START_TIMEOUT_S
-        outcomes: dict[tuple[str, int], dict[str, Any]] = {}
+        outcomes: dict[tuple[str, int], Outcome] = {}
         for task, ar in pending.items():
             try:
-                outcomes[task] = ar.get(max(1.0, deadline - time.monotonic()))
+                outcomes[task] = Outcome.of(ar.get(max(1.0, deadline - time.monotonic())))
             except Exception as err:
-                outcomes[task] = {"ok": False, "error": {
+                outcomes[task] = Outcome(ok=False, error={
                     "type": getattr(err, "ename", type(err).__name__),
                     "message": str(getattr(err, "evalue", err)), "traceback": "",
-                    "nbdist": False}}
-        failed = {i: o["error"] for i, (task, o) in enumerate(outcomes.items()) if not o["ok"]}
+                    "nbdist": False})
+        failed = {i: o.error for i, (task, o) in enumerate(outcomes.items()) if not o.ok}
         if failed:
             first = min(failed)
             job, index = self.tasks[first]
@@ -161,7 +162,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
                 f"The {job_name(job)} {index} process could not start its TensorFlow server: "
                 f"{cause}"
             ) from (cause if isinstance(cause, WorkerError) else None)
-        self.info = {task: outcome["value"] for task, outcome in outcomes.items()}
+        self.info = {task: outcome.value for task, outcome in outcomes.items()}
 
     def stop(self) -> list[int]:
         """Detach the kernel, stop every process; return pids that had to be killed."""
