@@ -14,6 +14,7 @@ from ...backends.cells import run_cell_code
 from ...tflogs import quiet_tensorflow
 from .. import protocol
 from ..failures import describe_exception
+from ..protocol import Outcome
 from .fits import recording_fits
 from .runs import Forwarder, GateObserver, chief_says, in_run, local_run
 from .worker import state, user_namespace
@@ -46,9 +47,9 @@ def _prepare_step(cell: str, header: str, filename: str, key: str,
         data = step_data(step, st.handle.strategy, user_namespace(), len(st.handle.devices),
                          say=chief_says(st))
         _PREPARED[key] = (step, data)
-        return {"ok": True, "value": {"per_epoch": data.per_epoch}}
+        return Outcome(ok=True, value={"per_epoch": data.per_epoch}).to_dict()
     except BaseException as err:
-        return {"ok": False, "error": describe_exception(err, filename=filename)}
+        return Outcome(ok=False, error=describe_exception(err, filename=filename)).to_dict()
 
 
 def _run_step(key: str, filename: str) -> dict[str, Any]:
@@ -80,13 +81,14 @@ def _run_step(key: str, filename: str) -> dict[str, Any]:
                 runner.execute()
             finally:
                 runner.release()   # the traced step is dropped with the runner
-        return {"ok": True, "value": {"status": run.status, "steps": run.steps_done,
-                                      "notes": run.notes, "bytes": run.allreduce_bytes}}
+        return Outcome(ok=True, value={"status": run.status, "steps": run.steps_done,
+                                       "notes": run.notes, "bytes": run.allreduce_bytes}
+                       ).to_dict()
     except BaseException as err:
         error = describe_exception(err, filename=filename)
         if run is not None:   # the steps this worker finished before it failed
             error["step"] = run.steps_done
-        return {"ok": False, "error": error}
+        return Outcome(ok=False, error=error).to_dict()
 
 
 def _input_digest_sender(st: Any, key: str) -> Any:
@@ -125,9 +127,9 @@ def _run_scope(cell: str, header: str, filename: str, cell_id: str,
         with st.handle.strategy.scope(), recording_fits(st, cell_id, fits):
             result = run_cell_code(get_ipython(), f"# {header}\n{cell}", filename)
         value = None if result is None else repr(result)[:_MAX_REPR]
-        return {"ok": True, "value": value}
+        return Outcome(ok=True, value=value).to_dict()
     except BaseException as err:
-        return {"ok": False, "error": describe_exception(err, filename=filename)}
+        return Outcome(ok=False, error=describe_exception(err, filename=filename)).to_dict()
 
 
 # ipyparallel sends these by value (code and closure), so they are plain functions that enter

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from ..failures import describe_exception
+from ..protocol import Outcome
 
 _SERVER: Any = None          # the tf.distribute.Server of this process
 _TASK: dict[str, Any] = {}   # {"job": "worker" | "ps", "index": i, "cluster": {...}}
@@ -49,9 +50,9 @@ def serve(cluster: dict[str, list[str]], job: str, index: int) -> dict[str, Any]
                 ) from err
             raise
         _TASK.update(job=job, index=index, cluster=cluster)
-        return {"ok": True, "value": describe()}
+        return Outcome(ok=True, value=describe()).to_dict()
     except BaseException as err:  # reported to the kernel, which names this task
-        return {"ok": False, "error": describe_exception(err)}
+        return Outcome(ok=False, error=describe_exception(err)).to_dict()
 
 
 def describe() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...tflogs import quiet_tensorflow
 from ..failures import describe_exception
+from ..protocol import Outcome
 from ..sendable import _MISSING, find_unsendable, framework_of, parse_name
 from .worker import user_namespace
 
@@ -90,15 +91,16 @@ def model_state(name: str, send: bool) -> dict[str, Any]:
                 raise LookupError(f"`{name}` is not there on this worker ({problem})")
             weights = value.get_weights()
             if not send:
-                return {"ok": True, "value": None}
+                return Outcome(ok=True, value=None).to_dict()
             config, why = None, None
             try:
                 config = value.to_json()
             except Exception as err:   # a subclassed model without get_config
                 why = f"{type(err).__name__}: {err}"
             cls = type(value)
-            return {"ok": True, "value": {
+            return Outcome(ok=True, value={
                 "weights": weights, "config": config, "why": why, "keras": framework_of(cls),
-                "class": cls.__name__, "type": f"{cls.__module__}.{cls.__qualname__}"}}
+                "class": cls.__name__, "type": f"{cls.__module__}.{cls.__qualname__}"}
+            ).to_dict()
     except BaseException as err:
-        return {"ok": False, "error": describe_exception(err)}
+        return Outcome(ok=False, error=describe_exception(err)).to_dict()

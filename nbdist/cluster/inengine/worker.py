@@ -21,7 +21,7 @@ from typing import Any
 from ...telemetry.channel import ChannelClient
 from .. import protocol
 from ..failures import describe_exception
-from ..protocol import StopGate
+from ..protocol import Outcome, StopGate
 from . import stacks
 from .faults import FaultPlan
 
@@ -89,9 +89,9 @@ def setup(index: int, workers: int, tf_config: dict[str, Any],
                          name="nbdist-heartbeat", daemon=True).start()
         _build(st, options)
         _user_namespace().update(nbdist_worker=index, nbdist_workers=workers)
-        return {"ok": True, "value": describe()}
+        return Outcome(ok=True, value=describe()).to_dict()
     except BaseException as err:  # reported to the kernel, which names this worker
-        return {"ok": False, "error": describe_exception(err)}
+        return Outcome(ok=False, error=describe_exception(err)).to_dict()
 
 
 def _build(st: WorkerState, options: dict[str, Any]) -> None:
@@ -238,4 +238,4 @@ def exit_soon() -> None:
 
 def ping() -> dict[str, Any]:
     """A trivial round trip (tests, benchmarks)."""
-    return {"ok": True, "value": time.time()}
+    return Outcome(ok=True, value=time.time()).to_dict()
