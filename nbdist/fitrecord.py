@@ -80,9 +80,9 @@ class FitRecording:
     def on_train_begin(self, logs: Any = None) -> None:
         """The fit's length from Keras' callback params: the progress bar and time left."""
         epochs, steps = planned_length(self.params)
-        self.run.epochs = epochs
+        RunWriter(self.run).update(epochs=epochs)
         if epochs and steps:
-            self.run.total_steps = epochs * steps
+            RunWriter(self.run).update(total_steps=epochs * steps)
 
     def record_batch(self, logs: dict[str, Any], step_ms: float) -> None:
         raise NotImplementedError
@@ -222,7 +222,7 @@ def recording_fit(new_run: Callable[[], Run], observers: list[RunObserver], cent
             run.note(CENTRAL_STORAGE_LOSS_NOTE)
         else:
             run.note(BATCH_LOSS_NOTE)
-            run.loss_label = BATCH_LOSS_LABEL
+            RunWriter(run).update(loss_label=BATCH_LOSS_LABEL)
         recorder = FitRecorder.create(run, observers, central_storage)
         callbacks = list(kwargs.pop("callbacks", None) or [])
         if extra_callbacks is not None:

@@ -3,12 +3,16 @@ interrupted appends, and the Run API read back from it."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
 
+import nbdist
 from nbdist.telemetry import table
 from nbdist.telemetry.rows import COLUMNS, POSITION, Row, pack, unpack
 from nbdist.telemetry.run import Run, RunWriter
@@ -102,3 +106,73 @@ def test_rows_cross_the_wire_packed_and_back():
     values[0, POSITION.replica] = float("nan")
     with pytest.raises(ValueError, match="missing step, epoch, replica"):
         unpack(pack(names, values))
+
+
+# -- every write through RunWriter ------------------------------------------------------------
+_PACKAGE = pathlib.Path(nbdist.__file__).parent
+_FIELDS = {f.name for f in dataclasses.fields(Run)}
+
+
+def _names_a_run(node: ast.expr) -> bool:
+    """``run``, ``self.run``, ``entry.run``...: what nbdist calls a Run it holds."""
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+    return name == "run" or name.endswith("_run")
+
+
+def _run_field_writes(source: str, filename: str) -> list[str]:
+    """Assignments (plain, augmented, into a slice, ``setattr``) to an attribute named like a
+    Run field on an object named like a Run (``_names_a_run``), outside class RunWriter."""
+    tree = ast.parse(source, filename)
+    writer = next((n for n in tree.body if isinstance(n, ast.ClassDef)
+                   and n.name == "RunWriter"), None)
+    allowed = {id(n) for n in ast.walk(writer)} if writer is not None else set()
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in allowed:
+            continue
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "setattr" and node.args and _names_a_run(node.args[0])):
+            found.append(f"{filename}:{node.lineno}: {ast.unparse(node)}")
+            continue
+        else:
+            continue
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                targets += target.elts
+                continue
+            if isinstance(target, (ast.Subscript, ast.Starred)):
+                target = target.value
+            if (isinstance(target, ast.Attribute) and target.attr in _FIELDS
+                    and _names_a_run(target.value)):
+                found.append(f"{filename}:{node.lineno}: {ast.unparse(target)}")
+    return found
+
+
+def test_every_write_to_a_run_field_goes_through_run_writer():
+    """Users only read a Run; nbdist writes it through RunWriter (under its lock, checked)."""
+    found = [hit for path in sorted(_PACKAGE.rglob("*.py"))
+             for hit in _run_field_writes(path.read_text("utf-8"),
+                                          str(path.relative_to(_PACKAGE.parent)))]
+    assert not found, "Run fields written outside RunWriter:\n" + "\n".join(found)
+
+
+def test_the_run_writer_rule_finds_planted_writes():
+    planted = ("def f(run, self, entry):\n"
+               "    run.epochs = 3\n"
+               "    self.run.total_steps += 1\n"
+               "    entry.run.notes[:] = []\n"
+               "    a, self._run.status = 1, 'done'\n"
+               "    setattr(entry.run, 'epochs', 2)\n"
+               "    run.unrelated = 1\n"
+               "    other.epochs = 1\n"
+               "class RunWriter:\n"
+               "    def finish(self):\n"
+               "        self.run.status = 'done'\n")
+    assert [hit.split(": ", 1)[1] for hit in _run_field_writes(planted, "planted.py")] == [
+        "run.epochs", "self.run.total_steps", "entry.run.notes", "self._run.status",
+        "setattr(entry.run, 'epochs', 2)"]

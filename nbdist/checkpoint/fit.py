@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import CheckpointError
 from ..hooks.keras import clear_initial_epoch
+from ..telemetry.run import RunWriter
 from .messages import MISMATCH, resume_line
 
 
@@ -24,7 +25,8 @@ class FitCheckpoint:
         where = os.path.join(self.directory, f"fit{self.fits}")
         module = _callbacks_module(model)
         initial = int(fit_kwargs.get("initial_epoch") or 0)
-        run.checkpoint = where     # the fit's recorder links a resumed Run to the earlier one
+        # the fit's recorder links a resumed Run to the earlier one
+        RunWriter(run).update(checkpoint=where)
 
         def resumed(done: int, total: int | None, steps: int | None) -> None:
             line = resume_line(done, total, where, steps)

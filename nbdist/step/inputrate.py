@@ -23,7 +23,7 @@ from typing import Any
 
 from ..families import family
 from ..telemetry.explain import STEADY_FROM, InputRate
-from ..telemetry.run import Run, register_view
+from ..telemetry.run import Run, RunWriter, register_view
 
 SECONDS = 1.0          # the pipeline is timed this long after its first batch...
 MAX_BATCHES = 2000     # ...or for this many batches
@@ -55,7 +55,7 @@ def measure_input(run: Run, shell: Any = None) -> InputRate | str:
                 else f"--data {name} is not a tf.data.Dataset")
     measured = time_pipeline(dataset)
     if isinstance(measured, InputRate):
-        run.input_rate = measured
+        RunWriter(run).update(input_rate=measured)
     return measured
 
 

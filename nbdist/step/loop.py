@@ -212,7 +212,7 @@ class StepLoop:
         self._restored(entry.kept)
         self.source = adopted_source(self.source, entry)
         self._trace_notes = list(entry.notes)
-        self.run.loss_scale = entry.loss_scale
+        RunWriter(self.run).update(loss_scale=entry.loss_scale)
         for text in entry.notes:
             self.run.note(text)
 
@@ -220,7 +220,7 @@ class StepLoop:
         """After a trace: how the Run's global loss comes from the replicas' losses, read
         from the traced loss (``telemetry.lossform``), its note among the trace's notes."""
         scale, note = global_loss(form, replicas, self.source.global_batch_loss)
-        self.run.loss_scale = scale
+        RunWriter(self.run).update(loss_scale=scale)
         if replicas > 1:
             remember_reduction(self.source.cell, scale)
         if note is not None and note not in self._trace_notes:

@@ -174,7 +174,7 @@ class StepRunner(StepLoop):
         every = self.spec.timing_every
         probe = self._timed_probe
         if probe and probe.attribution:
-            self.run.allreduce_bytes = probe.allreduce_bytes
+            RunWriter(self.run).update(allreduce_bytes=probe.allreduce_bytes)
             if probe.attribution.others:
                 self.run.note(probe.attribution.describe())
         elif every is None or every > 0:
@@ -270,7 +270,8 @@ class StepRunner(StepLoop):
         )
         probe = self._timed_probe
         if timed and self.run.allreduce_bytes is None and probe and probe.attribution:
-            self.run.allreduce_bytes = probe.allreduce_bytes   # live bus bandwidth (dashboard)
+            # the live bus bandwidth (dashboard)
+            RunWriter(self.run).update(allreduce_bytes=probe.allreduce_bytes)
         sizes = values[BATCH_SIZE].tolist() if BATCH_SIZE in values else None
         shapes = (None if batch is None else
                   lambda: replica_shapes(self.handle.strategy, batch))

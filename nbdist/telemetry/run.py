@@ -38,6 +38,11 @@ STATUSES = ("running", "done", "interrupted", "stopped", "failed")
 
 _NAN = float("nan")
 
+#: The fields of a Run its runners set as they learn them (``RunWriter.update``); its rows,
+#: epochs, resume link and end have their own ``RunWriter`` methods.
+LEARNED = frozenset({"total_steps", "epochs", "loss_scale", "loss_label", "allreduce_bytes",
+                     "checkpoint", "waited_for", "stragglers", "input_rate"})
+
 
 @dataclass
 class Run:
@@ -403,6 +408,23 @@ class RunWriter:
         if first_step > 0 and earlier is not None and earlier is not run:
             run.resumed_from, run.resumed_at = earlier, first_step
         _LAST_IN[directory] = run
+
+    def update(self, **facts: Any) -> None:
+        """Set what the run's runners learn about it as it goes (the names of ``LEARNED``):
+        its length, how its losses add up, what its dashboard labels, its all-reduce size, its
+        ``--checkpoint`` directory, its stragglers, its input pipeline's measured rate."""
+        unknown = sorted(set(facts) - LEARNED)
+        if unknown:
+            raise TypeError(f"RunWriter.update sets only {sorted(LEARNED)}, not {unknown}")
+        for name, value in facts.items():
+            setattr(self.run, name, value)
+
+    def replace_note(self, marker: str, text: str) -> None:
+        """Replace the notes that contain ``marker`` by ``text`` (a note whose count changes
+        as the run goes on)."""
+        notes = self.run.notes
+        notes[:] = [n for n in notes if marker not in n]
+        self.run.note(text)
 
     def finish(self, status: str, error: str | None = None) -> None:
         if status not in STATUSES:

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..telemetry.run import Run
+from ..telemetry.run import Run, RunWriter
 from .aggregate import AGGREGATE_ABOVE
 from .figure import TOP_STRAGGLERS, FigureModel, feed, figure_dict, run_title
 from .header import header_html
@@ -242,8 +242,8 @@ class RunView:
         flagged = s.stragglers()
         waited_for = dict(run.waited_for)
         # for the lab's status bar
-        run.stragglers = [*waited_for, *(s.label(x.key) for x in flagged
-                                         if s.label(x.key) not in waited_for)]
+        RunWriter(run).update(stragglers=[*waited_for, *(s.label(x.key) for x in flagged
+                                                         if s.label(x.key) not in waited_for)])
         notes = [f"⚠ straggler: {html.escape(label)} (the other workers waited {ms:.3g} ms a "
                  "step for it)" for label, ms in waited_for.items()]
         notes += [f"⚠ straggler: {html.escape(s.label(x.key))} ({x.value_ms:.3g} ms, "

@@ -256,7 +256,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                             machines=tuple(str(info.get("machine")) for info in self.info))
         run.note(FIT_NOTE if mode == "fit" else STEP_NOTE)
         if mode == "fit":
-            run.loss_label = BATCH_LOSS_LABEL
+            RunWriter(run).update(loss_label=BATCH_LOSS_LABEL)
         return run
 
     def _new_fit_run(self) -> Run:
@@ -275,7 +275,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             observers)
         finish_runs(outcomes, interrupted, [], self.n)   # a refusal: raised, no Run made
         run = self._new_run("step")
-        run.epochs = cell.spec.epochs
+        RunWriter(run).update(epochs=cell.spec.epochs)
         self.monitor.expect_run(key, run)
         outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
                                            observers)
@@ -284,7 +284,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         for note in first.get("notes", []):
             run.note(note)
         if first.get("bytes"):
-            run.allreduce_bytes = first["bytes"]
+            RunWriter(run).update(allreduce_bytes=first["bytes"])
         if run.steps_done:   # the workers traced the step: how its losses add up is known
             remember_reduction(cell.text, run.loss_scale)
         same = self.monitor.same_input(key)

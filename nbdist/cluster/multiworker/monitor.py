@@ -80,9 +80,9 @@ class _RunEntry:
         found = self.aligner.straggler()
         if found is not None:
             self.straggler = found
-            self.run.waited_for = {f"worker {found[0]}": found[1]}
+            RunWriter(self.run).update(waited_for={f"worker {found[0]}": found[1]})
         elif self.run.waited_for:
-            self.run.waited_for = {}
+            RunWriter(self.run).update(waited_for={})
 
     def flush(self) -> None:
         """Rows still held by the aligner go to the Run; a straggler seen is noted."""
@@ -258,7 +258,7 @@ class ClusterMonitor:
             entry = self._entry(key, create=message.get("mode") == "fit")
             total = message.get("total_steps")
             if entry is not None and isinstance(total, int) and entry.run.total_steps is None:
-                entry.run.total_steps = total
+                RunWriter(entry.run).update(total_steps=total)
         elif kind == protocol.ROWS:
             self._record(worker, message)
         elif kind == protocol.RUN_END:
@@ -341,10 +341,10 @@ class ClusterMonitor:
         for name in ("total_steps", "epochs"):
             value = message.get(name)
             if isinstance(value, int) and value > 0 and getattr(entry.run, name) is None:
-                setattr(entry.run, name, value)
+                RunWriter(entry.run).update(**{name: value})
         scale = message.get("loss_scale")   # read from the step each worker traced
         if isinstance(scale, int) and 1 <= scale <= entry.run.replicas * entry.run.workers:
-            entry.run.loss_scale = scale
+            RunWriter(entry.run).update(loss_scale=scale)
         if len(block):
             entry.append(worker, block, extras)
             self.health[worker].step = int(block[-1, POSITION.step]) + 1

@@ -143,7 +143,7 @@ class PSStepLoop(StepLoop):
 
     def execute(self) -> Run:
         per_epoch = require_known_length(self.spec.data, self.per_epoch)
-        self.run.total_steps = per_epoch * self.spec.epochs
+        RunWriter(self.run).update(total_steps=per_epoch * self.spec.epochs)
         self.run.note(UPDATE_NOTE)
         if self.epoch_note:
             self.run.note(self.epoch_note)
@@ -243,8 +243,7 @@ class PSStepLoop(StepLoop):
             return
         lost = self._finished - self._recorded
         if lost > 0:   # one note, with the latest count (each epoch's checkpoint drains too)
-            self.run.notes[:] = [n for n in self.run.notes if LOST_ROWS not in n]
-            self.run.note(f"{count(lost, 'step')}{LOST_ROWS}")
+            RunWriter(self.run).replace_note(LOST_ROWS, f"{count(lost, 'step')}{LOST_ROWS}")
 
     def _variant(self, step: int) -> bool:
         """Whether ``step`` runs the timed variant: as the pacer says, except that the first
