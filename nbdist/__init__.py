@@ -13,21 +13,18 @@ from typing import Any
 
 from . import widgets as widgets  # registers Run.plot (the Run store imports no view)
 from .errors import NbdistError
-from .spec import STRATEGY_NAMES, RunSpec, StrategySpec
 from .step import baseline as baseline  # registers Run.explain(baseline=True)
 from .step import inputrate as inputrate  # registers Run.explain's input measurement
 from .telemetry.run import Run, runs
 from .tflogs import set_verbose
 from .version import __version__ as __version__
 
+# What the API reference documents (docs/reference/api.md; tests/test_import.py compares them).
+# ``load_ipython_extension`` is IPython's hook behind ``%load_ext nbdist``, not called by users.
 __all__ = [
     "NbdistError",
     "Run",
-    "RunSpec",
-    "STRATEGY_NAMES",
-    "StrategySpec",
     "compare",
-    "load_ipython_extension",
     "picker",
     "pull",
     "push",

@@ -18,6 +18,7 @@ from nbdist.backends.local import LocalBackend
 from nbdist.errors import ConfigError, ExportError
 from nbdist.families import (
     KERNEL,
+    STRATEGY_NAMES,
     Family,
     ScriptPieces,
     family,
@@ -64,14 +65,14 @@ def toy(ip):
         ip.run_line_magic("distribute", "stop")
         unregister_family("toy")
         ip.run_line_magic("distribute", "mirrored --devices 4")
-    assert "toy" not in nbdist.STRATEGY_NAMES
+    assert "toy" not in STRATEGY_NAMES
 
 
 def test_a_registered_family_runs_through_the_magic_status_picker_and_export(
         toy, tmp_path, capsys):
     ip = toy
     session = current_session(ip)
-    assert "toy" in nbdist.STRATEGY_NAMES and family("toy") is TOY
+    assert "toy" in STRATEGY_NAMES and family("toy") is TOY
 
     # the words users type: the spec's rules come from the descriptor
     with pytest.raises(ConfigError, match="Did you mean `toy`"):

@@ -85,3 +85,23 @@ def test_no_import_cycle_even_through_imports_inside_functions():
     except graphlib.CycleError as err:
         cycle = err.args[1]
     assert cycle is None, f"import cycle (each imports the next): {' -> '.join(reversed(cycle))}"
+
+
+def test_the_public_names_are_what_the_api_reference_documents():
+    """``nbdist.__all__`` is exactly the names docs/reference/api.md documents, and the
+    reference hides none of ``Run``'s public members."""
+    import re
+    from pathlib import Path
+
+    import nbdist
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "api.md").read_text()
+    documented = re.findall(r"^\.\. (?:auto\w+|py:\w+):: nbdist\.(\w+)\s*$", page, re.M)
+    exported = set(nbdist.__all__)
+    assert set(documented) == exported, (
+        f"exported, not documented: {sorted(exported - set(documented))}; "
+        f"documented, not exported: {sorted(set(documented) - exported)}")
+    assert all(hasattr(nbdist, name) for name in nbdist.__all__)
+    run = page.split(".. autoclass:: nbdist.Run", 1)[1].split("\n\n", 1)[0]
+    hidden = re.findall(r":exclude-members:(.*)", run)
+    assert [n.strip() for h in hidden for n in h.split(",")] in ([], ["__init__"])

@@ -145,6 +145,8 @@ class Run:
     # -- reading -------------------------------------------------------------------------
     @property
     def n_rows(self) -> int:
+        """How many rows are recorded (one per step and replica or worker): the index the
+        next row will have, for ``block_since``, ``rows_since`` and ``extras_since``."""
         return self._table.n
 
     def block_since(self, start: int, stop: int | None = None) -> np.ndarray:
