@@ -10,10 +10,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from ..cellnames import code_names, loads_and_stores
 from ..errors import CheckpointError
 from ..hooks.keras import wrapped_variable
 from ..hooks.tensorflow import trackable_class
-from ..step.names import code_names, loads_and_stores
 from ..telemetry.run import RunObserver, RunWriter
 from ..words import count
 from .messages import MISMATCH, resume_line

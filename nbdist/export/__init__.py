@@ -1,7 +1,7 @@
 """``%distribute export FILE.py``: the notebook's distributed training as a standalone script.
 
 ``history`` reads the cells (IPython's input history and what the session recorded about each
-``%%distribute`` cell), ``step.names`` finds what each defines and reads, ``plan`` picks the cells
+``%%distribute`` cell), ``cellnames`` finds what each defines and reads, ``plan`` picks the cells
 the step cell needs, ``script`` writes them into ``template``. The script trains without
 nbdist; ``python -m nbdist.launch`` runs it as several workers.
 """

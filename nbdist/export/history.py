@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..cellnames import CellNames, cell_names
 from ..spec import RunSpec, StrategySpec
-from ..step.names import CellNames, cell_names
 
 PLAIN, SCOPE, STEP, NBDIST, NOT_RUN = "plain", "scope", "step", "nbdist", "not run"
 _NBDIST_LINE = re.compile(r"^\s*(%load_ext\s+nbdist\b|%distribute\b)")

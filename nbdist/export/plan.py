@@ -8,8 +8,8 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass, field
 
+from ..cellnames import step_reads
 from ..errors import ExportError
-from ..step.names import step_reads
 from .history import NBDIST, NOT_RUN, STEP, NotebookCell
 
 #: Names the script itself provides: the strategy, and the worker index nbdist gives workers.

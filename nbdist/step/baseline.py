@@ -121,7 +121,7 @@ def _checked_cell(run: Run, session: Any) -> Any:
 
 def _check_names(run: Run, cell: Any, user_ns: dict[str, Any]) -> None:
     """Refuse when the data or a name the step reads is gone from the notebook."""
-    from .names import step_reads
+    from ..cellnames import step_reads
 
     data = cell.spec.data
     if data not in user_ns:
@@ -164,7 +164,7 @@ def probe_namespace(run: Run, cell: str, user_ns: dict[str, Any], probe: Any,
 
 def _functions_called(cell: str, user_ns: dict[str, Any]) -> list[str]:
     """The notebook's functions the step calls by name, and those they call, by name."""
-    from .names import code_names, step_reads
+    from ..cellnames import code_names, step_reads
 
     todo, found = list(step_reads(cell)), []
     while todo:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .names import code_names, traced_step_reads
+from ..cellnames import code_names, traced_step_reads
 from .rewrite import StepSource
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)

@@ -27,11 +27,11 @@ import ast
 import sys
 from typing import Any
 
+from ..cellnames import name_lines
 from ..checkpoint.step import named_trackables
 from ..errors import StepCodeError
 from ..hooks.keras import wrapped_variable
 from ..hooks.tensorflow import is_sharded_variable
-from .names import name_lines
 
 
 def check_step_objects(cell: str, user_ns: dict[str, Any], strategy: Any) -> None:

@@ -12,7 +12,7 @@ that an error on generated line ``L`` is cell line ``L - line_offset``::
         return _nbdist_step
 
 Like IPython's ``ast_mod``, the helper names are renamed (``_nbdist_rt_1``...) when the cell
-uses them. What the cell's scope binds is found by ``step.names``, what a step body cannot
+uses them. What the cell's scope binds is found by ``cellnames``, what a step body cannot
 contain by ``step.scope``. Pure ``ast``/``tokenize``: this module imports neither TensorFlow
 nor IPython.
 """
@@ -27,8 +27,8 @@ import tokenize
 import warnings
 from dataclasses import dataclass
 
+from ..cellnames import identifiers, name_lines
 from ..errors import ConfigError, StepCodeError
-from .names import identifiers, name_lines
 from .scope import (
     ScopeScan,
     keras_loop_call,

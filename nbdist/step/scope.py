@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from .names import ScopeNames
+from ..cellnames import ScopeNames
 
 #: Statements a step body cannot contain, and how the error names them.
 FORBIDDEN: dict[type[ast.AST], str] = {
