@@ -40,7 +40,7 @@ class StepCodeError(NbdistError):
 
 class LossError(StepCodeError):
     """The step's loss cannot be recorded (not a number, or several values where they are
-    differentiated); ``errormap`` places it at the line assigning it."""
+    differentiated); ``step.errormap`` places it at the line assigning it."""
 
 
 class LossNotScalar(LossError):
@@ -53,7 +53,7 @@ class NonFiniteLoss(StepCodeError):
 
 
 class NoGradients(StepCodeError):
-    """The step differentiates variables its loss does not depend on; ``errormap`` places it
+    """The step differentiates variables its loss does not depend on; ``step.errormap`` places it
     at the cell's ``.gradient(...)`` line."""
 
 
@@ -81,7 +81,7 @@ class ExportError(NbdistError):
 
 
 class KnownTensorFlowError(NbdistError):
-    """TensorFlow's own error for a mistake nbdist knows the change for (``errormap``): the
+    """TensorFlow's own error for a mistake nbdist knows the change for (``step.errormap``): the
     change first, then TensorFlow's text unchanged; the error itself is its ``__cause__``."""
 
     def __init__(self, advice: str, error: BaseException):

@@ -19,10 +19,10 @@ from IPython.core.magic_arguments import (
 from IPython.utils.process import arg_split
 
 from .cluster.protocol import FAULT_KINDS
-from .errormap import with_tensorflow_advice, without_nbdist_frames
 from .errors import ConfigError, NbdistError
 from .families import family
 from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
+from .step.errormap import with_tensorflow_advice, without_nbdist_frames
 from .telemetry.run import RunObserver
 from .tflogs import quiet_tensorflow
 from .words import count

@@ -14,8 +14,8 @@ import traceback
 from typing import Any
 
 from .. import errors as _errors
-from ..errormap import without_nbdist_frames
 from ..errors import NbdistError
+from ..step.errormap import without_nbdist_frames
 from ..words import count
 
 #: TensorFlow errors a worker gets because a peer failed or stopped, not a cause of their own.

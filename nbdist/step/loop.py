@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import errormap
 from ..data.batchsizes import ReplicaBatches
 from ..errors import (
     CheckpointError,
@@ -38,6 +37,7 @@ from ..interrupts import HeldInterrupts
 from ..spec import RunSpec
 from ..telemetry.lossform import LossForm, global_loss, recording_divisions, remember_reduction
 from ..telemetry.run import Run, RunObserver, RunWriter
+from . import errormap
 from .cache import StepCache, TracedStep, adopted_source, cell_key, depends_on, execute_cached
 from .gradcheck import checking_gradients, checking_loss
 from .rewrite import StepSource

@@ -16,15 +16,15 @@ import re
 import types
 from typing import Any
 
-from .errors import KnownTensorFlowError, LossError, NbdistError, NoGradients, StepCodeError
-from .step.rewrite import StepSource, assigned_line
+from ..errors import KnownTensorFlowError, LossError, NbdistError, NoGradients, StepCodeError
+from .rewrite import StepSource, assigned_line
 
 _VARIABLE_ON_EVERY_CALL = "tf.function only supports singleton tf.Variables"
 # A variable created in a step that is traced without being called (get_concrete_function)
 # fails later, when TensorFlow lifts its initializer out of the graph, naming no cell line.
 _UNLIFTABLE_INITIALIZER = re.compile(
     r"Unable to lift tensor <tf\.Tensor '([^':]+/Initializer/[^':]*)")
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # nbdist/
 
 
 def is_nbdist_file(filename: str) -> bool:
