@@ -29,6 +29,10 @@ class ClusterError(NbdistError):
     """The worker processes are unusable (dead, hung or broken): restart them."""
 
 
+class ClusterStartError(NbdistError):
+    """The worker processes could not be started."""
+
+
 class WorkerDied(ClusterError):
     """A worker process ended while the cluster was in use."""
 
@@ -229,8 +233,6 @@ def clean_tf_message(message: str) -> str:
 
 def died_starting(died: WorkerDied, advice: str) -> NbdistError:
     """A worker's process died while the workers were starting (``advice``: how to retry)."""
-    from .engines.base import ClusterStartError
-
     who = str(died).split(": ")[0]   # "worker 1 (pid 123) died"
     return ClusterStartError(f"The workers could not start: {who} while starting: its process "
                              f"is gone (killed, or out of memory). Nothing is left running; "

@@ -13,14 +13,10 @@ from typing import Any, Protocol
 
 import psutil
 
-from ...errors import NbdistError
+from ..failures import ClusterStartError as ClusterStartError  # what starting engines raises
 
 #: Seconds to wait for engines to register with the controller.
 START_TIMEOUT_S = 120.0
-
-
-class ClusterStartError(NbdistError):
-    """The worker processes could not be started."""
 
 
 class EngineSet(Protocol):
