@@ -100,14 +100,19 @@ def load_ipython_extension(ipython: Any) -> None:
     on cells without it (their fits recorded, their pasted strategy code checked), and open
     the comm that keeps the JupyterLab status bar up to date."""
     from .lab.comm import LabChannel
+    from .lab.verdict import LiveVerdict
     from .magics import DistributeMagics
     from .session import current_session
     from .tflogs import quiet_cpp_logs
+    from .widgets.progress import has_frontend
 
     quiet_cpp_logs()    # before TensorFlow first logs; NBDIST_VERBOSE=1 keeps its C++ lines
     ipython.register_magics(DistributeMagics)
     session = current_session(ipython)
     if session.lab_channel is None:
+        # the status bar's verdict: only where a frontend shows it
+        session.follow_verdict(lambda changed: LiveVerdict(changed,
+                                                           enabled=has_frontend(ipython)))
         channel = LabChannel(session.state, session.status_text)
         session.listeners.append(channel.publish)       # throttled; cheap when unchanged
         ipython.events.register("post_run_cell", session.flush_listeners)

@@ -27,12 +27,10 @@ from .data.iterate import release_free_memory_when_idle
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .families import family
-from .lab.verdict import LiveVerdict
 from .spec import RunSpec, StrategySpec
 from .step.pasted import use_session_strategy
 from .telemetry.run import Run, RunObserver, runs
 from .tflogs import import_tensorflow_quietly
-from .widgets.progress import has_frontend
 
 #: The strategy line messages suggest in a kernel that never ran one.
 GENERIC_LINE = "%distribute mirrored --devices 2"
@@ -87,8 +85,16 @@ class Session:
         # once the strategy is stopped (or failed to start again)
         self.last_line: str | None = None
         self.last_spec: StrategySpec | None = None
-        # the status bar's bottleneck of the live (or last) run: only where a frontend shows it
-        self.verdict = LiveVerdict(self._changed, enabled=has_frontend(shell))
+        # the status bar's bottleneck of the live (or last) run, once a status bar follows
+        # the runs (``follow_verdict``)
+        self.verdict: Any = _NoVerdict()
+
+    def follow_verdict(self, make: Callable[[Callable[[], None]], Any]) -> None:
+        """Keep a verdict on the runs for the state (``load_ipython_extension`` registers the
+        lab status bar's ``lab.verdict.LiveVerdict``, so that the session imports no view):
+        ``make(changed)`` builds it, a RunObserver with ``verdict``, ``finish(run)`` and
+        ``clear()`` that calls ``changed()`` when its verdict changes."""
+        self.verdict = make(self._changed)
 
     # -- strategy --------------------------------------------------------------------------
     def configure(self, spec: StrategySpec, keras: str | None = None,
@@ -369,6 +375,18 @@ class Session:
                 listener()
             except Exception:  # a broken status display must never stop training
                 pass
+
+
+class _NoVerdict(RunObserver):
+    """The verdict of a session that no status bar follows: nothing to show."""
+
+    verdict = None
+
+    def finish(self, run: Run) -> None:
+        """The run ended: nothing to explain for."""
+
+    def clear(self) -> None:
+        """The strategy changed: nothing to forget."""
 
 
 class _Notify(RunObserver):
