@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import session as session  # registers Run.explain's probes (input, baseline)
 from . import widgets as widgets  # registers Run.plot (the Run store imports no view)
 from .errors import NbdistError
-from .step import baseline as baseline  # registers Run.explain(baseline=True)
-from .step import inputrate as inputrate  # registers Run.explain's input measurement
 from .telemetry.run import Run, runs
 from .tflogs import set_verbose
 from .version import __version__ as __version__

@@ -28,8 +28,10 @@ from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .families import family
 from .spec import RunSpec, StrategySpec
+from .step.baseline import measure_baseline
+from .step.inputrate import measure_input
 from .step.pasted import use_session_strategy
-from .telemetry.run import Run, RunObserver, runs
+from .telemetry.run import Run, RunObserver, register_view, runs
 from .tflogs import import_tensorflow_quietly
 
 #: The strategy line messages suggest in a kernel that never ran one.
@@ -375,6 +377,27 @@ class Session:
                 listener()
             except Exception:  # a broken status display must never stop training
                 pass
+
+
+def _measure_input(run: Run) -> Any:
+    """``Run.explain``'s input measurement, on the data of this kernel's notebook."""
+    try:
+        user_ns = current_session().shell.user_ns
+    except NbdistError:   # no IPython shell: a Run explained from a script
+        user_ns = None
+    return measure_input(run, user_ns)
+
+
+def _measure_baseline(run: Run) -> Any:
+    """``Run.explain(baseline=True)``'s one-replica probe, on this kernel's strategy."""
+    session = current_session()
+    return measure_baseline(run, session.shell.user_ns, session.backend)
+
+
+# the probes need the kernel's namespace and strategy, which the session holds (the Run
+# store imports none of them, nor does ``step`` import the session)
+register_view("input_rate", _measure_input)
+register_view("baseline", _measure_baseline)
 
 
 class _NoVerdict(RunObserver):

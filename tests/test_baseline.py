@@ -89,13 +89,13 @@ def test_baseline_refuses_what_it_cannot_measure(shell):
         shell.run_line_magic("distribute", "status --baseline")
     worker = Run(id=5, mode="step", strategy="multiworker", replicas=1, workers=2)
     with pytest.raises(ConfigError, match="trained on worker processes .* mirrored --devices 1"):
-        measure_baseline(worker)
+        measure_baseline(worker, shell.user_ns, None)
     fit = Run(id=6, mode="fit", strategy="mirrored", replicas=4)
     with pytest.raises(ConfigError, match="Run 6 is a Keras fit"):
-        measure_baseline(fit)
+        measure_baseline(fit, shell.user_ns, None)
     loaded = Run(id=0, mode="step", strategy="mirrored", replicas=4)
     with pytest.raises(ConfigError, match="keeps no step cell"):
-        measure_baseline(loaded)
+        measure_baseline(loaded, shell.user_ns, None)
     run_ok(shell, MLP_STEP.format(data="bl_ds", steps=8, flags="", model="bl_mlp"))
     run_ok(shell, "del bl_ds")
     with pytest.raises(ConfigError, match="--data bl_ds, which is no longer in the notebook"):

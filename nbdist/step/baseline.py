@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import ConfigError, NbdistWarning, RunInterrupted
 from ..families import family
 from ..telemetry.explain import STEADY_FROM, Baseline
-from ..telemetry.run import Run, RunObserver, register_view
+from ..telemetry.run import Run, RunObserver
 from ..words import count
 
 MAX_STEADY = 40       # steps timed after the compile steps, at most
@@ -46,16 +46,14 @@ class BaselineRefused(ConfigError):
     """The step cannot run on one replica without touching the notebook's objects."""
 
 
-def measure_baseline(run: Run, shell: Any = None) -> Baseline:
+def measure_baseline(run: Run, user_ns: dict[str, Any], backend: Any) -> Baseline:
     """One replica's steps/s on ``run``'s step and per-replica batch (see the module
-    docstring). Raises ConfigError, changing nothing, where it cannot measure it."""
-    from ..session import current_session
-
-    session = current_session(shell)
-    cell = _checked_cell(run, session)
+    docstring), with the notebook's namespace ``user_ns`` and the kernel's ``backend`` (None
+    without a strategy; the session passes both). Raises ConfigError, changing nothing,
+    where it cannot measure it."""
+    cell = _checked_cell(run, user_ns, backend)
     started = time.perf_counter()   # the probe's own time: its copies, its data, its steps
-    user_ns = session.shell.user_ns
-    strategy = session.backend.kernel_strategy()
+    strategy = backend.kernel_strategy()
     import tensorflow as tf
 
     device = run.devices[0]
@@ -68,11 +66,9 @@ def measure_baseline(run: Run, shell: Any = None) -> Baseline:
     return Baseline(rate, _batch_size(batches[0]), steps, seconds, _short(device))
 
 
-register_view("baseline", measure_baseline)
-
 
 # -- what can be measured -------------------------------------------------------------------------
-def _checked_cell(run: Run, session: Any) -> Any:
+def _checked_cell(run: Run, user_ns: dict[str, Any], backend: Any) -> Any:
     """The run's step cell, if one replica can run it here now; else a ConfigError saying why
     and what to do instead."""
     name = f"Run {run.id}"
@@ -103,7 +99,6 @@ def _checked_cell(run: Run, session: Any) -> Any:
             f"{name} keeps no step cell to run again (it was loaded from a file or made "
             "outside a `%%distribute --step` cell): --baseline needs a step run of this "
             "kernel. Run the cell again, then `%distribute explain --baseline`.")
-    backend = session.backend
     current = (None if backend is None or backend.kernel_strategy() is None
                else (backend.spec.name, tuple(backend.devices)))
     if current != (run.strategy, tuple(run.devices)):
@@ -115,7 +110,7 @@ def _checked_cell(run: Run, session: Any) -> Any:
             "strategy split it. "
             f"Set that strategy again (`%distribute {run.strategy} --devices "
             f"{len(run.devices)}`), then `%distribute explain {run.id} --baseline`.")
-    _check_names(run, cell, session.shell.user_ns)
+    _check_names(run, cell, user_ns)
     return cell
 
 

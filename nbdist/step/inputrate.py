@@ -23,7 +23,7 @@ from typing import Any
 
 from ..families import family
 from ..telemetry.explain import STEADY_FROM, InputRate
-from ..telemetry.run import Run, RunWriter, register_view
+from ..telemetry.run import Run, RunWriter
 
 SECONDS = 1.0          # the pipeline is timed this long after its first batch...
 MAX_BATCHES = 2000     # ...or for this many batches
@@ -32,20 +32,17 @@ CHUNKS = 4             # the rate is the median of this many runs of batches
 RELEASE_WAIT = 2.0     # seconds to wait for the run's iterators to be deleted, at most
 
 
-def measure_input(run: Run, shell: Any = None) -> InputRate | str:
-    """``run``'s input pipeline timed alone (see the module docstring), or why it was not.
-    Kept on the run once measured."""
+def measure_input(run: Run, user_ns: dict[str, Any] | None) -> InputRate | str:
+    """``run``'s input pipeline timed alone (see the module docstring), or why it was not;
+    its data read from ``user_ns``, the notebook's namespace (None: no notebook, a Run
+    explained from a script). Kept on the run once measured."""
     if isinstance(run.input_rate, InputRate):
         return run.input_rate
     why = _unmeasurable(run)
     if why is not None:
         return why
-    from ..session import current_session
-
     name = run.step_cell.spec.data
-    try:
-        user_ns = current_session(shell).shell.user_ns
-    except Exception:   # no IPython shell: a Run explained from a script
+    if user_ns is None:
         return "no notebook holds its data"
     import tensorflow as tf
 
@@ -58,8 +55,6 @@ def measure_input(run: Run, shell: Any = None) -> InputRate | str:
         RunWriter(run).update(input_rate=measured)
     return measured
 
-
-register_view("input_rate", measure_input)
 
 
 def _unmeasurable(run: Run) -> str | None:
