@@ -458,7 +458,7 @@ def _replicas(shell: Any) -> int | None:
 
 def _pulled(name: str, worker: int, target: str, value: Any, into: Any, session: Any) -> str:
     """What ``%distribute pull`` did, in one line."""
-    from .cluster.multiworker.models import is_keras_model
+    from .kerasmodel import is_keras_model
 
     into_target = f" into `{target}`" if target != name else ""
     if not is_keras_model(value):

@@ -208,7 +208,7 @@ class Session:
         model of this kernel's Keras: ``into`` (a kernel model) with the weights set in place
         when they have the same shapes, else one built from the model's config. Where cells
         run on this kernel's Keras, a Keras model ``into`` is already here: it is returned."""
-        from .cluster.multiworker.models import is_keras_model
+        from .kerasmodel import is_keras_model
 
         backend = self._require_backend("pull")
         if backend.worker_keras is None and is_keras_model(into):

@@ -16,11 +16,11 @@ compile it to train it here.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
+from ...kerasmodel import is_keras_model
 from ...words import count
 from .keras_choice import kernel_runs_keras3
 
@@ -53,17 +53,6 @@ class WorkerModel:
     keras: str
     cls: str
     type: str
-
-
-def is_keras_model(value: Any) -> bool:
-    """Whether ``value`` is a model of Keras 3 or of tf_keras (libraries not imported yet
-    cannot have made it)."""
-    for name in ("keras", "tf_keras"):
-        module = sys.modules.get(name)
-        model = getattr(module, "Model", None)
-        if isinstance(model, type) and isinstance(value, model):
-            return True
-    return False
 
 
 def weight_shapes(model: Any) -> list[tuple[int, ...]]:
