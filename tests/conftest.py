@@ -75,6 +75,7 @@ FILE_TIERS = {
     "test_hostbed_inject.py": "cluster",
     "test_hostbed_ssh.py": "cluster",
     "test_import.py": "unit",
+    "test_architecture.py": "unit",
     "test_input.py": "kernel",
     "test_header.py": "unit",
     "test_interrupts.py": "unit",

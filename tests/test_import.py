@@ -45,47 +45,6 @@ def test_run_plot_works_wherever_the_run_store_is_imported():
     assert "FIGURE Figure" in done.stdout
 
 
-def test_no_import_cycle_even_through_imports_inside_functions():
-    """nbdist's modules import one way: no module reaches itself again through its imports,
-    counting the ones inside functions and under TYPE_CHECKING (a deferred import that closes
-    a circle still ties the two modules' ideas together)."""
-    import ast
-    import graphlib
-    from pathlib import Path
-
-    import nbdist
-
-    root = Path(nbdist.__file__).parent
-    modules: dict[str, tuple[Path, bool]] = {}
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        package = parts[-1] == "__init__"
-        modules[".".join(parts[:-1] if package else parts)] = (path, package)
-
-    def imported(name: str, path: Path, package: bool) -> set[str]:
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    here = name.split(".") if package else name.split(".")[:-1]
-                    here = here[:len(here) - node.level + 1]
-                    base = ".".join([*here, *([node.module] if node.module else [])])
-                for alias in node.names:
-                    whole = f"{base}.{alias.name}"
-                    found.add(whole if whole in modules else base)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-        return {m for m in found if m in modules and m != name}
-
-    graph = {name: imported(name, *where) for name, where in modules.items()}
-    try:
-        tuple(graphlib.TopologicalSorter(graph).static_order())
-        cycle = None
-    except graphlib.CycleError as err:
-        cycle = err.args[1]
-    assert cycle is None, f"import cycle (each imports the next): {' -> '.join(reversed(cycle))}"
-
 
 def test_the_public_names_are_what_the_api_reference_documents():
     """``nbdist.__all__`` is exactly the names docs/reference/api.md documents, and the
