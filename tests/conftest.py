@@ -11,6 +11,7 @@ import asyncio
 import importlib.util
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,87 +28,108 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = Path(__file__).resolve().parent
 
 # Test tiers (markers registered in pyproject.toml; README "Test tiers" runs each one):
-#   unit       in this process, no IPython shell (TensorFlow may be used directly)
+#   unit       in this process, no IPython shell, no TensorFlow (a unit test importing it fails)
 #   kernel     the magics in a real IPython shell or Jupyter kernel, local strategies
 #   cluster    worker processes: ipyparallel engines, tf.distribute servers, a user's ipcluster
 #   browser    JupyterLab driven in chromium
 #   notebooks  the tutorials executed with nbclient, and the Binder setup that runs them
 TIERS = ("unit", "kernel", "cluster", "browser", "notebooks")
 
-# Every test file's tier. A test may carry its own tier marker instead (a kernel test in a unit
-# file); a file missing here, or a test with two tier markers, fails collection.
+# Every test file's tier, the one place tiers are given: a test of another tier goes in a file
+# of that tier, so that `-m TIER` collects only that tier's files. A file missing here, or a test
+# marked with another tier than its file's, fails collection.
 FILE_TIERS = {
-    "test_binder.py": "notebooks",
     "test_allocator.py": "kernel",
-    "test_channel.py": "unit",
-    "test_words.py": "unit",
     "test_arrivals.py": "unit",
-    "test_run_store.py": "unit",
-    "test_compare.py": "unit",
-    "test_fit_metrics.py": "kernel",
-    "test_checkpoint.py": "kernel",       # its multiworker tests: cluster
+    "test_baseline.py": "kernel",
+    "test_batchsizes.py": "unit",
+    "test_binder.py": "notebooks",
+    "test_channel.py": "unit",
+    "test_checkpoint.py": "kernel",
+    "test_checkpoint_multiworker.py": "cluster",
     "test_cluster.py": "cluster",
     "test_cluster_coldstart.py": "cluster",
     "test_cluster_compat.py": "cluster",
     "test_cluster_input.py": "cluster",
     "test_cluster_profile.py": "cluster",
-    "test_cluster_pull.py": "cluster",    # its name-parsing and walking tests: unit
-    "test_baseline.py": "kernel",
-    "test_batchsizes.py": "unit",
+    "test_cluster_pull.py": "cluster",
+    "test_cluster_pull_names.py": "unit",
+    "test_cluster_pull_walker.py": "kernel",
     "test_cluster_shutdown.py": "cluster",
-    "test_cluster_unit.py": "unit",       # its magic-line tests: kernel
+    "test_cluster_unit.py": "unit",
+    "test_compare.py": "unit",
     "test_correctness.py": "kernel",
-    "test_dashboard_kernel.py": "kernel",
-    "test_dashboard_series.py": "unit",
     "test_dashboard_aggregate.py": "unit",
-    "test_dashboard_widget.py": "unit",
-    "test_dashboard_views.py": "unit",
+    "test_dashboard_kernel.py": "kernel",
     "test_dashboard_look.py": "unit",
+    "test_dashboard_series.py": "unit",
+    "test_dashboard_tensorboard.py": "kernel",
+    "test_dashboard_views.py": "unit",
+    "test_dashboard_widget.py": "unit",
     "test_devices.py": "kernel",
     "test_docs.py": "notebooks",
-    "test_export.py": "notebooks",        # its refusals in an IPython shell: kernel
-    "test_explain.py": "kernel",          # its rules on runs built by hand: unit
+    "test_explain.py": "kernel",
+    "test_explain_rules.py": "unit",
+    "test_explain_straggler.py": "cluster",
+    "test_export.py": "notebooks",
+    "test_export_kernel.py": "kernel",
+    "test_export_optimizers.py": "unit",
     "test_families.py": "kernel",
     "test_fastcall.py": "kernel",
-    "test_fitreduce.py": "unit",
+    "test_fit_metrics.py": "kernel",
+    "test_fitreduce.py": "kernel",
     "test_graphview.py": "kernel",
+    "test_header.py": "unit",
     "test_hostbed.py": "cluster",
     "test_hostbed_inject.py": "cluster",
     "test_hostbed_ssh.py": "cluster",
     "test_import.py": "unit",
     "test_architecture.py": "unit",
     "test_input.py": "kernel",
-    "test_header.py": "unit",
     "test_interrupts.py": "unit",
-    "test_labcomm.py": "unit",            # its real-kernel test: kernel
-    "test_labverdict.py": "unit",         # its real-kernel test: kernel
-    "test_lossform.py": "kernel",
+    "test_labcomm.py": "unit",
+    "test_labcomm_kernel.py": "kernel",
+    "test_labverdict.py": "unit",
+    "test_labverdict_kernel.py": "kernel",
     "test_launch.py": "cluster",
+    "test_lossform.py": "kernel",
+    "test_lossform_multiworker.py": "cluster",
     "test_magic_args.py": "kernel",
     "test_magics.py": "kernel",
     "test_memory.py": "kernel",
-    "test_mistakes.py": "kernel",         # its worker-process mistakes: cluster
+    "test_mistakes.py": "kernel",
+    "test_mistakes_workers.py": "cluster",
     "test_mixed_precision.py": "kernel",
-    "test_notebooks.py": "notebooks",
+    "test_mixed_precision_multiworker.py": "cluster",
     "test_nonfinite.py": "kernel",
+    "test_nonfinite_multiworker.py": "cluster",
+    "test_notebooks.py": "notebooks",
     "test_paramserver.py": "cluster",
     "test_paramserver_input.py": "cluster",
     "test_paramserver_tutorial.py": "cluster",
     "test_pasted.py": "kernel",
+    "test_pasted_code.py": "unit",
     "test_patching.py": "unit",
-    "test_private_apis.py": "unit",
     "test_picker.py": "kernel",
+    "test_private_apis.py": "unit",
+    "test_private_apis_installed.py": "kernel",
     "test_rerun.py": "kernel",
     "test_rewrite.py": "unit",
     "test_ring_model.py": "unit",
-    "test_setup_commands.py": "unit",    # its JupyterLab launch: notebooks
+    "test_run_store.py": "unit",
+    "test_setup_commands.py": "unit",
     "test_spec.py": "unit",
-    "test_static_view.py": "unit",        # its notebook and quickstart tests: kernel
+    "test_static_notebook.py": "kernel",
+    "test_static_view.py": "unit",
     "test_steps_per_call.py": "kernel",
     "test_strategy_object.py": "kernel",
+    "test_tensorflow_advice.py": "unit",
     "test_tiers.py": "unit",
-    "test_timing.py": "kernel",           # its tests of the host-side arithmetic: unit
+    "test_timing.py": "kernel",
+    "test_timing_split.py": "unit",
     "test_tutorial_objects.py": "kernel",
+    "test_tutorials_command.py": "notebooks",
+    "test_words.py": "unit",
     "browser/test_dashboard_fit.py": "browser",
     "browser/test_dashboard_live.py": "browser",
     "browser/test_dashboard_reload.py": "browser",
@@ -118,10 +140,45 @@ FILE_TIERS = {
     "browser/test_notebook7.py": "browser",
 }
 
+TIER_PROBLEMS = pytest.StashKey[bool]()
 
-def pytest_sessionstart(session):
+
+def tier_of(path) -> str | None:
+    """The tier FILE_TIERS gives the test file or folder at ``path``: a folder's when all its
+    files have that one; None for a file outside the tests or not listed."""
+    try:
+        rel = Path(path).resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return None
+    if rel in FILE_TIERS:
+        return FILE_TIERS[rel]
+    inside = {tier for name, tier in FILE_TIERS.items() if name.startswith(rel + "/")}
+    return inside.pop() if len(inside) == 1 else None
+
+
+def pytest_ignore_collect(collection_path, config):
+    """`-m TIER` collects only that tier's files: the unit tier then imports no test module
+    of the others (most import TensorFlow, which the unit tier must do without)."""
+    tier = (config.getoption("markexpr") or "").strip()
+    if tier in TIERS and tier_of(collection_path) not in (None, tier):
+        return True
+    return None
+
+
+def pytest_collection_finish(session):
     """Split the CPU into 4 logical devices before any test can initialise TensorFlow's devices
-    (tests that build models directly would otherwise lock the process to one CPU device)."""
+    (tests that build models directly would otherwise lock the process to one CPU device); a
+    run of unit tests only never imports TensorFlow, and fails if it was imported."""
+    if session.config.stash.get(TIER_PROBLEMS, False):
+        return   # collection failed: no test runs
+    others = [t for t in TIERS if t != "unit"]
+    if not any(item.get_closest_marker(t) for item in session.items for t in others):
+        if "tensorflow" in sys.modules and session.items:
+            raise pytest.UsageError(
+                "TensorFlow was imported while collecting the unit tier: a test module (or a "
+                "module it imports) imports it at its top. Import it inside the tests that "
+                "need it, in a file of another tier.")
+        return
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -138,24 +195,41 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)   # before `-m` deselects: every collected test is checked
 def pytest_collection_modifyitems(config, items):
-    """Give each test its file's tier unless it has its own; exactly one tier per test."""
+    """Give each test its file's tier; exactly one tier per test, and one per file: a test of
+    another tier than its file's belongs in a file of that tier."""
     problems = []
     for item in items:
         own = [m.name for m in item.iter_markers() if m.name in TIERS]
-        try:
-            rel = Path(item.path).resolve().relative_to(TESTS).as_posix()
-        except ValueError:
-            rel = str(item.path)
+        tier = tier_of(item.path)
         if len(own) > 1:
             problems.append(f"{item.nodeid}: several tiers {own}")
+        elif own and tier not in (None, own[0]):
+            problems.append(f"{item.nodeid}: tier {own[0]!r} in a {tier!r} file (move it to "
+                            f"a {own[0]!r} file)")
         elif not own:
-            if rel not in FILE_TIERS:
+            if tier is None:
+                rel = Path(item.path).name
                 problems.append(f"{item.nodeid}: no tier (add {rel!r} to FILE_TIERS in "
                                 f"tests/conftest.py, or mark the test with one of {TIERS})")
                 continue
-            item.add_marker(getattr(pytest.mark, FILE_TIERS[rel]))
+            item.add_marker(getattr(pytest.mark, tier))
     if problems:
+        config.stash[TIER_PROBLEMS] = True
         raise pytest.UsageError("tests without exactly one tier:\n  " + "\n  ".join(problems))
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_do_without_tensorflow(request):
+    """A unit test that imports TensorFlow fails (the unit tier runs without it, in seconds);
+    checked where no test of another tier imported it before."""
+    if request.node.get_closest_marker("unit") is None or "tensorflow" in sys.modules:
+        yield
+        return
+    yield
+    if "tensorflow" in sys.modules:
+        pytest.fail(f"{request.node.nodeid} imported TensorFlow: the unit tier runs without it. "
+                    "Move the test to a file of the kernel tier, or test without TensorFlow.",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")

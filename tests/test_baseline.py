@@ -10,37 +10,11 @@ import pytest
 from explain_cells import DATA, MLP_STEP, MODELS
 from helpers import run_ok
 from IPython.utils.capture import capture_output
-from test_explain import synthetic
 
 import nbdist
 from nbdist.errors import ConfigError
 from nbdist.step.baseline import measure_baseline
-from nbdist.telemetry.explain import Baseline, explain
 from nbdist.telemetry.run import Run
-
-
-@pytest.mark.unit
-def test_replicas_slower_than_one_are_told_to_train_on_one():
-    run = synthetic(replicas=4, compute=0.05, allreduce=2.0, outside=0.1, data=0.1,
-                    between=0.05)
-    rate = run.explain().steps_per_s
-    same = run.explain(baseline=None)
-    assert same.baseline is None and "scaling" not in same.text
-    explained = explain(run, baseline=Baseline(rate, 16, 40, 2.0, "CPU:0"))   # as fast
-    assert explained.efficiency == pytest.approx(1.0)
-    assert "scaling: 4 replicas give 4.0x one replica's examples/s (efficiency 100%)" in (
-        explained.text)
-    # the replicas scale: the estimate that fewer would be faster is refuted
-    assert [a.kind for a in run.explain().advice] == ["tiny model"]
-    assert explained.advice == [] and explained.bottleneck == "balanced"
-    slow = explain(run, baseline=Baseline(10 * rate, 16, 40, 2.0, "CPU:0"))
-    assert slow.speedup == pytest.approx(0.4) and slow.bottleneck == "tiny model"
-    first = slow.advice[0]
-    assert first.text.startswith("4 replicas are slower than one on this model")
-    assert first.evidence.startswith("measured: one replica ") and first.unit == "examples/s"
-    assert first.gain == pytest.approx(1.5)
-    assert [a.kind for a in slow.advice].count("tiny model") == 1
-
 
 ALIASES = """
 bl_ds, bl_mlp, bl_mlp_opt = ex_fast, ex_mlp, ex_mlp_opt

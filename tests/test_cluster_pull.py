@@ -7,8 +7,8 @@ would wait for the others for ever. The refusal comes from a check on the worker
 before anything is pickled.
 
 One 2-worker cluster serves the module; the kernel's own strategy (4 logical CPUs, conftest)
-is restored at the end for the other test modules. The walker's own tests carry the `unit`
-tier.
+is restored at the end for the other test modules. The walker's own tests are
+tests/test_cluster_pull_walker.py's.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from helpers import run_ok
 
 import nbdist
 from nbdist.backends.base import no_workers
-from nbdist.cluster import sendable
 from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
@@ -295,48 +294,3 @@ def test_a_subclassed_model_is_refused_until_the_kernel_builds_it(mw, tf_keras, 
     assert_usable(mw, capsys)
 
 
-# -- the walker, in this process ---------------------------------------------------------------
-@pytest.mark.unit
-def test_the_walker_finds_framework_objects_wherever_pickle_would_reach_them():
-    import tensorflow as tf
-
-    variable = tf.Variable(1.0)
-
-    class Box:
-        pass
-
-    box = Box()
-    box.inner = {"x": [1, (2, variable)]}
-    loop: list = []
-    loop.append(loop)
-
-    def closes_over():
-        return variable
-
-    assert sendable.find_unsendable(box, "box") == {
-        "path": "box.inner['x'][1][1]", "kind": "variable",
-        "type": "tensorflow.python.ops.resource_variable_ops.ResourceVariable"}
-    assert sendable.find_unsendable(closes_over, "f")["path"] == "a variable f closes over"
-    for plain in (loop, {"loss": [0.5, 0.25]}, tf.constant([1.0]), tf.TensorShape([2]),
-                  tf.float32, np.zeros(3), [np.ones(2)] * 3, tf, tf.Variable):
-        assert sendable.find_unsendable(plain, "x") is None, plain
-    assert sendable.find_unsendable(tf.data.Dataset.range(2), "ds")["kind"] == "dataset"
-    assert sendable.find_unsendable(tf.function(lambda: 1), "f")["kind"] == "function"
-    assert sendable.find_unsendable(tf.ragged.constant([[1]]), "r")["kind"] == "tensorflow"
-    nested = variable
-    for _ in range(sendable.MAX_DEPTH + 1):
-        nested = [nested]
-    assert sendable.find_unsendable(nested, "n") is None   # deeper than looked: not found
-    big = [*range(2_000_000), variable]
-    start = time.monotonic()
-    assert sendable.find_unsendable(big, "big") is None
-    assert time.monotonic() - start < 0.5   # bounded: MAX_OBJECTS
-
-
-@pytest.mark.unit
-def test_pull_names_are_a_variable_with_attributes_and_literal_keys():
-    assert sendable.parse_name("history.history['loss'][-1]") == [
-        ("name", "history"), ("attr", "history"), ("item", "loss"), ("item", -1)]
-    for bad in ("f()", "a[1:2]", "a + b", "x[y]", "", "1"):
-        with pytest.raises(ValueError):
-            sendable.parse_name(bad)

@@ -6,7 +6,7 @@ from math import nan
 
 import numpy as np
 import pytest
-from helpers import session_cluster, skip_unless_all_required
+from helpers import skip_unless_all_required
 
 from nbdist.cluster import failures, tfconfig
 from nbdist.cluster.multiworker import backend as multiworker
@@ -54,20 +54,6 @@ def test_parameter_server_is_not_an_in_kernel_strategy():
 
     with pytest.raises(ConfigError, match="needs its worker and parameter-server processes"):
         build_strategy(StrategySpec("parameter_server", workers=2, ps=1))
-
-
-def test_several_cpu_devices_per_worker_fail_before_any_process_starts():
-    with pytest.raises(ConfigError, match="one device per worker"):
-        multiworker.MultiWorkerCluster(StrategySpec("multiworker", workers=2, devices=2),
-                                       RunList())
-
-
-def test_the_kernel_never_builds_multiworker_itself(monkeypatch):
-    from nbdist.strategies import build_strategy
-
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    with pytest.raises(ConfigError, match="runs in worker processes"):
-        build_strategy(StrategySpec("multiworker", workers=2))
 
 
 def err(kind, message="m", nbdist=False, line=None):
@@ -247,30 +233,6 @@ def test_worker_rows_reach_the_kernel_run_by_column_name():
         for name, value in mine.items():
             assert value == theirs[name] or (math.isnan(value) and math.isnan(theirs[name])), \
                 name
-
-
-@pytest.mark.kernel
-@pytest.mark.parametrize("line, words", [
-    ("multiworker --workers 2 --devices 2", "one device per worker"),
-    ("multiworker --workers 2 --cluster no-such-profile", "no IPython profile 'no-such-pro"),
-    ("push", "needs variable names"),
-    ("pull a b", "takes one name"),
-    ("status --worker 1", r"--worker \(no s\) picks the worker"),
-    ("mirrored --devices 4 --keras legacy", "applies to `multiworker` only"),
-    ("restart", "no worker processes to restart"),
-    ("pull x", "start them first"),
-])
-def test_bad_multiworker_lines_fail_before_any_process_starts(ip, line, words):
-    with pytest.raises(ConfigError, match=words):
-        ip.run_line_magic("distribute", line)
-    assert session_cluster() is None
-
-
-@pytest.mark.kernel
-def test_checkpoint_belongs_on_a_cell(ip):
-    """(--checkpoint itself is tested in test_checkpoint.py.)"""
-    with pytest.raises(ConfigError, match="--checkpoint belongs on a `%%distribute` cell"):
-        ip.run_line_magic("distribute", "--checkpoint /tmp/ckpt")
 
 
 def test_stacks_show_a_thread_blocked_in_cell_code_with_its_line():

@@ -5,7 +5,7 @@ kernel's gives advice that works when followed (through a real IPython shell).""
 import re
 
 import pytest
-from helpers import run_err, run_ok
+from helpers import run_err, run_ok, session_cluster
 from test_magics import BODY, BUILD, SETUP
 
 import nbdist
@@ -123,3 +123,25 @@ def test_help_flag_prints_the_help_with_the_docs_page_of_each_action(ip, capsys,
                       "--cell N         the step cell In[N] to export",
                       "--force          overwrite FILE.py", "docs/guide/export-and-launch.md"):
         assert flag_help in out, flag_help
+
+
+@pytest.mark.parametrize("line, words", [
+    ("multiworker --workers 2 --devices 2", "one device per worker"),
+    ("multiworker --workers 2 --cluster no-such-profile", "no IPython profile 'no-such-pro"),
+    ("push", "needs variable names"),
+    ("pull a b", "takes one name"),
+    ("status --worker 1", r"--worker \(no s\) picks the worker"),
+    ("mirrored --devices 4 --keras legacy", "applies to `multiworker` only"),
+    ("restart", "no worker processes to restart"),
+    ("pull x", "start them first"),
+])
+def test_bad_multiworker_lines_fail_before_any_process_starts(ip, line, words):
+    with pytest.raises(ConfigError, match=words):
+        ip.run_line_magic("distribute", line)
+    assert session_cluster() is None
+
+
+def test_checkpoint_belongs_on_a_cell(ip):
+    """(--checkpoint itself is tested in test_checkpoint.py.)"""
+    with pytest.raises(ConfigError, match="--checkpoint belongs on a `%%distribute` cell"):
+        ip.run_line_magic("distribute", "--checkpoint /tmp/ckpt")

@@ -1,18 +1,16 @@
 """The finished dashboard without a kernel (static figure), and quiet cells (nbdist.tflogs).
 
-Unit tests draw a Run as SVG and check the log filter; the kernel tests execute a notebook
-with nbclient, render it with nbconvert, and run the headless quickstart.
+These tests draw a Run as SVG and check the log filter; tests/test_static_notebook.py
+executes a notebook with nbclient, renders it with nbconvert, and runs the headless
+quickstart.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -193,63 +191,6 @@ def test_verbose_shows_everything(monkeypatch) -> None:
         assert logging.getLogger("tensorflow").filters == []
     tflogs.set_verbose(False)
     assert not tflogs.verbose()
-
-
-def _kernel_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", tflogs.ENV)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-CELLS = [
-    "%load_ext nbdist",
-    "%distribute mirrored --devices 2",
-    "import numpy as np, tensorflow as tf\n"
-    "x = np.random.default_rng(0).normal(size=(256, 4)).astype('float32')\n"
-    "ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(32, drop_remainder=True)",
-    "%%distribute\nmodel = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])\n"
-    "model.compile(optimizer='sgd', loss='mse')\nmodel.fit(ds, epochs=2, verbose=0, shuffle=True)",
-]
-
-
-@pytest.mark.kernel
-@pytest.mark.timeout(180)
-def test_saved_notebook_shows_the_final_dashboard_without_widgets_and_no_tf_info(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import nbclient
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    for key in ("TF_CPP_MIN_LOG_LEVEL", tflogs.ENV):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("PYTHONPATH", _kernel_env()["PYTHONPATH"])
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=150,
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = [o for c in nb.cells for o in c.outputs]
-    text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in outputs)
-    assert "INFO:tensorflow" not in text and "Reduce to" not in text, text
-    assert "shuffle=True" not in text and "oneDNN" not in text, text
-    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
-                   for o in outputs), "a reopened notebook would say: model not found"
-    html, _ = HTMLExporter().from_notebook_node(nb)   # what nbviewer shows: no script runs
-    images = re.findall(r'<img [^>]*src="data:image/svg\+xml;base64,([^"]+)"', html)
-    svg = [base64.b64decode(i).decode() for i in images]
-    assert svg and any("nbdist-static-figure" in s and "<polyline" in s
-               and "Run 1 · mirrored · 2 replicas · 16 steps · done" in s for s in svg)
-    assert len(nbformat.writes(nb)) < 200_000
-
-
-@pytest.mark.kernel
-@pytest.mark.timeout(180)
-def test_headless_quickstart_prints_no_widget_repr() -> None:
-    done = subprocess.run([sys.executable, "-m", "nbdist.quickstart", "--devices", "2"],
-                          capture_output=True, text=True, timeout=170, env=_kernel_env(),
-                          cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "Box(" not in done.stdout and "FigureWidget" not in done.stdout, done.stdout
-    assert "INFO:tensorflow" not in done.stdout
-    assert "Run 1 · mirrored · 2 replicas" in done.stdout
 
 
 def test_native_stderr_keeps_what_cpp_writes_out_of_the_cell(capfd):

@@ -10,6 +10,7 @@ from helpers import TUTORIAL_STEP, run_ok
 import nbdist
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
+from nbdist.spec import StrategySpec
 
 SETUP = """
 import numpy as np
@@ -132,3 +133,11 @@ def test_fit_in_a_plain_cell_on_a_distributed_model_is_recorded(shell, capsys):
     # a fit inside %%distribute is recorded once, not twice
     run_ok(shell, "%%distribute\nmodel.fit(train_dataset, epochs=1, verbose=0)")
     assert len(nbdist.runs) == before + 3
+
+
+def test_the_kernel_never_builds_multiworker_itself(monkeypatch):
+    from nbdist.strategies import build_strategy
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="runs in worker processes"):
+        build_strategy(StrategySpec("multiworker", workers=2))

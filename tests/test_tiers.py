@@ -2,6 +2,7 @@
 which runs every tier, `ruff check` and the quickstart; the README has one command per tier;
 a test without exactly one tier fails collection."""
 
+import ast
 import importlib.util
 import os
 import re
@@ -98,6 +99,53 @@ def test_a_test_without_exactly_one_tier_fails_collection(tmp_path):
     assert "test_new.py::test_forgotten: no tier" in out
     assert "test_new.py::test_greedy: several tiers ['kernel', 'unit']" in out
     assert "test_tiered:" not in out
+
+
+def test_each_test_file_has_the_one_tier_of_its_file():
+    """FILE_TIERS is where tiers are given: no test file marks a test (or itself) with another
+    tier, so that `-m TIER` can collect only that tier's files."""
+    wrong = {}
+    for name, tier in conftest.FILE_TIERS.items():
+        tree = ast.parse((ROOT / "tests" / name).read_text())
+        marks = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                 and ast.unparse(node.value) == "pytest.mark" and node.attr in conftest.TIERS}
+        if marks - {tier}:
+            wrong[name] = sorted(marks - {tier})
+    assert wrong == {}, f"tests of another tier than their file's (move them): {wrong}"
+
+
+def _planted(tmp_path, source: str, *args: str) -> subprocess.CompletedProcess:
+    """pytest with the tests' conftest on ``source`` as tmp_path/test_new.py."""
+    (tmp_path / "test_new.py").write_text(textwrap.dedent(source))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
+         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), *args, str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}"})
+
+
+def test_a_unit_test_that_imports_tensorflow_fails(tmp_path):
+    """The unit tier runs without TensorFlow: a unit test importing it fails (a stand-in
+    module here, named as TensorFlow's, so that this test stays fast)."""
+    done = _planted(tmp_path, """
+        import sys
+        import types
+
+        import pytest
+
+        @pytest.mark.unit
+        def test_imports_tensorflow():
+            sys.modules["tensorflow"] = types.ModuleType("tensorflow")
+
+        @pytest.mark.unit
+        def test_plain():
+            pass
+    """, "-m", "unit")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "test_new.py::test_imports_tensorflow imported TensorFlow: the unit tier runs " \
+           "without it" in out
+    assert "2 passed, 1 error" in out   # the error: its teardown
 
 
 def test_the_benchmarks_shell_needs_no_test_tools():
