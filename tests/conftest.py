@@ -141,6 +141,23 @@ FILE_TIERS = {
 }
 
 TIER_PROBLEMS = pytest.StashKey[bool]()
+# The tiers whose tests run in a random order inside their module, as pyproject's addopts ask
+# (pytest-random-order): each test sets up what it needs. The others' modules run in a random
+# order, but each module's tests in file order: scenarios on one cluster or browser, not
+# checked in a random order yet.
+SHUFFLED_TIERS = ("unit", "kernel")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The order's seed, also under -q: a failure that depends on the order replays with it."""
+    seed = config.getoption("random_order_seed", None)
+    bucket = config.getoption("random_order_bucket", None)
+    if seed is None or bucket is None or str(bucket).startswith("default:"):
+        return
+    seed = str(seed).removeprefix("default:")
+    terminalreporter.write_line(
+        f"random order: --random-order-bucket={bucket} --random-order-seed={seed} "
+        "replays it")
 
 
 def tier_of(path) -> str | None:
@@ -198,6 +215,7 @@ def pytest_collection_modifyitems(config, items):
     """Give each test its file's tier; exactly one tier per test, and one per file: a test of
     another tier than its file's belongs in a file of that tier."""
     problems = []
+    shuffling = config.pluginmanager.hasplugin("random_order")
     for item in items:
         own = [m.name for m in item.iter_markers() if m.name in TIERS]
         tier = tier_of(item.path)
@@ -213,6 +231,8 @@ def pytest_collection_modifyitems(config, items):
                                 f"tests/conftest.py, or mark the test with one of {TIERS})")
                 continue
             item.add_marker(getattr(pytest.mark, tier))
+        if (own or [tier])[0] not in SHUFFLED_TIERS and shuffling:
+            item.add_marker(pytest.mark.random_order(disabled=True))
     if problems:
         config.stash[TIER_PROBLEMS] = True
         raise pytest.UsageError("tests without exactly one tier:\n  " + "\n  ".join(problems))
