@@ -31,13 +31,18 @@ load (``uptime``) is printed at the start and the end.
   step on 4 (the gain of two more replicas, predicted none);
 * straggler: ``multiworker --workers 2`` with ``%distribute inject slow 0 --delay 0.03``;
   applied: the delay taken away;
+* the tests' runs (``--runs tests``): the cells of tests/test_explain.py (a ``map`` that
+  sleeps 40 ms a batch: input; a ``tf.py_function`` map, explained again with its pipeline
+  timed again: input, the same gain; the tiny MLP on 4 replicas: dispatch, also the live
+  verdict of tests/test_labverdict_kernel.py; a conv net: balanced), each counted named right
+  or not with the measures the tests no longer assert because the machine's load changes them;
 * dense 2 workers: ``multiworker`` with one engine on each of two simulated hosts whose links
   are rate-limited (``tests/hostbed.py``, ``--rate``), a 1024x1024 dense layer (4.2 MB of
   gradients), the α-β model on that link given to ``explain``; applied: twice the batch per
   replica. Needs root (network namespaces); without it, said and skipped.
 
     python3 benchmarks/explain.py [--rounds 3] [--rate 500mbit]
-                                  [--runs local,straggler,communication]
+                                  [--runs local,tests,straggler,communication]
 """
 
 from __future__ import annotations
@@ -55,7 +60,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from common import nbdist_shell, ok  # noqa: E402
 from explain_cells import CONV_STEP as TESTS_CONV_STEP  # noqa: E402
+from explain_cells import DATA as TESTS_DATA  # noqa: E402
 from explain_cells import MLP_STEP  # noqa: E402
+from explain_cells import MODELS as TESTS_MODELS  # noqa: E402
 
 import nbdist  # noqa: E402
 
@@ -318,6 +325,47 @@ def shared_cores(ip, rounds: int) -> str:
                    rates[2], rates[4], strict=True)))
 
 
+def tests_runs(ip, rounds: int) -> list[str]:
+    """The tests' runs (tests/explain_cells.py), each made ``rounds`` times: how often each is
+    named by the bottleneck it was built to have, and the measures behind it. On a loaded
+    machine the compute slows and the verdict can change, so the tests check only what holds
+    under any load; here they are counted."""
+    ok(ip, TESTS_DATA)
+    ok(ip, TESTS_MODELS)
+
+    def cell(data: str, steps: int) -> str:
+        return MLP_STEP.format(data=data, steps=steps, flags="", model="ex_mlp")
+
+    def input_share(e, again) -> str:
+        return f"input {e.shares.get('input', 0.0):.0%} of the step (over 40%)"
+
+    def regained(e, again) -> str:
+        first = e.advice[0].gain if e.advice else float("nan")
+        second = again.advice[0].gain if again.advice else float("nan")
+        return f"gain {first:+.0%}, timed again {second:+.0%} (within 25%)"
+
+    def advice(e, again) -> str:
+        return e.advice[0].text.split(":")[0][:60] if e.advice else "no advice"
+
+    cases = [("sleeping map", cell("ex_slow", 60), "input", input_share),
+             ("python map", cell("ex_py", 40), "input", regained),
+             ("tiny MLP", cell("ex_fast", 300), "dispatch", advice),
+             ("conv net", TESTS_CONV_STEP.format(steps=24), "balanced", advice)]
+    lines = []
+    for name, step, expected, measure in cases:
+        named, rates, measures = 0, [], []
+        for _ in range(rounds):
+            e = explained(ip, step)
+            again = retimed(nbdist.runs[-1], None)
+            named += e.bottleneck == expected
+            rates.append(e.steps_per_s)
+            measures.append(f"{e.bottleneck}: {measure(e, again)}")
+            print(f"  {name}: {measures[-1]}", flush=True)
+        lines.append(f"{name:<16} {expected:<14} {named} of {rounds:<3} "
+                     f"{statistics.median(rates):9.1f} steps/s  " + "; ".join(measures))
+    return lines
+
+
 def straggler_run(ip, rounds: int, delay: float) -> str:
     ip.run_line_magic("distribute", "stop")
     ip.run_line_magic("distribute", "multiworker --workers 2")
@@ -374,9 +422,11 @@ def main() -> int:
                         help="seconds the straggler run's slow worker sleeps after each step")
     parser.add_argument("--only", default=None,
                         help="local runs to make, comma-separated (default: all of them)")
-    parser.add_argument("--runs", default="local,straggler,communication",
+    parser.add_argument("--runs", default="local,tests,straggler,communication",
                         help="which of local (pymap, interleave, shuffle, tiny batch, sync "
-                             "BN, shared cores), straggler, communication (simulated hosts)")
+                             "BN, shared cores), tests (the tests' runs: sleeping map, python "
+                             "map, tiny MLP, conv net), straggler, communication (simulated "
+                             "hosts)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupted)   # so the host bed is removed as on Ctrl-C
     started = time.monotonic()
@@ -386,6 +436,7 @@ def main() -> int:
     runs = args.runs.split(",")
     only = set(args.only.split(",")) if args.only else None
     lines = local_runs(ip, args.rounds, only) if "local" in runs else []
+    tested = tests_runs(ip, args.rounds) if "tests" in runs else []
     if "straggler" in runs:
         lines.append(straggler_run(ip, args.rounds, args.delay))
     if "communication" in runs:
@@ -396,6 +447,10 @@ def main() -> int:
           "cannot make it faster', checked by 4 replicas against 2 (>=half: under +10%)\n"
           + HEADER)
     print("\n".join(lines))
+    if tested:
+        print("\nthe tests' runs (tests/explain_cells.py): named right, median steps/s, and "
+              "each round's verdict and measures (in parentheses: what the run was built to "
+              "show)\n" + "\n".join(tested))
     print(f"({time.monotonic() - started:.0f} s on {os.cpu_count()} cores; uptime at the "
           f"start: {load}; at the end: {uptime()})")
     return 0

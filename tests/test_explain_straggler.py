@@ -29,7 +29,8 @@ def test_a_worker_slowed_by_inject_slow_is_named_the_straggler(ip):
     assert first.text.startswith("worker 1 is the straggler"), explained.text
     assert "time outside its steps" in first.text
     # the 50 ms injected after each of worker 1's steps, measured as its time between steps
+    # (no upper bound: load lengthens it; benchmarks/explain.py's straggler run prints it)
     longer = float(first.evidence.split("its time between its steps took ")[1].split(" ms")[0])
-    assert 35 < longer < 150, first.evidence
+    assert longer > 35, first.evidence
     # local workers share this machine's cores: the gain adds up their own work
     assert "workers 0, 1 share one machine's cores" in first.evidence
