@@ -441,12 +441,14 @@ def main() -> int:
         lines.append(straggler_run(ip, args.rounds, args.delay))
     if "communication" in runs:
         lines.append(communication_run(ip, args.rounds, args.rate))
-    print(f"\nmedians of {args.rounds} rounds; before/after in the unit's rate; predicted: "
-          "the applied advice's expected gain (the first advice where the run was named right); "
-          "measured: after/before - 1; shared cores: named balanced with 'more replicas "
-          "cannot make it faster', checked by 4 replicas against 2 (>=half: under +10%)\n"
-          + HEADER)
-    print("\n".join(lines))
+    if lines:
+        print(f"\nmedians of {args.rounds} rounds; before/after in the unit's rate; predicted: "
+              "the applied advice's expected gain (the first advice where the run was named "
+              "right); measured: after/before - 1; shared cores: named balanced with 'more "
+              "replicas cannot make it faster', checked by 4 replicas against 2 (>=half: under "
+              "+10%)\n"
+              + HEADER)
+        print("\n".join(lines))
     if tested:
         print("\nthe tests' runs (tests/explain_cells.py): named right, median steps/s, and "
               "each round's verdict and measures (in parentheses: what the run was built to "
