@@ -16,7 +16,7 @@ import pytest
      "Input 0: [1,8] != input 2: [2,8]", None),   # not an empty replica: nothing to add
 ])
 def test_tensorflows_messages_from_its_issue_tracker_get_the_change(text, advice):
-    from nbdist.errormap import tensorflow_advice
+    from nbdist.step.errormap import tensorflow_advice
 
     said = tensorflow_advice(ValueError(text), replicas=8)
     assert (said if advice is None else said[:len(advice)]) == advice
