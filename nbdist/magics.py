@@ -107,6 +107,8 @@ def _line_args(line: str) -> None:
           help="draw the compiled step's dataflow graph after the run (default: off)")
 @argument("--checkpoint", metavar="DIR",
           help="save every epoch, resume when run again (default: none)")
+@argument("--checkpoint-every", type=int, metavar="K",
+          help="step mode, with --checkpoint: also save every K steps (default: each epoch)")
 @argument("--tensorboard", metavar="DIR",
           help="also write the run's scalars for TensorBoard (default: none)")
 def _cell_args(line: str) -> None:
@@ -180,7 +182,8 @@ def _parse(parsed_by: Callable, other: Callable, line: str, here: str, there: st
 #: An example value of the flags that take one (others: 2), for messages.
 _EXAMPLE_VALUES = {"--data": "train_ds", "--steps": "100", "--epochs": "3",
                    "--loss": "loss", "--grads": "grads",
-                   "--checkpoint": "ckpt/run1", "--tensorboard": "logs/run1",
+                   "--checkpoint": "ckpt/run1", "--checkpoint-every": "100",
+                   "--tensorboard": "logs/run1",
                    "--cluster": "ssh", "--tpu": "grpc://10.0.0.2:8470",
                    "--partitioner": "min_size:256k", "--steps-per-call": "8",
                    "--delay": "0.5", "--keras": "legacy", "--worker": "1"}
@@ -343,6 +346,7 @@ class DistributeMagics(Magics):
             step=args.step, data=args.data, epochs=args.epochs, steps=args.steps,
             loss=args.loss, grads=args.grads, show_code=args.show_code,
             timing_every=args.timing_every, strategy=strategy, checkpoint=args.checkpoint,
+            checkpoint_every=args.checkpoint_every,
             steps_per_call=args.steps_per_call,
         )
         header = f"%%distribute {line}".strip()

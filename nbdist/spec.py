@@ -188,6 +188,7 @@ class RunSpec:
     timing_every: int | None = None   # None: automatic (see runner.TimingPacer)
     strategy: StrategySpec | None = None
     checkpoint: str | None = None     # --checkpoint DIR (see nbdist.checkpoint)
+    checkpoint_every: int | None = None   # --checkpoint-every K: also every K steps
     steps_per_call: int | str = 1     # K, or "auto" (see nbdist.step.groups)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -220,6 +221,8 @@ class RunSpec:
                               "--data NAME, or drop it.")
         if self.checkpoint is not None and not self.checkpoint.strip():
             raise ConfigError("--checkpoint needs a directory, e.g. `--checkpoint ckpt/run1`.")
+        if self.checkpoint_every is not None:
+            _check_checkpoint_every(self)
         for flag in ("data", "loss", "grads"):
             value = getattr(self, flag)
             if value is not None and not value.isidentifier():
@@ -239,6 +242,24 @@ class RunSpec:
         return cls(**{**data, "strategy": None if strategy is None
                       else StrategySpec.from_dict(strategy)})
 
+
+
+def _check_checkpoint_every(spec: RunSpec) -> None:
+    """``--checkpoint-every K``: a step cell's --checkpoint saved every K steps too."""
+    every = spec.checkpoint_every
+    if not spec.step or not spec.checkpoint:
+        missing = " ".join(flag for flag, given in (("--step --data NAME", spec.step),
+                                                   ("--checkpoint DIR", spec.checkpoint))
+                           if not given)
+        raise ConfigError(
+            f"--checkpoint-every {every} saves a step cell's training every {every} steps "
+            f"into its --checkpoint directory (besides after each epoch), so it needs "
+            f"{missing}: add it, e.g. `%%distribute --step --data train_ds --checkpoint "
+            "ckpt/run1 --checkpoint-every 100`, or drop --checkpoint-every.")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ConfigError(
+            f"--checkpoint-every {every!r}: give how many steps apart to save, a whole number "
+            "of at least 1, e.g. `--checkpoint-every 100` (each epoch's end is saved anyway).")
 
 
 def _steps_per_call(value: Any) -> int | str:

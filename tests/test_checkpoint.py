@@ -191,6 +191,44 @@ def test_local_steps_per_call_resume_to_the_weights_of_one_step_per_call(local, 
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("extra", ["", "--steps-per-call 3"])
+def test_local_checkpoint_every_resumes_mid_epoch_to_the_uninterrupted_weights(local, capsys,
+                                                                             extra):
+    """--checkpoint-every 4: saved before steps 4 and 12 besides each epoch's end; the run
+    fails fetching step 15's batch (epoch 2) and resumes at step 12, 4 batches into epoch 2,
+    skipping them: no batch is skipped or repeated, so the weights at the end are those of a
+    run that never stopped. Calls of 3 steps end where a checkpoint is due."""
+    ip, ckpt = local
+    run_ok(ip, MODEL)
+    run_ok(ip, "train_ds = dying(clean_ds, 8 + 8, fail)")
+    flags = f"--checkpoint {ckpt} --checkpoint-every 4 {extra}"
+    run_err(ip, STEP.format(flags=flags))
+    died = nbdist.runs[-1]
+    assert (died.status, died.steps_done) == ("failed", 15)
+    step_dir = os.path.join(ckpt, "step")
+    assert os.path.exists(os.path.join(step_dir, "ckpt-12.index")), os.listdir(step_dir)
+    ip.user_ns["SEED"] = 2                       # as after a restart: a fresh model
+    run_ok(ip, MODEL)
+    ip.user_ns["SEED"], ip.user_ns["train_ds"] = 1, ip.user_ns["clean_ds"]
+    capsys.readouterr()
+    run_ok(ip, STEP.format(flags=flags))
+    resumed, out = nbdist.runs[-1], capsys.readouterr().out
+    assert (f"nbdist: resumed at epoch 2 of 3, step 5 of the epoch, in {step_dir} (12 steps "
+            "restored; the first 4 batches of epoch 2 are skipped: they were trained on)."
+            ) in out, out
+    frame = resumed.metrics
+    assert resumed.status == "done" and sorted(frame["step"].unique()) == list(range(12, 24))
+    assert set(frame["epoch"]) == {1, 2}
+    assert_same_steps(resumed, died, first=12)   # step 12 had the batch it had the first time
+    assert_curves_continue(resumed, died, at=12)
+    assert not os.path.exists(step_dir)
+    finished = [w.copy() for w in ip.user_ns["model"].get_weights()]
+    run_ok(ip, MODEL)                            # the same training, never stopped
+    run_ok(ip, STEP.format(flags=extra))
+    for a, b in zip(finished, ip.user_ns["model"].get_weights(), strict=True):
+        assert np.abs(a - b).max() < 1e-5
+
+
 def test_local_keras3_fit_resumes_and_forgets_the_restored_epoch(local, capsys):
     ip, ckpt = local
     ip.run_line_magic("distribute", "one_device")     # Keras 3 fit: the quickest strategy

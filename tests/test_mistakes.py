@@ -53,6 +53,20 @@ def refused(shell, code: str, error=ConfigError) -> str:
     ("%%distribute --step --data ds --checkpoint /tmp/my ck dir\nx = 1",
      "`ck dir` after `--checkpoint /tmp/my` reads as another argument: a path with spaces must "
      "be quoted, `--checkpoint '/tmp/my ck dir'`"),
+    ("%%distribute --step --data ds --checkpoint-every 50\nx_tb = 1",
+     "--checkpoint-every 50 saves a step cell's training every 50 steps into its --checkpoint "
+     "directory (besides after each epoch), so it needs --checkpoint DIR: add it, e.g. "
+     "`%%distribute --step --data train_ds --checkpoint ckpt/run1 --checkpoint-every 100`, or "
+     "drop --checkpoint-every."),
+    ("%%distribute --checkpoint /tmp/ck --checkpoint-every 5\nx_tb = 1",
+     "so it needs --step --data NAME: add it"),
+    ("%%distribute --step --data ds --checkpoint /tmp/ck --checkpoint-every 0\nx_tb = 1",
+     "--checkpoint-every 0: give how many steps apart to save, a whole number of at least 1, "
+     "e.g. `--checkpoint-every 100` (each epoch's end is saved anyway)."),
+    ("%%distribute --step --data ds --checkpoint /tmp/ck --checkpoint-every ten\nx_tb = 1",
+     "--checkpoint-every 'ten': --checkpoint-every takes a whole number, e.g. "
+     "`--checkpoint-every 100`. --checkpoint-every: step mode, with --checkpoint: also save "
+     "every K steps (default: each epoch)."),
     ("%distribute multiworker --cluster ''",
      "--cluster was given an empty value: it names an ipyparallel profile whose engines run "
      "the workers (without --cluster they run on this machine), e.g. `%distribute multiworker "

@@ -2,7 +2,7 @@
 
 Layout of ``DIR`` (one directory per training, so several never overwrite each other)::
 
-    DIR/step/     step mode: ``tf.train.CheckpointManager`` files (``ckpt-<epochs done>``)
+    DIR/step/     step mode: ``tf.train.CheckpointManager`` files (``ckpt-<steps done>``)
     DIR/fit1/     scope mode: the first ``model.fit`` of the cell, Keras ``BackupAndRestore``
     DIR/fit2/     ... the second, and so on
 
@@ -16,6 +16,19 @@ later (an optimizer's slots, built on the first step) are restored when they app
 (TensorFlow's deferred restoration). After the first trace, the variables the compiled step
 really captures are compared with the saved ones and any trainable one left out is named in a
 note (the cell reaches it through something that is not a name, e.g. ``things["net"]``).
+
+``--checkpoint-every K`` (step mode) also saves every K steps, inside an epoch: before the
+step whose number is a multiple of K, once its batch is fetched (so never where the epoch's end
+is saved), with the steps done of the epoch as a third counter. A distributed iterator is not
+trackable by ``tf.train.Checkpoint`` (TensorFlow 2.21), so a resumed run positions the data as
+TensorFlow's ``PreemptionCheckpointHandler`` does with its saved ``total_run_calls``: it skips,
+on the epoch's new iterator, the batches already trained on (``data.iterate.skip_batches``).
+That is exact when the dataset gives its batches in the same order each time (no unseeded
+shuffle). Saves are synchronous, on the loop's thread: TensorFlow's asynchronous checkpoint
+(``CheckpointOptions(experimental_enable_async_checkpoint=True)``) copies each variable through
+its ``_copy_trackable_to_cpu``, and Keras 3's creates a new ``tf.Variable`` on every copy, which
+its copy function (a ``tf.function``) refuses at the second save; and workers must save at the
+same step anyway (see below), which a save on the loop's thread gives for free.
 
 Multi-worker: every worker saves (saving may need the workers' collectives), but only the chief
 (``strategy.extended.should_checkpoint``, worker 0) writes into ``DIR``; the others write to a
@@ -46,10 +59,10 @@ import tempfile
 from ..errors import CheckpointError
 from .fit import FitCheckpoint
 from .messages import NOTHING_TRAINED, resume_line
-from .step import StepCheckpoint, named_trackables
+from .step import StepCheckpoint, named_trackables, refuse_checkpoint_every
 
 __all__ = ["NOTHING_TRAINED", "FitCheckpoint", "StepCheckpoint", "check_dir",
-           "named_trackables", "prepare_dir", "resume_line"]
+           "named_trackables", "prepare_dir", "refuse_checkpoint_every", "resume_line"]
 
 
 def check_dir(path: str) -> str:

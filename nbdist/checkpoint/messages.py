@@ -16,9 +16,16 @@ MISMATCH = (
 )
 
 
-def resume_line(done: int, total: int | None, where: str, steps: int | None) -> str:
-    """The one line telling the user a run resumed."""
+def resume_line(done: int, total: int | None, where: str, steps: int | None,
+                skipped: int = 0) -> str:
+    """The one line telling the user a run resumed; ``skipped``: the batches of the epoch under
+    way already trained on (a checkpoint taken inside it, --checkpoint-every)."""
     of = f" of {total}" if total else ""
+    if skipped:
+        return (f"nbdist: resumed at epoch {done + 1}{of}, step {skipped + 1} of the epoch, in "
+                f"{where} ({count(steps or 0, 'step')} restored; the first "
+                f"{count(skipped, 'batch', 'batches')} of epoch {done + 1} are skipped: they "
+                "were trained on).")
     if total is not None and done >= total:
         return (f"nbdist: resumed from epoch {done}{of} in {where}: every epoch was already "
                 "done, nothing left to train.")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cellnames import code_names, loads_and_stores
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from ..hooks.keras import wrapped_variable
 from ..hooks.tensorflow import trackable_class
 from ..telemetry.run import RunObserver, RunWriter
@@ -96,6 +96,20 @@ def _variable_ids(variables: Any) -> set[int]:
     return out
 
 
+def refuse_checkpoint_every(spec: Any, family: str) -> None:
+    """For a family that cannot put each worker's data back where a step inside an epoch
+    left it (parameter_server): refuse ``--checkpoint-every`` before anything runs rather
+    than resume with batches skipped or repeated."""
+    if spec.checkpoint_every is not None:
+        raise ConfigError(
+            f"--checkpoint-every {spec.checkpoint_every} saves inside an epoch and resumes "
+            f"there by skipping the batches already trained on, but under {family} each "
+            "worker reads its own dataset and which worker ran a step is not known, so that "
+            "position cannot be restored. Drop --checkpoint-every here (--checkpoint saves "
+            "after every epoch); it applies to the strategies whose replicas take their "
+            "batches in step: one_device, mirrored, central_storage, multiworker.")
+
+
 class StepCheckpoint(RunObserver):
     """Epoch checkpoints of a step-mode run (used by ``runner.StepRunner``)."""
 
@@ -117,8 +131,16 @@ class StepCheckpoint(RunObserver):
         self._pending_note: str | None = None
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="nbdist_epochs_done")
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="nbdist_steps_done")
+        # steps done of the epoch under way (--checkpoint-every): a distributed iterator is not
+        # trackable, so a resumed run skips that many batches of the epoch, as TensorFlow's
+        # PreemptionCheckpointHandler skips its saved total_run_calls
+        self.into_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                      name="nbdist_epoch_steps_done")
         self.checkpoint = tf.train.Checkpoint(**objects, nbdist_epochs_done=self.epoch,
-                                              nbdist_steps_done=self.step)
+                                              nbdist_steps_done=self.step,
+                                              nbdist_epoch_steps_done=self.into_epoch)
+        self.skip = 0   # after ``restore``: the batches of the first epoch already trained on
+        self._manager: Any = None
 
     @classmethod
     def for_cell(cls, directory: str, strategy: Any, cell: str, user_ns: dict[str, Any],
@@ -143,29 +165,42 @@ class StepCheckpoint(RunObserver):
             why = " ".join(str(err).split())[:300]
             raise CheckpointError(MISMATCH.format(dir=self.directory, why=why)) from None
         done, steps = int(self.epoch.numpy()), int(self.step.numpy())
+        self.skip = int(self.into_epoch.numpy())
         RunWriter(run).checkpointed(self.directory, steps)   # its curves continue the last run's
-        line = resume_line(done, epochs, self.directory, steps)
+        line = resume_line(done, epochs, self.directory, steps, self.skip)
         saved = ", ".join(sorted(self.objects))
         run.note(f"{line.removeprefix('nbdist: ')} Checkpointed objects: {saved}.")
         if self.say is not None:
             self.say(line)
         return done, steps
 
-    def save(self, epochs_done: int, steps_done: int) -> None:
-        """After an epoch: every worker saves; only the chief's copy is kept."""
+    def save(self, epochs_done: int, steps_done: int, into_epoch: int = 0) -> None:
+        """After an epoch, or ``into_epoch`` steps into the next one (--checkpoint-every):
+        every worker saves, on the loop's thread (see the package docstring); only the
+        chief's copy is kept, as ``ckpt-<steps done>``."""
         self.epoch.assign(epochs_done)
         self.step.assign(steps_done)
+        self.into_epoch.assign(into_epoch)
         import tensorflow as tf
 
         if self.chief:
-            manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=1)
-            manager.save(checkpoint_number=epochs_done)
+            if self._manager is None:
+                self._manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
+                                                           max_to_keep=1)
+            self._manager.save(checkpoint_number=steps_done)
             return
         scratch = tempfile.mkdtemp(prefix="nbdist-ckpt-worker-")
         try:
             tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1).save()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def kept(self) -> str:
+        """What the directory holds for a next run, as a sentence's end (for errors)."""
+        done, steps, into = (int(v.numpy()) for v in (self.epoch, self.step, self.into_epoch))
+        if into:
+            return f"the weights after step {steps} (epoch {done + 1})"
+        return f"the weights after epoch {done}" if done else ""
 
     def complete(self) -> None:
         """Every epoch is done: the backup is no longer needed (the chief deletes it)."""

@@ -109,14 +109,32 @@ def _drop(box: list[Any]) -> None:
         _idle.notify_all()
 
 
+def skip_batches(iterator: Any, n: int) -> int:
+    """Advance ``iterator`` by ``n`` batches (those a resumed run already trained on: a
+    distributed iterator cannot be checkpointed); returns how many there were."""
+    for done in range(n):
+        try:
+            next(iterator)
+        except StopIteration:
+            return done
+    return n
+
+
 def timed_batches(dataset: Any, max_steps: int | None,
-                  first: Callable[[Any], None] | None = None) -> Iterator[tuple[Any, float]]:
-    """Yield (batch, milliseconds spent fetching it), at most ``max_steps`` per epoch; after
-    the first, large buffers are reused again (``nbdist.allocator``). ``first`` is called with
-    the first batch before it is yielded (outside the fetch time)."""
+                  first: Callable[[Any], None] | None = None,
+                  skip: int = 0) -> Iterator[tuple[Any, float]]:
+    """Yield (batch, milliseconds spent fetching it), at most ``max_steps`` per epoch, after
+    skipping its first ``skip`` (counted in ``max_steps``); after the first fetched, large
+    buffers are reused again (``nbdist.allocator``). ``first`` is called with the first batch
+    yielded before it is yielded (outside the fetch time)."""
     iterator = new_iterator(dataset)
     count = 0
     try:
+        if skip:
+            count = skip_batches(iterator, skip)
+            keep_large_buffers()
+            if count < skip:
+                return
         while max_steps is None or count < max_steps:
             start = time.perf_counter()
             try:
@@ -125,7 +143,7 @@ def timed_batches(dataset: Any, max_steps: int | None,
                 return
             count += 1
             fetch_ms = (time.perf_counter() - start) * 1e3
-            if count == 1:   # the first batch built the distributed iterator's pipelines
+            if count == skip + 1:   # the first batch built the distributed iterator's pipelines
                 keep_large_buffers()
                 if first is not None:
                     first(batch)

@@ -276,12 +276,12 @@ class StepLoop:
                  + (f" of worker {worker}" if worker is not None else ""))
         kept = ""
         if self.checkpoint is not None:
-            saved = int(self.checkpoint.epoch.numpy())
-            kept = (f" {self.checkpoint.directory} keeps the weights after epoch {saved}, the "
-                    "last good one: fix the cause and run the cell again to resume from it."
-                    if saved > 0 else
-                    f" No epoch ended before it, so {self.checkpoint.directory} holds nothing "
-                    "to resume from.")
+            saved = self.checkpoint.kept()
+            kept = (f" {self.checkpoint.directory} keeps {saved}, the last good one: fix the "
+                    "cause and run the cell again to resume from it."
+                    if saved else
+                    f" Nothing was saved before it, so {self.checkpoint.directory} holds "
+                    "nothing to resume from.")
         advice = ("Usual causes: a learning rate too high (lower it, or clip the gradients with "
                   "tf.clip_by_global_norm), log or division of zero in the loss (add a small "
                   "epsilon), or NaN in the input (check the dataset).")

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..allocator import keep_large_buffers
 from ..data.batchsizes import replica_shapes
-from ..data.iterate import new_iterator, release, timed_batches
+from ..data.iterate import new_iterator, release, skip_batches, timed_batches
 from ..hooks.tensorflow import quiet_retracing_warning
 from ..strategies import StrategyHandle
 from ..telemetry.collectives import T_GRAD_START, split_timing
@@ -103,12 +103,17 @@ class StepRunner(StepLoop):
             self._loop_groups(first_epoch, first_step)
             return
         dist_ds = self.dataset   # distributed already (data.distributed_input)
-        step = first_step
+        step = self._first_step = first_step
         pacer = TimingPacer(self.spec.timing_every)
         for epoch in range(first_epoch, self.spec.epochs):
             self._epoch = epoch
             first = self.on_first_batch if epoch == first_epoch else None
-            for batch, data_ms in timed_batches(dist_ds, self.spec.steps, first):
+            into = skip = self._skipped(epoch, first_epoch)
+            for batch, data_ms in timed_batches(dist_ds, self.spec.steps, first, skip):
+                # with the next batch in hand, the epoch goes on: not a save its end repeats
+                if self._save_due(step, into):
+                    self._save_inside(epoch, step, into)
+                into += 1
                 timed = pacer.due(step)
                 traced = timed not in self._compiled
                 step_ms = self._one_step(step, epoch, batch, data_ms, timed)
@@ -120,6 +125,26 @@ class StepRunner(StepLoop):
                     return
             if self.checkpoint is not None:
                 self.checkpoint.save(epoch + 1, step)
+
+    def _skipped(self, epoch: int, first_epoch: int) -> int:
+        """The batches of ``epoch`` to skip: in the epoch a checkpoint was taken inside, those
+        trained on before it."""
+        if self.checkpoint is None or epoch != first_epoch:
+            return 0
+        return self.checkpoint.skip
+
+    def _save_due(self, step: int, into: int) -> bool:
+        """--checkpoint-every K: whether to save before ``step``, ``into`` steps into its
+        epoch (never at its start: the epoch's end was saved; nor where the run resumed)."""
+        every = self.spec.checkpoint_every
+        return (self.checkpoint is not None and every is not None and into > 0
+                and step % every == 0 and step != self._first_step)
+
+    def _save_inside(self, epoch: int, step: int, into: int) -> None:
+        """Save ``into`` steps into ``epoch`` (a kernel interrupt meanwhile waits for it)."""
+        self.interrupts.hold()
+        self.checkpoint.save(epoch, step, into)
+        self.interrupts.release()
 
     def _loop_groups(self, first_epoch: int, first_step: int) -> None:
         """``--steps-per-call``: calls of several steps; a timed step is a call of its own;
@@ -133,7 +158,11 @@ class StepRunner(StepLoop):
             self._epoch = epoch
             iterator = new_iterator(self.dataset)
             try:
-                step, stop = self._group_epoch(sizer, pacer, iterator, epoch, step)
+                skip = self._skipped(epoch, first_epoch)
+                if skip:
+                    self._trace_groups((iterator, groups.steps_tensor(1)))
+                    skip_batches(iterator, skip)   # fewer if the data ended: a call runs none
+                step, stop = self._group_epoch(sizer, pacer, iterator, epoch, step, skip)
             finally:
                 iterator = release(iterator)   # deleting it can take a minute (data.iterate)
             if stop:
@@ -144,24 +173,33 @@ class StepRunner(StepLoop):
             self.run.note(sizer.note())
 
     def _group_epoch(self, sizer: groups.CallSizer, pacer: TimingPacer, iterator: Any,
-                     epoch: int, step: int) -> tuple[int, bool]:
-        """One epoch of ``_loop_groups`` from ``step``: the next step, and whether to stop."""
-        left = self.spec.steps
+                     epoch: int, step: int, into: int = 0) -> tuple[int, bool]:
+        """One epoch of ``_loop_groups`` from ``step``, ``into`` steps into it (its batches
+        skipped already): the next step, and whether to stop."""
+        left = None if self.spec.steps is None else self.spec.steps - into
+        every = self.spec.checkpoint_every
+        first_call = True
         while left is None or left > 0:
+            if self._save_due(step, into):
+                self._save_inside(epoch, step, into)
             timed = pacer.due(step)
             wanted = 1 if timed else sizer.size()
             if not timed and pacer.every > 0 and pacer.next > step:   # end before it
                 wanted = min(wanted, pacer.next - step)
+            if every is not None and self.checkpoint is not None:   # end where one is saved
+                wanted = min(wanted, every - step % every)
             wanted = wanted if left is None else min(wanted, left)
             traced = timed not in self._compiled
             ran, call_ms = self._group(step, epoch, iterator, wanted, timed)
-            if left == self.spec.steps:   # the epoch's first call made the iterator's pipelines
+            if first_call:   # the epoch's first call made the iterator's pipelines
                 keep_large_buffers()
+                first_call = False
             if ran and not traced:
                 pacer.observe(step, call_ms / ran, timed)
                 if not timed:
                     sizer.observe(ran, call_ms)
             step += ran
+            into += ran
             left = None if left is None else left - ran
             self.notify()
             if self.should_stop():
@@ -224,18 +262,21 @@ class StepRunner(StepLoop):
         self.interrupts.release()
         return step_ms
 
+    def _trace_groups(self, arg: Any) -> None:
+        """Trace every variant before any of them runs on the iterator: a trace after a call
+        (or a skip) that read from it can make deleting the iterator block for tens of seconds
+        (data/iterate.py explains why)."""
+        for variant in (False, True) if self.spec.timing_every != 0 else (False,):
+            if variant not in self._compiled:
+                self._trace(variant, arg)
+
     def _group(self, step: int, epoch: int, iterator: Any, wanted: int,
                timed: bool) -> tuple[int, float]:
         """One call of up to ``wanted`` steps; returns how many ran and the call's ms."""
         start = time.perf_counter()
         arg = (iterator, groups.steps_tensor(wanted))
         if step == self._first_step:
-            # Every variant is traced before any of them runs on the iterator: a trace after
-            # a call that read from it can make deleting the iterator block for tens of seconds
-            # (data/iterate.py explains why).
-            for variant in (False, True) if self.spec.timing_every != 0 else (False,):
-                if variant not in self._compiled:
-                    self._trace(variant, arg)
+            self._trace_groups(arg)
         try:
             rows, stamps, count = self._call(timed, arg)
         except Exception:

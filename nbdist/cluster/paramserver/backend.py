@@ -21,6 +21,7 @@ from typing import Any
 
 from ...backends.base import Backend, BackendStatus, refuse_keras_choice
 from ...backends.cells import ScopeCell, StepCell, run_cell_code, step_inputs
+from ...checkpoint import refuse_checkpoint_every
 from ...errors import ConfigError
 from ...families import check_served
 from ...hooks.keras import atomic_variable_updates
@@ -265,6 +266,7 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
     def run_step_cell(self, cell: StepCell, observers: list[RunObserver]) -> Run:
         """Schedule the step on the workers (async) until --epochs/--steps are done."""
         refuse_grouped_steps(cell.spec, self.spec.name)
+        refuse_checkpoint_every(cell.spec, self.spec.name)
         self._usable()
         user_ns = self._user_ns()
         # the checkpoint is saved from here, the coordinator: it reads the PS variables
