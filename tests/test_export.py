@@ -146,5 +146,3 @@ def test_a_keras_loss_object_prints_the_loss_of_the_global_batch(ip, tmp_path):
     out = _script(["-c", WITHOUT_NBDIST, str(script)], tmp_path)
     printed = [float(v) for v in re.findall(r"epoch \d/2: loss (\S+) \(\d+ steps\)", out)]
     np.testing.assert_allclose(printed, notebook[[3, 7]], rtol=1e-4)
-
-

@@ -221,3 +221,23 @@ def test_an_unwritable_or_missing_directory_is_refused_and_the_script_passes_ruf
 def test_a_mistaken_export_line_gets_the_fix(ip, line, said):
     err = run_cell(ip, f"%distribute {line}").error_in_exec
     assert isinstance(err, ExportError) and said in str(err), err
+
+
+def test_checkpoint_every_is_said_to_be_left_out_and_the_script_resumes_by_epoch(ip, tmp_path):
+    """The script saves after every epoch only: the cell's --checkpoint-every is named in a
+    comment where --checkpoint is, and the script runs and resumes with --checkpoint."""
+    tiny_model_and_data(ip)
+    ckpt = tmp_path / "ck"
+    cell = tiny_step().replace("--data ds_ex", f"--data ds_ex --epochs 2 --checkpoint {ckpt} "
+                                               "--checkpoint-every 3")
+    assert run_cell(ip, cell).success
+    script = tmp_path / "train.py"
+    assert run_cell(ip, f"%distribute export {script}").success
+    text = script.read_text()
+    assert ("    # the cell's --checkpoint-every 3 is not carried over: this script saves after "
+            "every\n    # epoch and resumes at the start of the next one\n"
+            '    parser.add_argument("--checkpoint"') in text
+    assert subprocess.run(["ruff", "check", "--select", "F,E9", str(script)],
+                          cwd=ROOT).returncode == 0
+    _script([str(script), "--epochs", "1", "--checkpoint", "ck"], tmp_path)
+    assert "resumed from epoch 1 of 2" in _script([str(script), "--checkpoint", "ck"], tmp_path)

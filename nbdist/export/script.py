@@ -181,6 +181,7 @@ def render(plan: Plan, filename: str, user_ns: dict[str, Any], strategy: str | N
         make_strategy=_make_strategy(),
         strategy=json.dumps(default), devices=session.devices or 1, epochs=spec.epochs,
         steps=spec.steps, checkpoint=_literal(spec.checkpoint),
+        checkpoint_every=_checkpoint_every(spec.checkpoint_every),
         worker_line=("nbdist_worker, nbdist_workers = worker_index_and_count()   # nbdist's "
                      "names for them" if plan.provided & {"nbdist_worker", "nbdist_workers"}
                      else ""))
@@ -338,6 +339,14 @@ def _per_worker(distribute: str) -> dict[str, str]:
                               "            lambda context: data(context).repeat())",
                 "per_worker_batches": "data(tf.distribute.InputContext())"}
     return {"per_worker": "data.repeat()", "per_worker_batches": "data"}
+
+
+def _checkpoint_every(every: int | None) -> str:
+    """The cell's --checkpoint-every, said to be left out: the script saves each epoch."""
+    if every is None:
+        return ""
+    return (f"    # the cell's --checkpoint-every {every} is not carried over: this script "
+            "saves after every\n    # epoch and resumes at the start of the next one\n")
 
 
 def _checkpoint_candidates(plan: Plan) -> list[str]:

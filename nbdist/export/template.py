@@ -60,7 +60,7 @@ def parse_args():
                         help="(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=$steps, metavar="N",
                         help="steps per epoch at most (default: %(default)s = all)")
-    parser.add_argument("--checkpoint", default=$checkpoint, metavar="DIR",
+$checkpoint_every    parser.add_argument("--checkpoint", default=$checkpoint, metavar="DIR",
                         help="save every epoch, resume from the last one (default: %(default)s)")
     parser.add_argument("--metrics", metavar="PATH",
                         help="with nbdist: per-replica rows as JSON lines. Measured: loss, "
