@@ -320,8 +320,3 @@ def test_a_cell_that_trains_nothing_says_so(local, capsys):
     assert isinstance(err, CheckpointError) and "names nothing to save" in str(err)
     run_ok(ip, f"%%distribute --checkpoint {ckpt}\nunused = 1\n")
     assert "this cell called no model.fit, so nothing was saved" in capsys.readouterr().out
-
-
-# -- a real 2-worker cluster: SIGKILL, `%distribute restart`, resume ---------------------------
-
-

@@ -91,3 +91,48 @@ def test_multiworker_fit_resumes_after_a_worker_is_killed(mw, capsys):
     assert resumed.mode == "fit"
     assert_continues(resumed, died)
     assert not os.path.exists(os.path.join(ckpt, "fit1", "chief"))
+
+
+def _worker_weights(ip):
+    run_ok(ip, "%%distribute\nfinal_weights = model.get_weights()")
+    return current_session().pull("final_weights", worker=0)
+
+
+def test_multiworker_checkpoint_every_resumes_mid_epoch_to_the_uninterrupted_weights(mw,
+                                                                                   capsys):
+    """--checkpoint-every 4 on 2 workers: `inject kill 1 --at-step 22` SIGKILLs worker 1 in
+    epoch 3, after the save before step 20; restarted, both workers resume inside epoch 3,
+    skipping the 4 batches of it they trained on, and end on the weights of a run that was
+    never killed."""
+    ip, tmp = mw
+    ckpt = str(tmp / "every-run")
+    cell = STEP.format(flags=f"--checkpoint {ckpt} --checkpoint-every 4")
+    _fresh_workers(ip, seed=1)
+    ip.run_line_magic("distribute", "inject kill 1 --at-step 22")
+    err = run_err(ip, cell)
+    assert isinstance(err, WorkerDied) and "worker 1" in str(err), err
+    died = nbdist.runs[-1]
+    ip.run_line_magic("distribute", "restart")
+    _fresh_workers(ip, seed=2)
+    capsys.readouterr()
+    run_ok(ip, cell)
+    resumed, out = nbdist.runs[-1], capsys.readouterr().out
+    assert (f"[worker 0] nbdist: resumed at epoch 3 of 3, step 5 of the epoch, in {ckpt}/step "
+            "(20 steps restored; the first 4 batches of epoch 3 are skipped: they were trained "
+            "on).") in out, out
+    assert "[worker 1] nbdist: resumed" not in out           # said once
+    frame = resumed.metrics
+    assert resumed.status == "done"
+    assert frame.groupby("worker")["step"].agg(["min", "max"]).values.tolist() == [[20, 23]] * 2
+    both = frame.groupby(["step", "worker"])["loss"].sum()
+    before = died.metrics.groupby(["step", "worker"])["loss"].sum()
+    shared = sorted(set(both.index) & set(before.index))
+    assert shared and shared[0] == (20, 0), shared           # the same batches at step 20
+    np.testing.assert_allclose(both[shared], before[shared], rtol=1e-5)
+    finished = _worker_weights(ip)
+    ip.run_line_magic("distribute", "restart")                # the same training, never killed
+    _fresh_workers(ip, seed=1)
+    run_ok(ip, STEP.format(flags=""))
+    for a, b in zip(finished, _worker_weights(ip), strict=True):
+        assert np.abs(a - b).max() < 1e-5
+    assert not os.path.exists(os.path.join(ckpt, "step"))
