@@ -207,6 +207,8 @@ def test_local_checkpoint_every_resumes_mid_epoch_to_the_uninterrupted_weights(l
     assert (died.status, died.steps_done) == ("failed", 15)
     step_dir = os.path.join(ckpt, "step")
     assert os.path.exists(os.path.join(step_dir, "ckpt-12.index")), os.listdir(step_dir)
+    assert (f"checkpointed each epoch and every 4 steps into {step_dir} (model, optimizer)"
+            in died.notes), died.notes
     ip.user_ns["SEED"] = 2                       # as after a restart: a fresh model
     run_ok(ip, MODEL)
     ip.user_ns["SEED"], ip.user_ns["train_ds"] = 1, ip.user_ns["clean_ds"]

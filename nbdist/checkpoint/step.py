@@ -147,14 +147,16 @@ class StepCheckpoint(RunObserver):
                  say: Callable[[str], None] | None = None) -> StepCheckpoint:
         return cls(directory, strategy, named_trackables(cell, user_ns), say)
 
-    def restore(self, epochs: int, run: Any) -> tuple[int, int]:
-        """Load the latest checkpoint, if any: (epochs done, steps done)."""
+    def restore(self, epochs: int, run: Any, every: int | None = None) -> tuple[int, int]:
+        """Load the latest checkpoint, if any: (epochs done, steps done); ``skip`` then says
+        how many batches of the next epoch were trained on. ``every``: --checkpoint-every."""
         import tensorflow as tf
 
         latest = tf.train.latest_checkpoint(self.directory)
         if latest is None:
             RunWriter(run).checkpointed(self.directory, 0)
-            run.note(f"checkpointed each epoch into {self.directory} "
+            also = f" and every {count(every, 'step')}" if every else ""
+            run.note(f"checkpointed each epoch{also} into {self.directory} "
                      f"({', '.join(sorted(self.objects))})")
             return 0, 0
         try:

@@ -138,7 +138,8 @@ class StepLoop:
             if self.checkpoint is not None:
                 # as an observer its on_traced checks that it saves what the step trains
                 self.observers = [*self.observers, self.checkpoint]
-                first_epoch, first_step = self.checkpoint.restore(self.spec.epochs, run)
+                first_epoch, first_step = self.checkpoint.restore(
+                    self.spec.epochs, run, self.spec.checkpoint_every)
             self._epoch = first_epoch
             with self._running(), self.interrupts, recording_divisions():
                 self._loop(first_epoch, first_step)
