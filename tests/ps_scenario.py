@@ -235,6 +235,11 @@ def main_scenario(ip):
                                           "ck_opt = keras.optimizers.Adam(0.05)\n")
     ckpt_cell = (STEP.replace("model", "ck_model").replace("optimizer.", "ck_opt.")
                  .format(data="ds", flags=f"--epochs 40 --checkpoint {ckpt_dir}"))
+    # --checkpoint-every: refused before anything runs (no Run)
+    runs_before = len(nbdist.runs)
+    _, out["ckpt_every_error"] = cell(ip, ckpt_cell.replace("--epochs 40",
+                                                            "--epochs 40 --checkpoint-every 4"))
+    out["ckpt_every_new_runs"] = len(nbdist.runs) - runs_before
     # Kernel > Interrupt while the 13th epoch's checkpoint is being written (step 104): the
     # interrupt waits for the save, then the run stops (not inside TensorFlow's save).
     from nbdist.checkpoint.step import StepCheckpoint

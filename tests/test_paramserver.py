@@ -227,6 +227,11 @@ def test_kernel_interrupt_stops_a_tf_keras_fit_keeps_its_steps_and_the_cluster(m
 
 def test_step_checkpoint_saves_each_epoch_and_a_rerun_resumes(main):
     assert main["ckpt_setup_error"] is None
+    refused = main["ckpt_every_error"]
+    assert refused.startswith("ConfigError") and main["ckpt_every_new_runs"] == 0, refused
+    assert ("--checkpoint-every 4 saves inside an epoch and resumes there by skipping the "
+            "batches already trained on, but under parameter_server each worker reads its own "
+            "dataset") in refused
     assert main["ckpt_interrupt_error"].startswith("RunInterrupted")
     assert main["ckpt_saves_finished"] == 13       # the save under way when it came finished
     first = main["ckpt_first_run"]
