@@ -71,7 +71,8 @@ class Family:
     that trains) and ``code`` ("module:function", called as ``code(spec, devices, preamble)``
     -> the lines of the equivalent TensorFlow, ``preamble`` being the import and CPU split
     every program starts with) are imported when used. ``script``: its part of an exported
-    script, or None with ``no_script`` saying why it cannot be exported.
+    script, or None with ``no_script`` saying why it cannot be exported. ``no_elastic``: why
+    its step cells take no ``--elastic`` (empty: they do, the backend restarts its workers).
     """
 
     name: str
@@ -94,6 +95,8 @@ class Family:
     no_allreduce: str | None = None
     script: ScriptPieces | None = None
     no_script: str = ""
+    no_elastic: str = ("it trains inside this kernel, so there is no worker process whose "
+                       "death a restart could recover from")
 
     def __post_init__(self) -> None:
         if self.runs_in not in (KERNEL, WORKERS):
@@ -291,7 +294,7 @@ for _family in (
         WORKERS, "nbdist.cluster.multiworker.backend:MultiWorkerCluster",
         f"{_S}:build_multiworker", f"{_S}:multiworker_code",
         flags=("devices", "workers", "cluster"), picker=("devices", "workers", "cluster"),
-        gpu_devices_only=True, needs=(NEEDS_IPYPARALLEL,),
+        gpu_devices_only=True, needs=(NEEDS_IPYPARALLEL,), no_elastic="",
         script=ScriptPieces("# the cluster and this process's task come from TF_CONFIG\n"
                             "return tf.distribute.MultiWorkerMirroredStrategy()",
                             launch="--workers 2"),
@@ -304,6 +307,8 @@ for _family in (
         flags=("devices", "workers", "ps", "cluster", "partitioner"),
         picker=("workers", "ps", "cluster"), needs=(NEEDS_IPYPARALLEL,),
         no_allreduce="parameter servers apply each worker's gradients",
+        no_elastic=("restarting its workers and parameter servers after a death is not "
+                    "available under parameter_server yet"),
         script=ScriptPieces(_PS_SERVE, coordinated=True, launch="--workers 2 --ps 1"),
     ),
     Family(

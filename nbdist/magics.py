@@ -21,7 +21,14 @@ from IPython.utils.process import arg_split
 from .cluster.protocol import FAULT_KINDS
 from .errors import ConfigError, NbdistError
 from .families import family
-from .spec import PLACEMENT_FLAGS, STRATEGY_NAMES, RunSpec, StrategySpec, suggest_strategy
+from .spec import (
+    ELASTIC_RESTARTS,
+    PLACEMENT_FLAGS,
+    STRATEGY_NAMES,
+    RunSpec,
+    StrategySpec,
+    suggest_strategy,
+)
 from .step.errormap import with_tensorflow_advice, without_nbdist_frames
 from .telemetry.run import RunObserver
 from .tflogs import quiet_tensorflow
@@ -111,6 +118,9 @@ def _line_args(line: str) -> None:
           help="step mode, with --checkpoint: also save every K steps (default: each epoch)")
 @argument("--tensorboard", metavar="DIR",
           help="also write the run's scalars for TensorBoard (default: none)")
+@argument("--elastic", type=int, nargs="?", const=ELASTIC_RESTARTS, metavar="N",
+          help=f"step mode: restart dead workers, resume --checkpoint (default: off; N: "
+               f"{ELASTIC_RESTARTS})")
 def _cell_args(line: str) -> None:
     """The ``%%distribute`` cell's parser (its ``.parser``)."""
 
@@ -186,7 +196,8 @@ _EXAMPLE_VALUES = {"--data": "train_ds", "--steps": "100", "--epochs": "3",
                    "--tensorboard": "logs/run1",
                    "--cluster": "ssh", "--tpu": "grpc://10.0.0.2:8470",
                    "--partitioner": "min_size:256k", "--steps-per-call": "8",
-                   "--delay": "0.5", "--keras": "legacy", "--worker": "1"}
+                   "--delay": "0.5", "--keras": "legacy", "--worker": "1",
+                   "--elastic": "3"}
 
 
 def _options(parsed_by: Callable) -> dict[str, Any]:
@@ -347,7 +358,7 @@ class DistributeMagics(Magics):
             loss=args.loss, grads=args.grads, show_code=args.show_code,
             timing_every=args.timing_every, strategy=strategy, checkpoint=args.checkpoint,
             checkpoint_every=args.checkpoint_every,
-            steps_per_call=args.steps_per_call,
+            steps_per_call=args.steps_per_call, elastic=args.elastic,
         )
         header = f"%%distribute {line}".strip()
         from .widgets.dashboard import Dashboard, observer_for

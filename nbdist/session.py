@@ -270,6 +270,7 @@ class Session:
     def run_step_cell(self, cell: str, spec: RunSpec, observers: list[RunObserver],
                       header: str = "") -> Run:
         """Step mode: rewrite the cell into a per-replica step and train with it."""
+        self._refuse_elastic(spec)
         backend = self.require(spec.strategy)
         return self._run(backend, backend.run_step_cell, prepare_step_cell, cell, spec,
                          observers, header)
@@ -280,6 +281,19 @@ class Session:
         backend = self.require(spec.strategy)
         return self._run(backend, backend.run_scope_cell, prepare_scope_cell, cell, spec,
                          observers, header)
+
+    def _refuse_elastic(self, spec: RunSpec) -> None:
+        """``--elastic`` under a family whose workers cannot be restarted mid-cell: refused
+        before anything starts (an inline strategy included)."""
+        chosen = spec.strategy or (self.backend.spec if self.backend is not None else None)
+        if spec.elastic is None or chosen is None or not family(chosen.name).no_elastic:
+            return
+        raise ConfigError(
+            f"--elastic is not available under {chosen.name}: "
+            f"{family(chosen.name).no_elastic}. It restarts the workers of `multiworker` "
+            "(`%distribute multiworker --workers 2`) when one dies and resumes the cell from "
+            "its --checkpoint; here drop --elastic (--checkpoint alone resumes the cell when "
+            "you run it again). The cell did not run.")
 
     def _run(self, backend: Backend, method: Callable[[Any, list[RunObserver]], Any],
              prepare: Callable[..., Any], cell: str, spec: RunSpec, observers: list[RunObserver],

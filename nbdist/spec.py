@@ -190,6 +190,7 @@ class RunSpec:
     checkpoint: str | None = None     # --checkpoint DIR (see nbdist.checkpoint)
     checkpoint_every: int | None = None   # --checkpoint-every K: also every K steps
     steps_per_call: int | str = 1     # K, or "auto" (see nbdist.step.groups)
+    elastic: int | None = None        # --elastic N: restarts a worker's death may cost
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -223,6 +224,8 @@ class RunSpec:
             raise ConfigError("--checkpoint needs a directory, e.g. `--checkpoint ckpt/run1`.")
         if self.checkpoint_every is not None:
             _check_checkpoint_every(self)
+        if self.elastic is not None:
+            _check_elastic(self)
         for flag in ("data", "loss", "grads"):
             value = getattr(self, flag)
             if value is not None and not value.isidentifier():
@@ -242,6 +245,29 @@ class RunSpec:
         return cls(**{**data, "strategy": None if strategy is None
                       else StrategySpec.from_dict(strategy)})
 
+
+#: The restarts ``--elastic`` allows a cell when given without a number.
+ELASTIC_RESTARTS = 3
+
+
+def _check_elastic(spec: RunSpec) -> None:
+    """``--elastic N``: a step cell with ``--checkpoint DIR``, N a whole number >= 1."""
+    if isinstance(spec.elastic, bool) or not isinstance(spec.elastic, int) or spec.elastic < 1:
+        raise ConfigError(
+            f"--elastic {spec.elastic!r}: give how many times a cell may restart its workers "
+            f"after one dies, a whole number of at least 1 (`--elastic` alone allows "
+            f"{ELASTIC_RESTARTS}), e.g. `--elastic 2`. The cell did not run.")
+    if not spec.step:
+        raise ConfigError(
+            "--elastic restarts a step cell's workers when one dies and resumes it from its "
+            "--checkpoint; it applies to step cells (`%%distribute --step --data NAME "
+            "--checkpoint DIR --elastic`), not to scope cells yet. The cell did not run.")
+    if not spec.checkpoint:
+        raise ConfigError(
+            "--elastic needs --checkpoint DIR: after a worker dies, nbdist starts fresh "
+            "workers, which know nothing of the training so far; they resume from the last "
+            "checkpoint the cell saved in DIR. Add a directory, e.g. `--checkpoint ckpt/run1 "
+            "--elastic`. The cell did not run.")
 
 
 def _check_checkpoint_every(spec: RunSpec) -> None:
