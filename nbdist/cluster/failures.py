@@ -34,7 +34,14 @@ class ClusterStartError(NbdistError):
 
 
 class WorkerDied(ClusterError):
-    """A worker process ended while the cluster was in use."""
+    """A worker process ended while the cluster was in use: ``workers`` (their indexes and
+    pids) after ``step`` steps of the run (None: before the cell, or before any step)."""
+
+    def __init__(self, message: str, workers: dict[int, int | None] | None = None,
+                 step: int | None = None):
+        super().__init__(message)
+        self.workers = dict(workers or {})
+        self.step = step
 
 
 class ControllerDied(ClusterError):

@@ -45,6 +45,41 @@ LEARNED = frozenset({"total_steps", "epochs", "loss_scale", "loss_label", "allre
 
 
 @dataclass
+class Restart:
+    """One ``--elastic`` restart of a run's workers (``Run.restarts``): what died, at which
+    step, the step the run resumed at from its checkpoint, and the seconds it cost, split into
+    starting fresh workers (``start_s``), replaying the cells and pushes that built their
+    state (``replay_s``) and from then until the first step after the checkpoint was recorded
+    (``restore_s``: data, checkpoint, tracing, first step; None until it was)."""
+
+    died: str                        # "worker 1 (pid 4242)"
+    workers: tuple[int, ...]         # the indexes of the workers that died
+    machine: str                     # the host they ran on
+    step: int | None                 # steps done when it died (None: not known)
+    start_s: float
+    replay_s: float
+    replayed: int                    # cells and pushes replayed
+    resumed_at: int | None = None    # the first step the fresh workers trained
+    restore_s: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        """Seconds lost in all (start, replay and restore)."""
+        return self.start_s + self.replay_s + (self.restore_s or 0.0)
+
+    def describe(self) -> str:
+        """One line: what died, where the run resumed, the seconds and their parts."""
+        at = f" after step {self.step}" if self.step is not None else ""
+        resumed = (f"resumed at step {self.resumed_at} from the checkpoint"
+                   if self.resumed_at is not None else "not resumed")
+        restore = f"{self.restore_s:.1f} s" if self.restore_s is not None else "-"
+        return (f"{self.died} died{at} on {self.machine}; {resumed}: {self.seconds:.1f} s lost "
+                f"(start {self.start_s:.1f} s, replay {self.replay_s:.1f} s of "
+                f"{count(self.replayed, 'cell or push', 'cells and pushes')}, restore "
+                f"{restore})")
+
+
+@dataclass
 class Run:
     """One ``%%distribute`` execution and everything measured during it.
 
@@ -110,6 +145,8 @@ class Run:
     #: the run's input pipeline timed alone (``step.inputrate``) by its first explanation
     #: after it ended; later explanations reuse it
     input_rate: Any = field(default=None, repr=False)
+    #: ``--elastic``: each restart of the workers after one died, in order (``Restart``)
+    restarts: list[Restart] = field(default_factory=list)
     _epochs: list[dict[str, float]] = field(default_factory=list, repr=False)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -86,7 +86,7 @@ class Dispatcher:
                 results[i] = self.client[eid].apply_async(fn, *args[i])
             except IndexError:   # the controller already dropped the engine: it is gone
                 self._abandon(results)
-                raise WorkerDied(_died_message([i], self.pids, {}, self.monitor, True)) from None
+                raise _died([i], self.pids, {}, self.monitor, True) from None
         return self.wait(results, list(observers), quiet, fail_fast)
 
     def _check_alive(self) -> None:
@@ -95,7 +95,7 @@ class Dispatcher:
         self._check_controller(before_cell=True)
         dead = self.dead_workers()
         if dead:
-            raise WorkerDied(_died_message(dead, self.pids, {}, self.monitor, True))
+            raise _died(dead, self.pids, {}, self.monitor, True)
         stopped = [w for w, pid in sorted(self.pids.items())
                    if _process_state(pid).startswith("stopped")]
         if stopped:   # not broken yet: it may be resumed
@@ -203,7 +203,7 @@ class Dispatcher:
         dead = self.dead_workers()
         if dead:
             survivors = self._let_survivors_finish(results, dead, output)
-            raise WorkerDied(_died_message(dead, self.pids, survivors, self.monitor))
+            raise _died(dead, self.pids, survivors, self.monitor)
         if self.reach is not None:
             self.reach.check(self.monitor, results)
         now = time.time()
@@ -414,6 +414,15 @@ def _process_state(pid: int | None) -> str:
     except psutil.NoSuchProcess:
         return "gone"
     return "stopped (SIGSTOP?)" if status == psutil.STATUS_STOPPED else status
+
+
+def _died(dead: list[int], pids: dict[int, int], survivors: dict[int, str],
+          monitor: ClusterMonitor, before_cell: bool = False) -> WorkerDied:
+    """The error for workers ``dead``, with their indexes, pids and the step they died at."""
+    steps = [monitor.health[w].step for w in dead if monitor.health[w].step is not None]
+    return WorkerDied(_died_message(dead, pids, survivors, monitor, before_cell),
+                      {w: pids.get(w) for w in dead},
+                      None if before_cell or not steps else max(steps))
 
 
 def _died_message(dead: list[int], pids: dict[int, int], survivors: dict[int, str],

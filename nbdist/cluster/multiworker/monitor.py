@@ -66,8 +66,20 @@ class _RunEntry:
     digests: dict[int, str] = field(default_factory=dict)   # worker -> first batch's
     same_input: str | None = None          # the note when workers read the same data
     lock: threading.Lock = field(default_factory=threading.Lock)   # one reader per worker
+    #: after an ``--elastic`` restart: the steps below this are in the Run already (the
+    #: fresh workers train them again from the checkpoint); their rows are not kept twice
+    skip_below: int = 0
+    first_rows: tuple[float, int] | None = None   # (time.monotonic(), step) of the first rows
 
     def append(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
+        if self.first_rows is None:
+            self.first_rows = (time.monotonic(), int(block[0, POSITION.step]))
+        if self.skip_below:
+            keep = block[:, POSITION.step] >= self.skip_below
+            if not keep.all():
+                block, extras = block[keep], {k: v[keep] for k, v in extras.items()}
+            if not len(block):
+                return
         if self.aligner is None:
             RunWriter(self.run).append_block(block, extras or None)
             return
@@ -180,11 +192,18 @@ class ClusterMonitor:
         self.cut_link: Callable[[int, dict[str, Any]], None] | None = None
 
     # -- runs ------------------------------------------------------------------------------
-    def expect_run(self, key: str, run: Run) -> None:
-        """Route rows tagged ``key`` to ``run`` (a step run the kernel created)."""
+    def expect_run(self, key: str, run: Run, skip_below: int = 0) -> None:
+        """Route rows tagged ``key`` to ``run`` (a step run the kernel created); rows of
+        steps below ``skip_below`` are dropped (the Run has them from before a restart)."""
         with self._lock:
             self._runs[key] = _RunEntry(run, aligner=StepAligner(len(self.health))
-                                        if len(self.health) > 1 else None)
+                                        if len(self.health) > 1 else None,
+                                        skip_below=skip_below)
+
+    def first_rows(self, key: str) -> tuple[float, int] | None:
+        """When the first rows of run ``key`` arrived (``time.monotonic()``) and their step."""
+        entry = self._entry(key, create=False)
+        return entry.first_rows if entry is not None else None
 
     def _entry(self, key: str, create: bool) -> _RunEntry | None:
         with self._lock:
