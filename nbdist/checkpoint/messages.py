@@ -29,6 +29,9 @@ def resume_line(done: int, total: int | None, where: str, steps: int | None,
     if total is not None and done >= total:
         return (f"nbdist: resumed from epoch {done}{of} in {where}: every epoch was already "
                 "done, nothing left to train.")
+    if done == 0 and not steps:   # --elastic saves the weights the run started from
+        return (f"nbdist: restored the weights the run started from, saved in {where}; "
+                "training starts again with epoch 1.")
     ran = f", {steps} steps" if steps else ""
     return (f"nbdist: resumed from epoch {done}{of} in {where} ({count(done, 'epoch')}{ran} "
             f"restored; training goes on with epoch {done + 1}).")

@@ -140,6 +140,10 @@ class StepLoop:
                 self.observers = [*self.observers, self.checkpoint]
                 first_epoch, first_step = self.checkpoint.restore(
                     self.spec.epochs, run, self.spec.checkpoint_every)
+                if self.spec.elastic and (first_epoch, first_step) == (0, 0):
+                    # what fresh workers restore if one dies before the first epoch ends:
+                    # the weights earlier cells trained, which no replay gives back
+                    self.checkpoint.save(0, 0)
             self._epoch = first_epoch
             with self._running(), self.interrupts, recording_divisions():
                 self._loop(first_epoch, first_step)

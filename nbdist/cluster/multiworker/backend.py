@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Any
 
 from ...backends.base import Backend, BackendStatus
@@ -24,7 +25,7 @@ from ...fitrecord import BATCH_LOSS_LABEL
 from ...spec import StrategySpec
 from ...telemetry.channel import ChannelServer, new_key
 from ...telemetry.lossform import remember_reduction
-from ...telemetry.run import Run, RunList, RunObserver, RunWriter
+from ...telemetry.run import Restart, Run, RunList, RunObserver, RunWriter
 from ...tflogs import worker_environment
 from .. import injection, tfconfig
 from ..compat import check_engines
@@ -35,6 +36,15 @@ from ..inengine import cells, transfer, worker
 from ..lifecycle import ClusterLifecycle, live
 from ..protocol import FAULT_KINDS, Outcome
 from .dispatch import Dispatcher
+from .elastic import (
+    ElasticGaveUp,
+    Restarts,
+    died_what,
+    restart_note,
+    restarting_line,
+    restored_line,
+)
+from .journal import Journal, foreign_code, hub_task_ids
 from .keras_choice import MIXED_KERAS, kernel_runs_keras3, resolve_keras
 from .models import WorkerModel, into_kernel
 from .monitor import ClusterMonitor
@@ -81,6 +91,9 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         self.dispatcher: Dispatcher | None = None
         self.reach: ReachWatch | None = None   # the workers on other hosts, once started
         self._engine_pids: dict[int, int] = {}   # worker -> engine pid (from the preflight)
+        self.journal = Journal()   # what built the workers' state (--elastic replays it)
+        self._replaying = False    # fits the journal's cells run again make no Run
+        self._rerun_at = 0.0       # when a step cell was called again after a restart
 
     @classmethod
     def create(cls, spec: StrategySpec, runs: RunList, shell: Any = None,
@@ -148,6 +161,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             self.dispatcher.pids = {i: info["pid"] for i, info in enumerate(self.info)
                                     if engines.local[i]}
             engines.remember_processes()
+            self.journal.hub_seen = hub_task_ids(engines.client)
         except WorkerDied as died:   # before the strategy existed: nothing to restart
             self.stop()
             raise died_starting(died, engines.restart_advice(self.spec.name)) from None
@@ -180,6 +194,34 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                                    self.collective_timeout)
         fresh.start()
         return fresh
+
+    def _restart_in_place(self) -> None:
+        """Fresh workers (same count and settings) in place of these, for ``--elastic``:
+        the journal is kept, and so are the injected faults not applied yet."""
+        pending = [e for e in self.monitor.injections if e.get("applied_step") is None
+                   and FAULT_KINDS[e["fault"]].link is None]
+        self.stop()
+        refuse_restart_while_lost(self.reach)
+        self.broken, self.info, self.reach = None, [], None
+        self.monitor = ClusterMonitor(self.n, self._send, self._new_fit_run)
+        self.start()
+        for e in pending:
+            injection.send(self._send, self.monitor.injections, e["fault"], e["worker"],
+                           e["at_step"], e["delay"])
+
+    def _replay(self) -> int:
+        """The journal, run again on fresh workers, quietly; returns its entries."""
+        def scope(args: tuple[Any, ...]) -> None:
+            outcomes, interrupted = self._call(cells.run_scope, [args] * self.n, [],
+                                               quiet=True)
+            finish_runs(outcomes, interrupted, [], self.n)
+
+        self._replaying = True
+        try:
+            return len(self.journal.replay(scope, lambda values: push_values(
+                self._usable().client, self.engines.ids, values)))
+        finally:
+            self._replaying = False
 
     def processes(self) -> list[Any]:
         """psutil Processes of the controller, engines and their children still running."""
@@ -214,14 +256,18 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             raise ClusterError("The workers are stopped. Run `%distribute restart`.")
         return self.dispatcher
 
-    def _call(self, fn: Any, args: list[tuple[Any, ...]], observers: list[RunObserver]
+    def _call(self, fn: Any, args: list[tuple[Any, ...]], observers: list[RunObserver],
+              quiet: bool = False, elastic: bool = False
               ) -> tuple[dict[int, Outcome], bool]:
+        """``elastic``: a worker's death leaves the Runs running (the cell restarts)."""
         dispatcher = self._usable()
         self.monitor.stopper.reset()
         try:
-            outcomes, interrupted = dispatcher.call(fn, args, observers)
+            outcomes, interrupted = dispatcher.call(fn, args, observers, quiet=quiet)
         except ClusterError as err:
             self.broken = str(err).split(": ")[0] + "."
+            if elastic and isinstance(err, WorkerDied):
+                raise
             for run in self.monitor.runs():
                 if run.status == "running":
                     RunWriter(run).finish("failed", str(err))
@@ -260,26 +306,35 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         return run
 
     def _new_fit_run(self) -> Run:
+        if self._replaying:   # a fit of a cell replayed on fresh workers: not a new Run
+            return Run(id=0, mode="fit", strategy=self.spec.name, replicas=self.replicas_local,
+                       workers=self.n)
         return self._new_run("fit")
 
     def run_step_cell(self, cell: StepCell, observers: list[RunObserver]) -> Run:
         """Step mode on every worker: each runs StepRunner; rows stream into one Run.
 
         Two calls: every worker first reads and checks its ``--data`` (``prepare_step``); the
-        Run is created, and the workers train, only if all of them could."""
+        Run is created, and the workers train, only if all of them could. ``--elastic N``: a
+        worker's death restarts the workers, replays the journal and calls the cell again
+        (``elastic``), at most N times; the one Run goes on."""
         self._usable()
         key = f"step{cell.number}"
         spec = dataclasses.replace(cell.spec, show_code=False, strategy=None).to_dict()
-        outcomes, interrupted = self._call(
-            cells.prepare_step, [(cell.text, cell.header, cell.filename, key, spec)] * self.n,
-            observers)
-        finish_runs(outcomes, interrupted, [], self.n)   # a refusal: raised, no Run made
-        run = self._new_run("step")
-        RunWriter(run).update(epochs=cell.spec.epochs)
-        self.monitor.expect_run(key, run)
-        outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
-                                           observers)
-        finish_runs(outcomes, interrupted, [run], self.n, self.monitor.stopper.requested)
+        if cell.spec.elastic:
+            self._refuse_unreplayable()
+        restarts = Restarts(cell.spec.elastic or 0)
+        held: list[Run] = []   # the cell's Run, once made
+        while True:
+            try:
+                outcomes = self._step_call(cell, key, spec, observers, held)
+                break
+            except WorkerDied as died:
+                if not (cell.spec.elastic and held and held[0].status == "running"):
+                    raise
+                self._recover(held[0], died, restarts, key)
+        run = held[0]
+        self._restored(run, key)
         first = outcomes[0].value or {}
         for note in first.get("notes", []):
             run.note(note)
@@ -291,6 +346,76 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         if same is not None:   # on the Run already; said here too, where the cell ends
             print(f"nbdist: {same}")
         return run
+
+    def _step_call(self, cell: StepCell, key: str, spec: dict[str, Any],
+                   observers: list[RunObserver], held: list[Run]
+                   ) -> dict[int, Outcome]:
+        """Prepare then run the step cell on the workers; ``held``: the cell's Run, made
+        here on the first call (a call after a restart goes on with it)."""
+        elastic = bool(cell.spec.elastic)
+        outcomes, interrupted = self._call(
+            cells.prepare_step, [(cell.text, cell.header, cell.filename, key, spec)] * self.n,
+            observers, elastic=elastic)
+        finish_runs(outcomes, interrupted, [], self.n)   # a refusal: raised, no Run made
+        if not held:
+            held.append(self._new_run("step"))
+            RunWriter(held[0]).update(epochs=cell.spec.epochs)
+        run = held[0]
+        self.monitor.expect_run(key, run, skip_below=run.steps_done if run.restarts else 0)
+        if run.restarts:
+            self._rerun_at = time.monotonic()
+        outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
+                                           observers, elastic=elastic)
+        finish_runs(outcomes, interrupted, [run], self.n, self.monitor.stopper.requested)
+        return outcomes
+
+    def _refuse_unreplayable(self) -> None:
+        """``--elastic``: refused before the cell runs when the workers' state could not be
+        built again on fresh workers."""
+        why = self.journal.refusal(foreign_code(self._usable().client, self.journal.hub_seen))
+        if why is not None:
+            raise ConfigError(
+                f"--elastic: {why}. After a worker's death the fresh workers would miss that "
+                "state, so the cell did not run. Run `%distribute restart`, build the state "
+                "with `%%distribute` cells and `%distribute push` (nbdist replays those), "
+                "then run this cell again; or drop --elastic.")
+
+    def _recover(self, run: Run, died: WorkerDied, restarts: Restarts, key: str) -> None:
+        """After ``died``: fresh workers, the journal replayed on them, the Run's restart
+        recorded; ``ElasticGaveUp`` (the Run failed) when the cell may not go on."""
+        self._restored(run, key)   # the restart before this one, if any
+        what, host = died_what(died, self.info)
+        try:
+            restarts.check(died, what)
+            print(restarting_line(what, died.step, restarts.used, restarts.limit))
+            began = time.monotonic()
+            self._restart_in_place()
+            started = time.monotonic()
+            replayed = self._replay()
+        except ElasticGaveUp as err:
+            RunWriter(run).finish("failed", str(err))
+            raise
+        except Exception as err:
+            gave_up = restarts.failed_recovery(what, err)
+            RunWriter(run).finish("failed", str(gave_up))
+            raise gave_up from err
+        run.restarts.append(Restart(what, tuple(sorted(died.workers)), host, died.step,
+                                    started - began, time.monotonic() - started, replayed))
+
+    def _restored(self, run: Run, key: str) -> None:
+        """The latest restart, once the fresh workers' first rows arrived: the step they
+        resumed at and the seconds it took; said in the cell and on the Run."""
+        if not run.restarts or run.restarts[-1].restore_s is not None:
+            return
+        first = self.monitor.first_rows(key)
+        if first is None:
+            return
+        restart = run.restarts[-1]
+        restart.restore_s = max(0.0, first[0] - self._rerun_at)
+        restart.resumed_at = first[1]
+        number = len(run.restarts)
+        run.note(restart_note(number, restart))
+        print(restored_line(number, restart))
 
     def run_scope_cell(self, cell: ScopeCell, observers: list[RunObserver]) -> Any:
         """Run the cell on every worker under the strategy's scope; show worker values.
@@ -304,6 +429,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         outcomes, interrupted = self._call(cells.run_scope, [args] * self.n, observers)
         new = [r for r in self.monitor.runs() if id(r) not in before]
         finish_runs(outcomes, interrupted, new, self.n, self.monitor.stopper.requested)
+        self.journal.add_scope(cell.text, args)
         if checkpoint and not new:
             from ...checkpoint import NOTHING_TRAINED
 
@@ -320,6 +446,7 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
     def push(self, values: dict[str, Any]) -> None:
         """Copy ``values`` into every worker's namespace (pickled by ipyparallel)."""
         push_values(self._usable().client, self.engines.ids, values)
+        self.journal.add_push(values)
 
     def pull(self, name: str, worker_index: int = 0, into: Any = None) -> Any:
         """The value of ``name`` on worker ``worker_index``; a Keras model comes as a model of
