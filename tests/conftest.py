@@ -68,6 +68,7 @@ FILE_TIERS = {
     "test_dashboard_widget.py": "unit",
     "test_devices.py": "kernel",
     "test_docs.py": "notebooks",
+    "test_elastic.py": "cluster",
     "test_explain.py": "kernel",
     "test_explain_rules.py": "unit",
     "test_explain_straggler.py": "cluster",
