@@ -303,6 +303,7 @@ def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
     if smoothing:
         fig["data"] = smoothed(fig["data"], smoothing)
     mark_resume(fig, run)
+    mark_restarts(fig, run)     # --elastic: where a worker died and the run went on
     mark_outcome(fig, run)      # where it failed, was interrupted or stopped, and why
     return fig
 
@@ -342,18 +343,38 @@ def mark_resume(fig: dict[str, Any], run: Run) -> None:
         return
     text = f"resumed from run {run.resumed_from.id} at step {run.resumed_at}"
     fig["layout"]["title"]["text"] += f" · {text}"
+    _vertical_line(fig, run.resumed_at - 0.5, text, "#888888", "dot", "skip")
+
+
+def mark_restarts(fig: dict[str, Any], run: Run) -> None:
+    """Each ``--elastic`` restart of ``run`` (``Run.restarts``): a dashed vertical line across
+    the loss panel after the step the worker died at, named in the legend with what died, the
+    step the run resumed at and the seconds lost (the curves go on across it)."""
+    for number, restart in enumerate(run.restarts, 1):
+        at = restart.step if restart.step is not None else restart.resumed_at
+        if at is None:
+            continue
+        resumed = f", resumed at step {restart.resumed_at}" if restart.resumed_at is not None \
+            else ""
+        text = (f"restart {number}: {restart.died} died after step {at}{resumed}, "
+                f"{restart.seconds:.0f} s lost")
+        _vertical_line(fig, at - 0.5, text, "#d62728", "dash", "name")
+
+
+def _vertical_line(fig: dict[str, Any], at: float, name: str, colour: str, dash: str,
+                   hover: str) -> None:
+    """A vertical line at step ``at`` over the loss panel's values, named in the legend."""
     ys = [np.asarray(t["y"], dtype=np.float64) for t in fig["data"]
           if t.get("yaxis") == "y" and t.get("type") == "scatter" and len(t.get("y", ()))]
     ys = [y[np.isfinite(y)] for y in ys]
     ys = [y for y in ys if len(y)]
     if not ys:
         return
-    at = run.resumed_at - 0.5
     fig["data"].append({
-        "type": "scatter", "mode": "lines", "name": text, "xaxis": "x", "yaxis": "y",
+        "type": "scatter", "mode": "lines", "name": name, "xaxis": "x", "yaxis": "y",
         "x": np.array([at, at]), "y": np.array([min(float(y.min()) for y in ys),
                                                 max(float(y.max()) for y in ys)]),
-        "line": {"color": "#888888", "width": 1.2, "dash": "dot"}, "hoverinfo": "skip",
+        "line": {"color": colour, "width": 1.2, "dash": dash}, "hoverinfo": hover,
         "legendrank": 1500})
 
 
