@@ -20,6 +20,7 @@ from nbdist.cluster.multiworker.backend import live_clusters
 from nbdist.cluster.multiworker.elastic import ElasticGaveUp
 from nbdist.errors import ConfigError
 from nbdist.session import current_session
+from nbdist.widgets.figure import run_figure
 
 EPOCHS, PER_EPOCH = 2, 8
 
@@ -117,6 +118,9 @@ def test_a_killed_worker_costs_a_restart_and_the_weights_are_the_same(mw, capsys
     assert "worker 1 (pid" in out and "--elastic: restart 1 of 3" in out, out
     assert "nbdist: restart 1: worker 1 (pid" in out and "s lost (start" in out, out
     assert any(n.startswith("restart 1 (--elastic): worker 1") for n in run.notes)
+    marks = [t["name"] for t in run_figure(run)["data"]
+             if t.get("name", "").startswith("restart ")]
+    assert len(marks) == 1 and " died after step 11, resumed at step 8, " in marks[0], marks
     frame = run.metrics   # every step once per worker, the re-run ones not twice
     assert sorted(frame.groupby("worker")["step"].agg(list).map(sorted).tolist()) == \
         [list(range(EPOCHS * PER_EPOCH))] * 2
@@ -126,6 +130,21 @@ def test_a_killed_worker_costs_a_restart_and_the_weights_are_the_same(mw, capsys
     assert not os.path.exists(tmp / "elastic" / "step")   # done: the backup is gone
     assert not [p for p in first_engines if p.is_running()
                 and p.status() != psutil.STATUS_ZOMBIE]   # the old workers were stopped
+
+
+@pytest.mark.cluster
+def test_a_worker_dead_since_the_last_cell_is_replaced_before_the_run(mw):
+    ip, tmp = mw
+    _weights(ip, seed=6)
+    victim = psutil.Process(current_session().backend.info[1]["pid"])
+    ip.run_line_magic("distribute", "inject kill 1")
+    victim.wait(timeout=30)
+    run_ok(ip, STEP.format(flags=f"--checkpoint {tmp / 'between'} --elastic 1"))
+    run = nbdist.runs[-1]
+    assert run.status == "done" and run.steps_done == EPOCHS * PER_EPOCH
+    [restart] = run.restarts
+    assert restart.died == f"worker 1 (pid {victim.pid})" and restart.step is None, restart
+    assert restart.resumed_at == 0 and restart.restore_s > 0
 
 
 @pytest.mark.cluster

@@ -41,7 +41,7 @@ _NAN = float("nan")
 #: The fields of a Run its runners set as they learn them (``RunWriter.update``); its rows,
 #: epochs, resume link and end have their own ``RunWriter`` methods.
 LEARNED = frozenset({"total_steps", "epochs", "loss_scale", "loss_label", "allreduce_bytes",
-                     "checkpoint", "waited_for", "stragglers", "input_rate"})
+                     "checkpoint", "waited_for", "stragglers", "input_rate", "restarts"})
 
 
 @dataclass
@@ -99,6 +99,10 @@ class Run:
     is the earlier Run of the same checkpoint directory (None if that Run is not in this
     kernel) and ``run.resumed_at`` the first step this run trained; the dashboard and
     ``nbdist.compare`` draw the earlier run's steps before it.
+
+    A step cell with ``--elastic`` goes on after a worker's death in the same Run:
+    ``run.restarts`` lists each restart of its workers, with what died, the step the run
+    resumed at and the seconds lost (``Restart``).
     """
 
     id: int
@@ -451,7 +455,8 @@ class RunWriter:
     def update(self, **facts: Any) -> None:
         """Set what the run's runners learn about it as it goes (the names of ``LEARNED``):
         its length, how its losses add up, what its dashboard labels, its all-reduce size, its
-        ``--checkpoint`` directory, its stragglers, its input pipeline's measured rate."""
+        ``--checkpoint`` directory, its stragglers, its input pipeline's measured rate, its
+        ``--elastic`` restarts."""
         unknown = sorted(set(facts) - LEARNED)
         if unknown:
             raise TypeError(f"RunWriter.update sets only {sorted(LEARNED)}, not {unknown}")

@@ -327,12 +327,17 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         held: list[Run] = []   # the cell's Run, once made
         while True:
             try:
-                outcomes = self._step_call(cell, key, spec, observers, held)
+                outcomes = self._step_call(cell, key, spec, observers, held, restarts)
                 break
             except WorkerDied as died:
-                if not (cell.spec.elastic and held and held[0].status == "running"):
+                # before the Run exists (a worker died since the last cell), or during it
+                if not (cell.spec.elastic and (not held or held[0].status == "running")):
                     raise
-                self._recover(held[0], died, restarts, key)
+                self._recover(held[0] if held else None, died, restarts, key)
+            except BaseException as err:   # e.g. --data refused by fresh workers
+                if held and held[0].status == "running":
+                    RunWriter(held[0]).finish("failed", str(err))
+                raise
         run = held[0]
         self._restored(run, key)
         first = outcomes[0].value or {}
@@ -348,22 +353,22 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
         return run
 
     def _step_call(self, cell: StepCell, key: str, spec: dict[str, Any],
-                   observers: list[RunObserver], held: list[Run]
+                   observers: list[RunObserver], held: list[Run], restarts: Restarts
                    ) -> dict[int, Outcome]:
         """Prepare then run the step cell on the workers; ``held``: the cell's Run, made
         here on the first call (a call after a restart goes on with it)."""
         elastic = bool(cell.spec.elastic)
+        self._rerun_at = time.monotonic()   # after a restart: where its restore_s starts
         outcomes, interrupted = self._call(
             cells.prepare_step, [(cell.text, cell.header, cell.filename, key, spec)] * self.n,
             observers, elastic=elastic)
         finish_runs(outcomes, interrupted, [], self.n)   # a refusal: raised, no Run made
         if not held:
             held.append(self._new_run("step"))
-            RunWriter(held[0]).update(epochs=cell.spec.epochs)
+            # the restarts: any made before it existed, and later
+            RunWriter(held[0]).update(epochs=cell.spec.epochs, restarts=restarts.records)
         run = held[0]
-        self.monitor.expect_run(key, run, skip_below=run.steps_done if run.restarts else 0)
-        if run.restarts:
-            self._rerun_at = time.monotonic()
+        self.monitor.expect_run(key, run, skip_below=run.steps_done)
         outcomes, interrupted = self._call(cells.run_step, [(key, cell.filename)] * self.n,
                                            observers, elastic=elastic)
         finish_runs(outcomes, interrupted, [run], self.n, self.monitor.stopper.requested)
@@ -380,10 +385,13 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
                 "with `%%distribute` cells and `%distribute push` (nbdist replays those), "
                 "then run this cell again; or drop --elastic.")
 
-    def _recover(self, run: Run, died: WorkerDied, restarts: Restarts, key: str) -> None:
-        """After ``died``: fresh workers, the journal replayed on them, the Run's restart
-        recorded; ``ElasticGaveUp`` (the Run failed) when the cell may not go on."""
-        self._restored(run, key)   # the restart before this one, if any
+    def _recover(self, run: Run | None, died: WorkerDied, restarts: Restarts, key: str
+                 ) -> None:
+        """After ``died``: fresh workers, the journal replayed on them, the restart recorded
+        (``restarts.records``: the Run's); ``ElasticGaveUp`` (the Run, if made, failed) when
+        the cell may not go on."""
+        if run is not None:
+            self._restored(run, key)   # the restart before this one, if any
         what, host = died_what(died, self.info)
         try:
             restarts.check(died, what)
@@ -393,13 +401,15 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             started = time.monotonic()
             replayed = self._replay()
         except ElasticGaveUp as err:
-            RunWriter(run).finish("failed", str(err))
+            if run is not None:
+                RunWriter(run).finish("failed", str(err))
             raise
         except Exception as err:
             gave_up = restarts.failed_recovery(what, err)
-            RunWriter(run).finish("failed", str(gave_up))
+            if run is not None:
+                RunWriter(run).finish("failed", str(gave_up))
             raise gave_up from err
-        run.restarts.append(Restart(what, tuple(sorted(died.workers)), host, died.step,
+        restarts.records.append(Restart(what, tuple(sorted(died.workers)), host, died.step,
                                     started - began, time.monotonic() - started, replayed))
 
     def _restored(self, run: Run, key: str) -> None:

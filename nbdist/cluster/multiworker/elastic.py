@@ -28,6 +28,7 @@ class Restarts:
 
     def __init__(self, limit: int):
         self.limit = limit
+        self.records: list[Restart] = []   # the cell Run's ``restarts``
         self.deaths: list[tuple[str, tuple[int, ...], int | None]] = []   # (what, who, step)
 
     @property
