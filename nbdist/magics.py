@@ -121,6 +121,9 @@ def _line_args(line: str) -> None:
 @argument("--elastic", type=int, nargs="?", const=ELASTIC_RESTARTS, metavar="N",
           help=f"step mode: restart dead workers, resume --checkpoint (default: off; N: "
                f"{ELASTIC_RESTARTS})")
+@argument("--name", metavar="NAME",
+          help="the run's label in its dashboard and nbdist.compare (default: what sets it "
+               "apart from the other runs)")
 def _cell_args(line: str) -> None:
     """The ``%%distribute`` cell's parser (its ``.parser``)."""
 
@@ -197,7 +200,7 @@ _EXAMPLE_VALUES = {"--data": "train_ds", "--steps": "100", "--epochs": "3",
                    "--cluster": "ssh", "--tpu": "grpc://10.0.0.2:8470",
                    "--partitioner": "min_size:256k", "--steps-per-call": "8",
                    "--delay": "0.5", "--keras": "legacy", "--worker": "1",
-                   "--elastic": "3"}
+                   "--elastic": "3", "--name": "lr-0.01"}
 
 
 def _options(parsed_by: Callable) -> dict[str, Any]:
@@ -358,7 +361,7 @@ class DistributeMagics(Magics):
             loss=args.loss, grads=args.grads, show_code=args.show_code,
             timing_every=args.timing_every, strategy=strategy, checkpoint=args.checkpoint,
             checkpoint_every=args.checkpoint_every,
-            steps_per_call=args.steps_per_call, elastic=args.elastic,
+            steps_per_call=args.steps_per_call, elastic=args.elastic, name=args.name,
         )
         header = f"%%distribute {line}".strip()
         from .widgets.dashboard import Dashboard, observer_for

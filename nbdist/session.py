@@ -27,6 +27,7 @@ from .data.iterate import release_free_memory_when_idle
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .families import family
+from .runparams import cell_params, cell_params_names, learning_rate_of
 from .spec import RunSpec, StrategySpec
 from .step.baseline import measure_baseline
 from .step.inputrate import measure_input
@@ -50,6 +51,18 @@ def _saved_to(run: Run, checkpoint: str | None) -> None:
     steps = run.metrics["step"]
     RunWriter(run).checkpointed(os.path.join(checkpoint, "step"),   # as StepCheckpoint's
                                 int(steps.min()) if len(steps) else 0)
+
+
+def _learning_rate_after(made: list[Run], text: str, user_ns: dict[str, Any]) -> None:
+    """The learning rate of runs whose optimizer the cell itself made (a scope cell that
+    builds and compiles its model): read once the cell has run."""
+    missing = [run for run in made if "learning_rate" not in run.params]
+    if not missing:
+        return
+    rate = learning_rate_of(user_ns.get(name) for name in cell_params_names(text))
+    if rate is not None:
+        for run in missing:
+            run.params["learning_rate"] = rate
 
 
 def missing_in_kernel(missing: list[str], user_ns: dict[str, Any]) -> str:
@@ -307,14 +320,19 @@ class Session:
         if said:
             print(said)
         self._in_cell = True
-        before = self.runs[-1] if self.runs else None
+        before, made_from = (self.runs[-1] if self.runs else None), len(self.runs)
+        # each Run the cell makes is named and described as it is made: its dashboard's title
+        self.runs.defaults = {"title": spec.name,
+                              "params": cell_params(text, spec, self.shell.user_ns)}
         try:
             result = method(prepared, [*observers, _Notify(self._changed), self.verdict])
             self.ran_cells.append(RanCell(self._history_number(cell), cell, spec,
                                           backend.spec, backend.worker_keras))
             return result
         finally:
+            self.runs.defaults = {}
             self._in_cell = False
+            _learning_rate_after(self.runs[made_from:], text, self.shell.user_ns)
             if self.runs and self.runs[-1] is not before:
                 _saved_to(self.runs[-1], prepared.spec.checkpoint)
             if self.runs:

@@ -191,6 +191,7 @@ class RunSpec:
     checkpoint_every: int | None = None   # --checkpoint-every K: also every K steps
     steps_per_call: int | str = 1     # K, or "auto" (see nbdist.step.groups)
     elastic: int | None = None        # --elastic N: restarts a worker's death may cost
+    name: str | None = None           # --name NAME: the run's label (``Run.label``)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -230,6 +231,8 @@ class RunSpec:
             value = getattr(self, flag)
             if value is not None and not value.isidentifier():
                 raise ConfigError(f"--{flag} {value!r} is not a Python variable name.")
+        if self.name is not None:
+            object.__setattr__(self, "name", _run_name(self.name))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able fields; the inline strategy as its own dict."""
@@ -286,6 +289,22 @@ def _check_checkpoint_every(spec: RunSpec) -> None:
         raise ConfigError(
             f"--checkpoint-every {every!r}: give how many steps apart to save, a whole number "
             "of at least 1, e.g. `--checkpoint-every 100` (each epoch's end is saved anyway).")
+
+
+NAME_MAX = 40   # characters: a legend entry, not a paragraph
+
+
+def _run_name(value: Any) -> str:
+    """``--name``: a short label of one line (spaces inside kept, at either end dropped)."""
+    text = str(value).strip()
+    if not text or len(text) > NAME_MAX or not text.isprintable():
+        why = ("is empty" if not text else f"has {len(text)} characters (at most {NAME_MAX})"
+               if len(text) > NAME_MAX else "has a character that cannot be printed")
+        raise ConfigError(
+            f"--name {value!r} {why}: the name labels the run in its dashboard, "
+            "nbdist.compare's legend and Run.label, so give a short one on one line, e.g. "
+            "`--name lr-0.01` or `--name 'big batch'`.")
+    return text
 
 
 def _steps_per_call(value: Any) -> int | str:

@@ -112,13 +112,15 @@ def test_compare_draws_one_line_per_run_on_steps_or_time():
     b = step_run(2, range(20), loss_scale=2, wall=5000.0)
     fig = comparison_figure([a, b])
     drawn = lines(fig)
-    assert list(drawn) == ["run 1 · mirrored · 2 replicas", "run 2 · mirrored · 2 replicas"]
-    one, two = drawn.values()
+    # nothing sets them apart but their number: what they share is in the title
+    assert list(drawn)[:2] == ["run 1", "run 2"]
+    assert fig["layout"]["title"]["text"] == "global loss: 2 runs · mirrored · 2 replicas"
+    one, two = list(drawn.values())[:2]
     assert list(one["x"]) == list(range(30))
     np.testing.assert_allclose(one["y"], [2.0 / (s + 1) for s in range(30)])      # the mean
     np.testing.assert_allclose(two["y"], [4.0 / (s + 1) for s in range(20)])      # x scale 2
     timed = lines(comparison_figure([a, b], x="time"))
-    assert list(timed["run 2 · mirrored · 2 replicas"]["x"]) == [s + 1.0 for s in range(20)]
+    assert list(timed["run 2"]["x"]) == [s + 1.0 for s in range(20)]
     assert comparison_figure([a, b], x="time")["layout"]["xaxis"]["title"]["text"] == \
         "seconds since the run started"
     step_ms = comparison_figure(a, metric="step_ms")
@@ -131,14 +133,15 @@ def test_compare_draws_a_fits_metrics_and_validation_and_names_runs_without_them
     step = step_run(2, range(8))
     fig = comparison_figure([fit, step], metric="val_loss")
     [(name, line)] = lines(fig).items()
-    assert name == "wide model · mirrored · 2 replicas" and line["mode"] == "lines+markers"
+    assert name == "wide model" and line["mode"] == "lines+markers"
     assert list(line["x"]) == [3, 7]
     assert fig["layout"]["annotations"][0]["text"] == \
-        "not drawn (no val_loss): run 2 · mirrored · 2 replicas"
+        "not drawn (no val_loss): run 2"
 
 
 @pytest.mark.parametrize(("kwargs", "says"), [
-    ({"x": "wall"}, "x is the axis the runs are drawn against, \"step\""),
+    ({"x": "clock"}, "x is the axis the runs are drawn against, \"step\""),
+    ({"smoothing": 1.0}, "give a weight from 0 (no smoothing) up to but not 1"),
     ({"metric": "nope"}, "none of the 2 runs recorded that metric. They have: "),
     ({"runs": "abc"}, "takes a Run or a list of Runs"),
     ({"runs": [1]}, "every item must be a Run"),
@@ -155,7 +158,7 @@ def test_compare_refuses_a_run_without_steps():
     empty = Run(id=9, mode="step", strategy="mirrored", replicas=2, status="failed")
     with pytest.raises(CompareError) as err:
         comparison_figure([step_run(1, range(5)), empty])
-    assert "run 9 · mirrored · 2 replicas (failed) recorded no step" in str(err.value)
+    assert "run 9 (failed) recorded no step" in str(err.value)
 
 
 def test_a_resumed_run_continues_the_curves_of_the_run_it_resumed(tmp_path):
@@ -171,11 +174,11 @@ def test_a_resumed_run_continues_the_curves_of_the_run_it_resumed(tmp_path):
     assert list(loss["resumed from run 1 at step 16"]["x"]) == [15.5, 15.5]
     # compare: alone, the line starts at step 0; beside the run it resumed, it joins its end
     alone = lines(comparison_figure([resumed]))
-    name = "run 2 · mirrored · 2 replicas · resumed run 1 at step 16"
+    name = "run 2 · mirrored · 2 replicas · resumed run 1 at step 16"   # alone: all it is
     assert list(alone[name]["x"]) == list(range(24))
     both = lines(comparison_figure([died, resumed]))
-    assert list(both[name]["x"]) == list(range(15, 24))
-    assert list(both["run 1 · mirrored · 2 replicas"]["x"]) == list(range(23))
+    assert list(both["run 2 · resumed run 1 at step 16"]["x"]) == list(range(15, 24))
+    assert list(both["run 1"]["x"]) == list(range(23))
 
 
 def test_nbdist_compare_defaults_to_every_run_with_steps(monkeypatch):
@@ -185,11 +188,46 @@ def test_nbdist_compare_defaults_to_every_run_with_steps(monkeypatch):
                                                       replicas=2), step_run(3, range(7))])
     monkeypatch.setattr(store, "runs", runs)
     fig = nbdist.compare()
-    assert [t.name for t in fig.data] == ["run 1 · mirrored · 2 replicas",
-                                          "run 3 · mirrored · 2 replicas"]
+    assert [t.name for t in fig.data if t.showlegend is not False] == ["run 1", "run 3"]
     bundle = fig._repr_mimebundle_()
-    assert "<svg" in bundle["image/svg+xml"] and "run 3 · mirrored" in bundle["image/svg+xml"]
-    assert bundle["text/plain"].startswith("global loss by step: 2 runs")
+    assert "<svg" in bundle["image/svg+xml"] and ">run 3</text>" in bundle["image/svg+xml"]
+    assert bundle["text/plain"].startswith("global loss: 2 runs · mirrored · 2 replicas")
     monkeypatch.setattr(store, "runs", store.RunList())
     with pytest.raises(CompareError, match="no run of this kernel has recorded a step yet"):
         nbdist.compare()
+
+
+def test_compare_runs_differing_in_learning_rate_are_named_by_it():
+    a, b = step_run(1, range(10)), step_run(2, range(10))
+    a.params, b.params = {"learning_rate": 0.01}, {"learning_rate": 0.001}
+    fig = comparison_figure([a, b])
+    assert [t["name"] for t in fig["data"][:2]] == ["run 1 · lr 0.01", "run 2 · lr 0.001"]
+    assert a.label == "run 1 · mirrored · 2 replicas · lr 0.01"    # not in nbdist.runs: alone
+
+
+def test_compare_controls_smooth_switch_the_x_axis_and_the_scale():
+    from nbdist.widgets.controls import SMOOTHING_LEVELS, ema
+    from nbdist.widgets.static import _unbdata
+
+    a, b = step_run(1, range(30)), step_run(2, range(20), wall=5000.0)
+    fig = comparison_figure([a, b], smoothing=0.6)
+    one, two, raw_one, raw_two = fig["data"]
+    assert (raw_one["opacity"], raw_one["showlegend"], raw_one["legendgroup"]) == \
+        (0.2, False, "run 1")
+    np.testing.assert_allclose(raw_one["y"], [2.0 / (s + 1) for s in range(30)])
+    np.testing.assert_allclose(one["y"], ema(raw_one["y"], 0.6))
+    assert one["y"][-1] > raw_one["y"][-1]          # the smoothed line lags a falling loss
+    [slider] = fig["layout"]["sliders"]
+    assert [s["label"] for s in slider["steps"]] == [f"{w:g}" for w in SMOOTHING_LEVELS]
+    assert slider["steps"][slider["active"]]["label"] == "0.6"
+    off = slider["steps"][0]["args"]
+    assert off[1] == [0, 1]                         # the smoothed lines, not the raw copies
+    np.testing.assert_allclose(_unbdata(off[0]["y"][0]), raw_one["y"], rtol=1e-6)
+    x_menu, scale = fig["layout"]["updatemenus"]
+    assert [b["label"] for b in x_menu["buttons"]] == ["step", "relative time", "wall time"]
+    wall = x_menu["buttons"][2]["args"]
+    assert wall[1]["xaxis.type"] == "date" and len(wall[0]["x"]) == 4   # every trace
+    relative = _unbdata(x_menu["buttons"][1]["args"][0]["x"][1])
+    np.testing.assert_allclose(relative, [s + 1.0 for s in range(20)])
+    assert [b["args"][0]["yaxis.type"] for b in scale["buttons"]] == ["linear", "log"]
+    assert comparison_figure([a], x="wall")["layout"]["xaxis"]["type"] == "date"

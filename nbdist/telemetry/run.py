@@ -141,6 +141,9 @@ class Run:
     checkpoint: str | None = None
     #: the run's name in ``nbdist.compare``'s legend (None: "run <id>"; ``Run.load``: the file)
     title: str | None = None
+    #: what it was set up with, where the kernel could read it (``nbdist.runparams``):
+    #: ``learning_rate``, ``global_batch``
+    params: dict[str, Any] = field(default_factory=dict)
     #: what the ``loss`` column holds, for the dashboard's legend (None: the step's loss)
     loss_label: str | None = None
     #: a step run in the kernel: the cell it ran (``backends.cells.StepCell``: its text, flags
@@ -184,6 +187,15 @@ class Run:
         return run
 
     # -- reading -------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        """Its ``--name``, else what sets it apart from this kernel's other runs
+        (``telemetry.labels``): ``"run 2 · lr 0.001"``."""
+        from .labels import run_labels
+
+        others = runs if any(r is self for r in runs) else [self]
+        return run_labels(others)[next(i for i, r in enumerate(others) if r is self)]
+
     @property
     def n_rows(self) -> int:
         """How many rows are recorded (one per step and replica or worker): the index the
@@ -532,8 +544,14 @@ def _nanmean(values: Iterable[float]) -> float:
 class RunList(list):
     """``nbdist.runs``: every Run of this kernel, most recent last."""
 
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        #: fields every new Run takes unless given (the running cell's ``--name``, params)
+        self.defaults: dict[str, Any] = {}
+
     def new(self, **kwargs: Any) -> Run:
-        run = Run(id=len(self) + 1, **kwargs)
+        defaults = {k: dict(v) if isinstance(v, dict) else v for k, v in self.defaults.items()}
+        run = Run(id=len(self) + 1, **{**defaults, **kwargs})
         self.append(run)
         return run
 

@@ -16,48 +16,60 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import CompareError
+from ..telemetry.labels import run_labels, shared_facts
 from ..telemetry.rows import MEASURED
 from ..telemetry.rows import POSITION as COL
 from ..telemetry.run import Run
 from ..words import count
+from .controls import scale_menu, smoothed, smoothing_slider, x_menu
 from .decimator import Decimator
 from .figure import earlier_parts
 from .panels import PALETTE
 
 __all__ = ["compare", "comparison_figure"]
 
-X_AXES = {"step": "step", "time": "seconds since the run started"}
+#: compare's x axes: the words of ``x=`` and the axis title of each
+X_AXES = {"step": "step", "time": "seconds since the run started", "wall": "wall time"}
 _EPOCH_KEYS = ("epoch", "step")
 
 
 def compare(runs: Run | Sequence[Run] | None = None, x: str = "step", metric: str = "loss",
-            max_points: int = 1000) -> Any:
-    """One line per Run of ``metric`` against ``x`` ("step", or "time": seconds since each
-    run started); a plotly Figure, shown like the dashboard's final figure when it is a
-    cell's value. ``runs``: Runs (``nbdist.runs[-3:]``, ``nbdist.Run.load(PATH)``), default
-    every run of this kernel that recorded a step. ``metric``: ``loss``, a column of
-    ``run.metrics`` (``step_ms``, ``grad_norm``...), a fit's compiled metric (``accuracy``) or
-    a per-epoch one (``val_loss``, ``val_accuracy``)."""
-    return _figure_class()(comparison_figure(runs, x, metric, max_points))
+            max_points: int = 1000, smoothing: float = 0.0) -> Any:
+    """One line per Run of ``metric`` against ``x`` ("step"; "time": seconds since each run
+    started; "wall": the clock time), a plotly Figure shown like the dashboard's final figure
+    when it is a cell's value. ``runs``: Runs (``nbdist.runs[-3:]``,
+    ``nbdist.Run.load(PATH)``), default every run of this kernel that recorded a step.
+    ``metric``: ``loss``, a column of ``run.metrics`` (``step_ms``, ``grad_norm``...), a fit's
+    compiled metric (``accuracy``) or a per-epoch one (``val_loss``, ``val_accuracy``).
+    ``smoothing`` in [0, 1): the lines smoothed as TensorBoard smooths them, raw lines kept
+    faint; the figure's own controls change it, the x axis and the y scale, and its legend
+    shows and hides runs."""
+    return _figure_class()(comparison_figure(runs, x, metric, max_points, smoothing))
 
 
 def comparison_figure(runs: Run | Sequence[Run] | None = None, x: str = "step",
-                      metric: str = "loss", max_points: int = 1000) -> dict[str, Any]:
+                      metric: str = "loss", max_points: int = 1000,
+                      smoothing: float = 0.0) -> dict[str, Any]:
     """``compare``'s figure as a plotly dict (numpy arrays): checks everything first."""
     chosen = _checked_runs(runs)
     if x not in X_AXES:
         raise CompareError(
             f"nbdist.compare(x={x!r}): x is the axis the runs are drawn against, \"step\" (the "
-            "global training step) or \"time\" (seconds since each run started).")
+            "global training step), \"time\" (seconds since each run started) or \"wall\" "
+            "(the clock time).")
     if not isinstance(max_points, int) or max_points < 4:
         raise CompareError(f"nbdist.compare(max_points={max_points!r}): give a whole number "
                            "of points per line, at least 4 (1000 by default).")
+    if not isinstance(smoothing, (int, float)) or not 0 <= smoothing < 1:
+        raise CompareError(f"nbdist.compare(smoothing={smoothing!r}): give a weight from 0 "
+                           "(no smoothing) up to but not 1; TensorBoard's default is 0.6.")
     have = {id(run): available(run) for run in chosen}
     if not isinstance(metric, str) or not any(metric in names for names in have.values()):
         known = sorted({name for names in have.values() for name in names})
@@ -66,30 +78,52 @@ def comparison_figure(runs: Run | Sequence[Run] | None = None, x: str = "step",
             f"that metric. They have: {', '.join(known)}. `loss` is the global loss per step; "
             "a fit's `val_*` metrics need validation data in its model.fit.")
     drawn = [run for run in chosen if metric in have[id(run)]]
-    notes = [f"not drawn (no {metric}): " + ", ".join(run_name(r) for r in chosen
+    labels = dict(zip(map(id, chosen), run_labels(chosen), strict=True))
+    notes = [f"not drawn (no {metric}): " + ", ".join(labels[id(r)] for r in chosen
                                                       if r not in drawn)] \
         if len(drawn) < len(chosen) else []
     traces = []
+    lines: dict[str, dict[str, np.ndarray]] = {}
     names: dict[str, int] = {}
     for i, run in enumerate(drawn):
-        xs, ys = run_line(run, metric, x, joined=any(r is run.resumed_from for r in drawn))
-        dec = Decimator(max_points)
-        order = np.argsort(xs, kind="stable")
-        dec.extend(xs[order], ys[order])
-        px, py = dec.points()
-        name = run_name(run)
+        joined = any(r is run.resumed_from for r in drawn)
+        xs = {}
+        for mode in X_AXES:
+            px, py = run_line(run, metric, mode, joined=joined)
+            order = np.argsort(px, kind="stable")
+            dec = Decimator(max_points)
+            dec.extend(px[order], py[order])
+            xs[mode], ys = dec.points()
+        name = labels[id(run)] + _resumed(run)
         names[name] = names.get(name, 0) + 1
         if names[name] > 1:
             name += f" ({names[name]})"
         per_epoch = metric in _epoch_names(run) and metric not in _row_names(run)
         color = PALETTE[i % len(PALETTE)]
+        lines[name] = {"raw": ys, **{f"x:{m}": _x(v, m) for m, v in xs.items()}}
         traces.append({
             "type": "scatter", "mode": "lines+markers" if per_epoch else "lines",
-            "name": name, "x": px, "y": py, "xaxis": "x", "yaxis": "y",
-            "line": {"width": 1.8, "color": color},
+            "name": name, "legendgroup": name, "x": lines[name][f"x:{x}"], "y": ys,
+            "xaxis": "x", "yaxis": "y", "line": {"width": 1.8, "color": color},
             **({"marker": {"size": 6, "color": color}} if per_epoch else {}),
             "hovertemplate": f"%{{y:.4g}} <span style='color:#888'>{metric}</span>"})
-    return {"data": traces, "layout": _layout(metric, x, len(drawn), notes)}
+    title = " · ".join(shared_facts(drawn)) if len(drawn) > 1 else ""
+    fig = {"data": traces, "layout": _layout(metric, x, len(drawn), notes, title)}
+    add_controls(fig, lines, x, smoothing)
+    return fig
+
+
+def _x(values: np.ndarray, mode: str) -> np.ndarray:
+    """x values as plotly takes them on the ``mode`` axis: wall time (seconds since the epoch)
+    as the milliseconds a date axis reads, shifted so that it shows the local clock."""
+    if mode != "wall" or not len(values):
+        return values
+    return (values + time.localtime(float(values[0])).tm_gmtoff) * 1000.0
+
+
+def _resumed(run: Run) -> str:
+    return f" · resumed run {run.resumed_from.id} at step {run.resumed_at}" \
+        if run.resumed_from is not None else ""
 
 
 def _checked_runs(runs: Run | Sequence[Run] | None) -> list[Run]:
@@ -119,22 +153,12 @@ def _checked_runs(runs: Run | Sequence[Run] | None) -> list[Run]:
                            "for every run of this kernel.")
     empty = [r for r in chosen if not r.n_rows]
     if empty:
-        which = ", ".join(f"{run_name(r)} ({r.status})" for r in empty)
+        labels = dict(zip(map(id, chosen), run_labels(chosen), strict=True))
+        which = ", ".join(f"{labels[id(r)]} ({r.status})" for r in empty)
         raise CompareError(
             f"nbdist.compare: {which} recorded no step, so it has no curve to draw. Leave it "
             "out (a run that failed before its first step has nothing to compare).")
     return chosen
-
-
-def run_name(run: Run) -> str:
-    """A run's name in the legend: its title or number, strategy and size, and where it
-    resumed from."""
-    size = f"{run.replicas} x {run.workers} workers" if run.workers > 1 else \
-        count(run.replicas, "replica")
-    name = f"{run.title or f'run {run.id}'} · {run.strategy} · {size}"
-    if run.resumed_from is not None:
-        name += f" · resumed run {run.resumed_from.id} at step {run.resumed_at}"
-    return name
 
 
 def _row_names(run: Run) -> set[str]:
@@ -169,8 +193,8 @@ def run_line(run: Run, metric: str, x: str, joined: bool = False
         px, py = _part(block, extras, epochs, metric, run.loss_scale)
         if joined and k == 0 and len(parts) > 1 and len(px):
             px, py = px[-1:], py[-1:]
-        if x == "time" and len(px):
-            px = _times(block, px) - origin
+        if x != "step" and len(px):
+            px = _times(block, px) - (origin if x == "time" else 0.0)
         xs.append(px)
         ys.append(py)
     return np.concatenate(xs), np.concatenate(ys)
@@ -210,26 +234,52 @@ def _times(block: np.ndarray, steps: np.ndarray) -> np.ndarray:
     return ends[at]
 
 
-def _layout(metric: str, x: str, n: int, notes: list[str]) -> dict[str, Any]:
+def add_controls(fig: dict[str, Any], lines: dict[str, dict[str, Any]], x: str,
+                 smoothing: float) -> None:
+    """The figure's controls (``controls``): the smoothing slider under the plot, with each
+    run's raw line faint under its smoothed one; the x axis and y scale buttons above it."""
+    n = len(fig["data"])
+    fig["data"] = smoothed(fig["data"], smoothing, always=True)
+    faint = {t["legendgroup"]: j for j, t in enumerate(fig["data"]) if j >= n}
+    raw = {i: lines[t["name"]]["raw"] for i, t in enumerate(fig["data"][:n])
+           if t["legendgroup"] in faint}
+    xs = {mode: [lines[t["legendgroup"]][f"x:{mode}"] for t in fig["data"]]
+          for mode in X_AXES}
+    layout = fig["layout"]
+    layout["updatemenus"] = [x_menu(xs, x), scale_menu("yaxis", "y: ", False)]
+    layout["sliders"] = [smoothing_slider(raw, smoothing)] if raw else []
+    if raw:
+        layout["margin"]["b"] += _SLIDER
+        layout["height"] += _SLIDER
+
+
+_SLIDER = 64    # px under the x axis: the smoothing slider and its value
+_MENUS = 26     # px above the plot: the x axis and y scale buttons (the notes above them)
+
+
+def _layout(metric: str, x: str, n: int, notes: list[str], shared: str) -> dict[str, Any]:
     what = "global loss" if metric == "loss" else metric
-    top = 58 + 15 * len(notes)
+    top = 58 + 15 * len(notes) + _MENUS
     return {
-        "height": 420, "autosize": True, "template": "plotly_white",
+        "height": 420 + _MENUS, "autosize": True, "template": "plotly_white",
         "margin": {"l": 64, "r": 12, "t": top, "b": 48},
-        "hovermode": "x unified" if x == "step" else "closest",
+        "hovermode": "x unified", "uirevision": "nbdist",
         "hoverlabel": {"font": {"size": 11}, "namelength": -1},
         "legend": {"x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top", "font": {"size": 11}},
-        "title": {"text": f"{what} by {x}: {count(n, 'run')}", "x": 0.005,
+        "title": {"text": f"{what}: {count(n, 'run')}" + (
+                      f" · {shared}" if shared else ""), "x": 0.005,
                   "xanchor": "left", "y": 0.995, "yanchor": "top", "yref": "container",
                   "font": {"size": 14}},
-        "xaxis": {"title": {"text": X_AXES[x], "standoff": 6}, "rangemode": "nonnegative",
-                  "tickformat": ",~g", "zeroline": False, "anchor": "y", "domain": [0, 1]},
+        "xaxis": {"title": {"text": X_AXES[x], "standoff": 6}, "zeroline": False,
+                  "anchor": "y", "domain": [0, 1], **({"type": "date"} if x == "wall" else
+                                                    {"tickformat": ",~g"})},
         "yaxis": {"title": {"text": what if metric == "loss" else
                             f"{metric} (mean over replicas)", "standoff": 4},
                   "tickformat": "~g", "zeroline": False, "anchor": "x", "domain": [0, 1]},
         "annotations": [{
             "name": "notes", "text": "<br>".join(notes), "x": 0, "xref": "paper",
-            "xanchor": "left", "y": 1, "yref": "paper", "yanchor": "bottom", "yshift": 6,
+            "xanchor": "left", "y": 1, "yref": "paper", "yanchor": "bottom",
+            "yshift": 6 + _MENUS,
             "align": "left", "showarrow": False, "font": {"size": 11, "color": "#666"},
         }] if notes else [],
     }

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..telemetry.labels import facts
 from ..telemetry.rows import LOSS_SCALE_FACTOR, POSITION
 from ..words import count
+from .controls import ema, smoothed  # noqa: F401 - ema: figure.ema, as before
 from .header import format_bandwidth
 from .outcome import mark_outcome
 from .panels import (
@@ -217,9 +219,8 @@ def figure_dict(model: FigureModel) -> dict[str, Any]:
 
 
 def run_title(run: Run, series: RunSeries, final: bool = True) -> str:
-    parts = [f"Run {run.id} · {run.strategy} · {count(run.replicas, 'replica')}"]
-    if run.workers > 1:
-        parts.append(f"{run.workers} workers")
+    parts = [f"Run {run.id}", *([run.title] if run.title else []),
+             *facts(run).values()]    # --name, strategy, size, lr and batch where known
     if final:
         parts.append(f"{count(series.last_step + 1, 'step')} · {run.status}")
     return " · ".join(parts)
@@ -389,31 +390,6 @@ def _readable_log_ticks(fig: dict[str, Any]) -> None:
             if ys:
                 axis["dtick"] = log_dtick(min(float(y.min()) for y in ys),
                                           max(float(y.max()) for y in ys))
-
-
-def ema(y: np.ndarray, weight: float) -> np.ndarray:
-    """TensorBoard's smoothing: a debiased exponential moving average (NaN points skipped)."""
-    out = np.full(len(y), math.nan)
-    last, n = 0.0, 0
-    for i, v in enumerate(np.asarray(y, dtype=np.float64).tolist()):
-        if math.isfinite(v):
-            n += 1
-            last = last * weight + (1 - weight) * v
-            out[i] = float(f"{last / (1 - weight ** n):.12g}")   # a flat line stays flat
-    return out
-
-
-def smoothed(traces: list[dict[str, Any]], weight: float) -> list[dict[str, Any]]:
-    """``traces`` with each line's values smoothed, and its raw values drawn faint after all
-    of them (no legend entry, no hover), as the live figure's smoothing slider does."""
-    out, faint = [], []
-    for t in traces:
-        if t.get("mode") != "lines":
-            out.append(t)
-            continue
-        out.append({**t, "y": ema(t.get("y", np.empty(0)), weight)})
-        faint.append({**t, "opacity": 0.2, "hoverinfo": "skip", "showlegend": False})
-    return out + faint
 
 
 def static_figure(run: Run, **options: Any) -> Any:
