@@ -79,8 +79,19 @@ def test_layout_shares_the_step_axis_and_keeps_labels_readable(recorder: Recorde
     titles = {a["name"]: a["text"] for a in layout["annotations"]}
     assert "(ms)" in titles["title:allreduce_ms"] and "(ms)" in titles["title:time"]
     # the loss linear/log toggle sits on the loss panel, below plotly's mode bar
-    [menu] = layout["updatemenus"]
+    menu, expand, *others = layout["updatemenus"]
     assert menu["y"] == layout["yaxis"]["domain"][1] and menu["yanchor"] == "bottom"
+    # every panel has its own linear/log buttons and an expand toggle beside them
+    assert [m["name"] for m in others] == [f"{kind}:yaxis{i}" for i in range(2, 5)
+                                           for kind in ("scale", "expand")]
+    assert [b["args"][0]["yaxis4.type"] for b in others[4]["buttons"]] == ["linear", "log"]
+    assert others[4]["active"] == 1                      # the time panel starts on log
+    [toggle] = expand["buttons"]
+    assert expand["active"] == -1                        # off: the first click expands
+    grow, back = toggle["args"][0], toggle["args2"][0]
+    assert grow["yaxis.domain"] == [0, 1] and grow["yaxis2.domain"] == [0, 0]
+    assert grow["yaxis2.visible"] is False and grow["updatemenus[2].visible"] is False
+    assert back["yaxis2.domain"] == layout["yaxis2"]["domain"] and back["yaxis2.visible"]
 
 
 def test_global_loss_is_the_sum_of_replicas_when_they_add_up(recorder: Recorder) -> None:

@@ -59,8 +59,7 @@ def smoothed(traces: list[dict[str, Any]], weight: float, always: bool = False
             continue
         y = np.asarray(t.get("y", np.empty(0)), dtype=np.float64)
         out.append({**t, "y": ema(y, weight) if weight else y})
-        faint.append({**t, "opacity": FAINT, "hoverinfo": "skip", "showlegend": False,
-                      "name": f"{t.get('name', '')} (raw)"})
+        faint.append({**t, "opacity": FAINT, "hoverinfo": "skip", "showlegend": False})
     return out + faint
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..families import find_family
+from .controls import scale_menu
 from .series import RunSeries
 
 
@@ -182,16 +183,62 @@ def layout(panels: list[str], title: str, notes: list[str], per_replica: bool) -
                 f" ({spec.unit})" if spec.unit else ""),
             "x": 0, "xref": "paper", "xanchor": "left", "y": min(1.0, hi), "yref": "paper",
             "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
-    out["updatemenus"] = [{          # client-side: works while the cell runs
-        "type": "buttons", "direction": "right", "showactive": True, "active": 0,
-        "x": 1.0, "xanchor": "right", "y": 1.0, "yanchor": "bottom", "pad": {"b": 2},
-        "font": {"size": 10},        # above the loss panel, below plotly's mode bar
-        "buttons": [
-            {"label": "loss: linear", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
-            {"label": "log", "method": "relayout", "args": [{"yaxis.type": "log"}]},
-        ],
-    }]
+    out["updatemenus"] = panel_menus(out, panels)   # client-side: work while the cell runs
     return out
+
+
+def panel_menus(layout: dict[str, Any], panels: list[str]) -> list[dict[str, Any]]:
+    """Above each panel, on its right: linear / log buttons for its y axis, and (with more
+    than one panel) a toggle that gives the panel the whole figure, the others folded away,
+    and back. The loss panel's sit below plotly's mode bar."""
+    axes = axis_names(panels)
+    drawn = [p for p in panels if p != "heatmap"]
+    scales = []
+    for panel in drawn:
+        name = "yaxis" + axes[panel][1:]
+        scales.append(scale_menu(name, "loss: " if panel == "loss" else "", PANELS[panel].log,
+                                 y=layout[name]["domain"][1]))
+    if len(panels) == 1:
+        return scales
+    for menu in scales:
+        menu["pad"]["r"] = _EXPAND_W
+    out = []
+    for k, panel in enumerate(drawn):
+        out += [scales[k], _expand_toggle(layout, panel, "yaxis" + axes[panel][1:], k, scales)]
+    return out
+
+
+_EXPAND_W = 62   # px: the expand toggle, right of a panel's linear / log buttons
+
+
+def _expand_toggle(layout: dict[str, Any], panel: str, axis: str, k: int,
+                   scales: list[dict[str, Any]]) -> dict[str, Any]:
+    """Panel ``panel``'s toggle (the ``k``-th panel with buttons; menus are in pairs, its
+    scale buttons then this toggle): its args give the panel the plot's whole height and
+    hide the other panels' axes, titles and buttons; its args2 put back ``layout``'s."""
+    mine, back = {}, {}
+    for name, value in layout.items():
+        if name.startswith("yaxis"):
+            mine[f"{name}.domain"] = [0, 1] if name == axis else [0, 0]
+            mine[f"{name}.visible"] = name == axis
+            back[f"{name}.domain"], back[f"{name}.visible"] = list(value["domain"]), True
+    for i, note in enumerate(layout["annotations"]):
+        if note.get("name", "").startswith("title:"):
+            own = note["name"] == f"title:{panel}"
+            mine[f"annotations[{i}].visible"] = own
+            mine[f"annotations[{i}].y"] = 1 if own else note["y"]
+            back[f"annotations[{i}].visible"], back[f"annotations[{i}].y"] = True, note["y"]
+    for j, menu in enumerate(scales):
+        for index in (2 * j, 2 * j + 1):
+            mine[f"updatemenus[{index}].visible"] = j == k
+            mine[f"updatemenus[{index}].y"] = 1 if j == k else menu["y"]
+            back[f"updatemenus[{index}].visible"] = True
+            back[f"updatemenus[{index}].y"] = menu["y"]
+    return {"name": f"expand:{axis}", "type": "buttons", "showactive": True, "active": -1,
+            "x": 1.0, "xanchor": "right", "y": scales[k]["y"], "yanchor": "bottom",
+            "pad": {"b": 2}, "font": {"size": 10},
+            "buttons": [{"label": "⤢ expand", "method": "relayout", "args": [mine],
+                         "args2": [back]}]}
 
 
 def add_note(layout: dict[str, Any], text: str, grow: bool = True) -> None:
