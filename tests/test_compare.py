@@ -231,3 +231,19 @@ def test_compare_controls_smooth_switch_the_x_axis_and_the_scale():
     np.testing.assert_allclose(relative, [s + 1.0 for s in range(20)])
     assert [b["args"][0]["yaxis.type"] for b in scale["buttons"]] == ["linear", "log"]
     assert comparison_figure([a], x="wall")["layout"]["xaxis"]["type"] == "date"
+
+
+def test_the_dashboards_figure_says_when_each_step_ended_for_its_time_axes(tmp_path):
+    where = str(tmp_path / "step")
+    died = step_run(1, range(23), directory=where)
+    resumed = step_run(2, range(16, 24), directory=where, first=16, wall=2000.0)
+    meta = run_figure(resumed)["layout"]["meta"]["nbdist"]
+    clock = meta["clock"]
+    assert clock["steps"] == list(range(24)) and clock["started"] == died.started
+    # the resumed steps ended in the later run's time: a gap where the first run died
+    assert clock["seconds"][:16] == [s + 1.0 for s in range(16)]
+    assert clock["seconds"][16] == 2000.0 + 17 - 1000.0
+    assert meta["smoothing"] == 0 and meta["raw"] == []
+    smoothed = run_figure(step_run(3, range(1000)), smoothing=0.6)["layout"]["meta"]["nbdist"]
+    assert len(smoothed["clock"]["steps"]) == 400 and smoothed["clock"]["steps"][-1] == 999
+    assert smoothed["smoothing"] == 0.6 and smoothed["raw"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +27,7 @@ from ..telemetry.rows import MEASURED
 from ..telemetry.rows import POSITION as COL
 from ..telemetry.run import Run
 from ..words import count
-from .controls import scale_menu, smoothed, smoothing_slider, x_menu
+from .controls import scale_menu, smoothed, smoothing_slider, wall_ms, x_menu
 from .decimator import Decimator
 from .figure import earlier_parts
 from .panels import PALETTE
@@ -114,11 +113,8 @@ def comparison_figure(runs: Run | Sequence[Run] | None = None, x: str = "step",
 
 
 def _x(values: np.ndarray, mode: str) -> np.ndarray:
-    """x values as plotly takes them on the ``mode`` axis: wall time (seconds since the epoch)
-    as the milliseconds a date axis reads, shifted so that it shows the local clock."""
-    if mode != "wall" or not len(values):
-        return values
-    return (values + time.localtime(float(values[0])).tm_gmtoff) * 1000.0
+    """x values as plotly takes them on the ``mode`` axis."""
+    return wall_ms(values) if mode == "wall" else values
 
 
 def _resumed(run: Run) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import base64
 import math
+import time
 from typing import Any
 
 import numpy as np
 
 __all__ = ["SMOOTHING_LEVELS", "X_MODES", "ema", "scale_menu", "smoothed", "smoothing_slider",
-           "x_menu"]
+           "wall_ms", "x_menu"]
 
 #: The smoothing slider's stops (TensorBoard's default weight is 0.6).
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
@@ -85,22 +86,34 @@ def smoothing_slider(raw: dict[int, np.ndarray], weight: float, y: float = 0.0
                              "xanchor": "left"}}
 
 
-def x_menu(xs: dict[str, list[Any]], active: str, x: float = 0.0, y: float = 1.0
-           ) -> dict[str, Any]:
+def wall_ms(seconds: np.ndarray) -> np.ndarray:
+    """Wall times (seconds since the epoch) as the milliseconds a plotly date axis reads,
+    shifted so that it shows the local clock (plotly's dates have no time zone)."""
+    if not len(seconds):
+        return seconds
+    return (seconds + time.localtime(float(seconds[0])).tm_gmtoff) * 1000.0
+
+
+def x_menu(xs: dict[str, list[Any]], active: str, x: float = 0.0, y: float = 1.0,
+           step_axis: dict[str, Any] | None = None) -> dict[str, Any]:
     """Buttons that draw every trace against another x: ``xs`` maps each mode of
-    ``X_MODES`` to the x values of every trace, in trace order."""
+    ``X_MODES`` to the x values of every trace, in trace order. ``step_axis``: x axis
+    properties of the step axis only (others have them unset)."""
     modes = [m for m in X_MODES if m in xs]
     buttons = []
     for mode in modes:
         label, kind = X_MODES[mode]
         title = {"step": "step", "time": "seconds since the run started",
                  "wall": "wall time"}[mode]
+        own = {f"xaxis.{k}": v if mode == "step" else None
+               for k, v in (step_axis or {}).items()}
         buttons.append({
             "label": label, "method": "update",
             "args": [{"x": [_typed(np.asarray(v, dtype=np.float64)) for v in xs[mode]]},
                      {"xaxis.type": kind, "xaxis.title.text": title,
                       "xaxis.autorange": True, "xaxis.tickformat": "" if kind == "date"
-                      else ",~g", "xaxis.hoverformat": "" if mode != "step" else ",.0f"}]})
+                      else ",~g", "xaxis.hoverformat": "" if mode != "step" else ",.0f",
+                      **own}]})
     return {"name": "x axis", "type": "buttons", "direction": "right", "showactive": True,
             "active": modes.index(active), "buttons": buttons, "x": x, "xanchor": "left",
             "y": y, "yanchor": "bottom", "pad": {"b": 2}, "font": {"size": 10}}

@@ -15,7 +15,7 @@ import numpy as np
 from ..telemetry.labels import facts
 from ..telemetry.rows import LOSS_SCALE_FACTOR, POSITION
 from ..words import count
-from .controls import ema, smoothed  # noqa: F401 - ema: figure.ema, as before
+from .controls import ema, is_line, smoothed  # noqa: F401 - figure.ema, as before
 from .header import format_bandwidth
 from .outcome import mark_outcome
 from .panels import (
@@ -287,7 +287,9 @@ def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
     ``smoothing`` in [0, 1): each line's exponential moving average drawn over the faint raw
     line, as TensorBoard's smoothing slider does (0: raw lines only). Above 16 replicas x
     workers the panels show median and bands over the replicas; ``per_replica`` draws every
-    replica's line instead."""
+    replica's line instead. ``layout.meta["nbdist"]`` tells nbdist's renderers what their
+    smoothing slider and x axis menu need: the smoothing drawn, which trace is each smoothed
+    line's raw copy, and when each step ended (``clock_points``)."""
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing must be in [0, 1) (0: off, 0.6: TensorBoard's default), "
                          f"got {smoothing!r}")
@@ -301,12 +303,42 @@ def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
         if note.get("name") == "title:allreduce_ms" and math.isfinite(bw):
             note["text"] += f" · bus bandwidth {format_bandwidth(bw)}"   # as the header
     _readable_log_ticks(fig)
-    if smoothing:
-        fig["data"] = smoothed(fig["data"], smoothing)
+    n = len(fig["data"])
+    fig["data"] = smoothed(fig["data"], smoothing)
+    copies = [i for i, t in enumerate(fig["data"][:n]) if is_line(t)] if smoothing else []
     mark_resume(fig, run)
     mark_restarts(fig, run)     # --elastic: where a worker died and the run went on
     mark_outcome(fig, run)      # where it failed, was interrupted or stopped, and why
+    steps, ends = step_clock(run)
+    fig["layout"]["meta"] = {"nbdist": {
+        "smoothing": smoothing, "raw": [[i, n + k] for k, i in enumerate(copies)],
+        "clock": clock_points(steps, ends, run.lineage()[0].started)}}
     return fig
+
+
+CLOCK_POINTS = 400   # (step, time) pairs the renderers interpolate between
+
+
+def clock_points(steps: np.ndarray, ends: np.ndarray, started: float) -> dict[str, Any]:
+    """When each step ended, for the renderers' x axis modes (relative and wall time;
+    ``labextension/src/figurecontrols.ts``): at most ``CLOCK_POINTS`` steps, the first and
+    last among them, read by linear interpolation."""
+    if len(steps) > CLOCK_POINTS:
+        pick = np.unique(np.linspace(0, len(steps) - 1, CLOCK_POINTS).round().astype(int))
+        steps, ends = steps[pick], ends[pick]
+    return {"steps": steps.tolist(), "seconds": np.round(ends - started, 3).tolist(),
+            "started": started}
+
+
+def step_clock(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, the wall time each ended at) of ``run`` and the runs it resumed (``feed``)."""
+    blocks = [rows for rows, _, _ in earlier_parts(run)] + [run.block_since(0)]
+    block = np.concatenate(blocks)
+    block = block[np.isfinite(block[:, POSITION.wall_time])]
+    steps, inverse = np.unique(block[:, COL_STEP], return_inverse=True)
+    ends = np.full(len(steps), -np.inf)
+    np.maximum.at(ends, inverse, block[:, POSITION.wall_time])
+    return steps, ends
 
 
 def sampling_note(series: RunSeries, panel: str) -> str:
