@@ -132,6 +132,7 @@ FILE_TIERS = {
     "test_tutorial_objects.py": "kernel",
     "test_tutorials_command.py": "notebooks",
     "test_words.py": "unit",
+    "browser/test_dashboard_controls.py": "browser",
     "browser/test_dashboard_fit.py": "browser",
     "browser/test_dashboard_live.py": "browser",
     "browser/test_dashboard_reload.py": "browser",

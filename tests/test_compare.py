@@ -243,7 +243,7 @@ def test_the_dashboards_figure_says_when_each_step_ended_for_its_time_axes(tmp_p
     # the resumed steps ended in the later run's time: a gap where the first run died
     assert clock["seconds"][:16] == [s + 1.0 for s in range(16)]
     assert clock["seconds"][16] == 2000.0 + 17 - 1000.0
-    assert meta["smoothing"] == 0 and meta["raw"] == []
+    assert meta["smoothing"] == 0 and meta["raw"] == [] and meta["lines"]
     smoothed = run_figure(step_run(3, range(1000)), smoothing=0.6)["layout"]["meta"]["nbdist"]
     assert len(smoothed["clock"]["steps"]) == 400 and smoothed["clock"]["steps"][-1] == 999
-    assert smoothed["smoothing"] == 0.6 and smoothed["raw"]
+    assert smoothed["smoothing"] == 0.6 and [i for i, _ in smoothed["raw"]] == smoothed["lines"]

@@ -15,6 +15,7 @@
 import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
+import { figureControls } from './figurecontrols';
 import {
   type Figure,
   lineColors,
@@ -32,7 +33,8 @@ const SVG = 'image/svg+xml';
 type PlotlyModule = {
   react: (div: HTMLElement, data: unknown, layout: unknown, config: unknown) => Promise<unknown>;
   relayout: (div: HTMLElement, update: unknown) => Promise<unknown>;
-  restyle: (div: HTMLElement, update: unknown, traces: number[]) => Promise<unknown>;
+  restyle: (div: HTMLElement, update: unknown, traces?: number[]) => Promise<unknown>;
+  addTraces: (div: HTMLElement, traces: unknown) => Promise<unknown>;
   purge: (div: HTMLElement) => void;
 };
 
@@ -93,6 +95,13 @@ export class FigureRenderer extends Widget implements IRenderMime.IRenderer {
     if (!this._plot) {
       this._plot = document.createElement('div');
       this._plot.className = 'nbdist-static-plot nbdist-plot';
+      // a dashboard's smoothing slider and x axis menu (a comparison has plotly's own)
+      const controls = figureControls(this._plot, this._figure, () =>
+        this.isDisposed ? null : this._plotly
+      );
+      if (controls) {
+        this.node.appendChild(controls);
+      }
       this.node.appendChild(this._plot);
       this._resize = new ResizeObserver(() => this._fit());
       this._resize.observe(this.node);

@@ -299,6 +299,11 @@ def _figure_class() -> type:
             return figure_bundle({"data": data, "layout": layout},
                                  "nbdist.compare: runs overlaid")
 
+        def _ipython_display_(self) -> None:     # plotly's own goes through its renderers
+            from IPython.display import display
+
+            display(self._repr_mimebundle_(), raw=True)
+
     return Comparison
 
 

@@ -288,8 +288,8 @@ def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
     line, as TensorBoard's smoothing slider does (0: raw lines only). Above 16 replicas x
     workers the panels show median and bands over the replicas; ``per_replica`` draws every
     replica's line instead. ``layout.meta["nbdist"]`` tells nbdist's renderers what their
-    smoothing slider and x axis menu need: the smoothing drawn, which trace is each smoothed
-    line's raw copy, and when each step ended (``clock_points``)."""
+    smoothing slider and x axis menu need: the smoothing drawn, the lines it smooths, which
+    trace is each one's raw copy, and when each step ended (``clock_points``)."""
     if not 0 <= smoothing < 1:
         raise ValueError(f"smoothing must be in [0, 1) (0: off, 0.6: TensorBoard's default), "
                          f"got {smoothing!r}")
@@ -305,13 +305,14 @@ def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
     _readable_log_ticks(fig)
     n = len(fig["data"])
     fig["data"] = smoothed(fig["data"], smoothing)
-    copies = [i for i, t in enumerate(fig["data"][:n]) if is_line(t)] if smoothing else []
+    lines = [i for i, t in enumerate(fig["data"][:n]) if is_line(t)]
     mark_resume(fig, run)
     mark_restarts(fig, run)     # --elastic: where a worker died and the run went on
     mark_outcome(fig, run)      # where it failed, was interrupted or stopped, and why
     steps, ends = step_clock(run)
     fig["layout"]["meta"] = {"nbdist": {
-        "smoothing": smoothing, "raw": [[i, n + k] for k, i in enumerate(copies)],
+        "smoothing": smoothing, "lines": lines,
+        "raw": [[i, n + k] for k, i in enumerate(lines)] if smoothing else [],
         "clock": clock_points(steps, ends, run.lineage()[0].started)}}
     return fig
 

@@ -116,7 +116,9 @@ def _readable(page, cell, what: str) -> dict:
     for text, fill in hover["texts"]:
         ratio = contrast(_over(fill, bg), bg)
         assert ratio >= 4.5, (what, seen["theme"], text, fill, bg, ratio)
-    assert [b["label"] for b in seen["buttons"]] == ["loss: linear", "log"], seen["buttons"]
+    # the loss panel's linear/log and expand buttons, then every other panel's: all readable
+    assert [b["label"] for b in seen["buttons"]][:3] == ["loss: linear", "log", "⤢ expand"], \
+        seen["buttons"]
     for b in seen["buttons"]:
         back = _over(b["bg"], seen["page"])
         assert contrast(_over(b["text"], back), back) >= 4.5, (what, seen["theme"], b)
