@@ -32,7 +32,7 @@ from .spec import RunSpec, StrategySpec
 from .step.baseline import measure_baseline
 from .step.inputrate import measure_input
 from .step.pasted import use_session_strategy
-from .telemetry.run import Run, RunObserver, register_view, runs
+from .telemetry.run import Run, RunObserver, RunWriter, register_view, runs
 from .tflogs import import_tensorflow_quietly
 
 #: The strategy line messages suggest in a kernel that never ran one.
@@ -62,7 +62,7 @@ def _learning_rate_after(made: list[Run], text: str, user_ns: dict[str, Any]) ->
     rate = learning_rate_of(user_ns.get(name) for name in cell_params_names(text))
     if rate is not None:
         for run in missing:
-            run.params["learning_rate"] = rate
+            RunWriter(run).update(params={**run.params, "learning_rate": rate})
 
 
 def missing_in_kernel(missing: list[str], user_ns: dict[str, Any]) -> str:

@@ -47,7 +47,6 @@ STEP = EPOCHS_3_STEP.replace("--epochs 3", f"--epochs {EPOCHS}")   # its flags: 
 WEIGHTS = "%%distribute\nweights = [w.numpy() for w in model.weights]\n"
 
 
-@pytest.mark.kernel
 def test_refused_without_checkpoint_and_where_no_worker_restarts(ip, tmp_path):
     runs = len(nbdist.runs)
     err = run_err(ip, STEP.format(flags="--elastic"))

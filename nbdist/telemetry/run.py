@@ -41,7 +41,7 @@ _NAN = float("nan")
 #: The fields of a Run its runners set as they learn them (``RunWriter.update``); its rows,
 #: epochs, resume link and end have their own ``RunWriter`` methods.
 LEARNED = frozenset({"total_steps", "epochs", "loss_scale", "loss_label", "allreduce_bytes",
-                     "checkpoint", "waited_for", "stragglers", "input_rate", "restarts"})
+                     "checkpoint", "waited_for", "stragglers", "input_rate", "restarts", "params"})
 
 
 @dataclass
