@@ -99,6 +99,7 @@ def load_ipython_extension(ipython: Any) -> None:
     on cells without it (their fits recorded, their pasted strategy code checked), and open
     the comm that keeps the JupyterLab status bar up to date."""
     from .lab.comm import LabChannel
+    from .lab.state import kernel_state
     from .lab.verdict import LiveVerdict
     from .magics import DistributeMagics
     from .session import current_session
@@ -112,7 +113,7 @@ def load_ipython_extension(ipython: Any) -> None:
         # the status bar's verdict: only where a frontend shows it
         session.follow_verdict(lambda changed: LiveVerdict(changed,
                                                            enabled=has_frontend(ipython)))
-        channel = LabChannel(session.state, session.status_text)
+        channel = LabChannel(lambda: kernel_state(session), session.status_text)
         session.listeners.append(channel.publish)       # throttled; cheap when unchanged
         ipython.events.register("post_run_cell", session.flush_listeners)
         session.lab_channel = channel

@@ -15,7 +15,7 @@ from typing import Any
 from .backends.base import (
     WORKERS_LINE,
     Backend,
-    lab_state,
+    BackendStatus,
     no_faults,
     no_workers,
     no_workers_to_restart,
@@ -272,12 +272,10 @@ class Session:
             return f"nbdist: no strategy set. Try {self._suggest()}."
         return status_text(self.backend.status(), self.runs)
 
-    def state(self) -> dict[str, Any]:
-        """A JSON snapshot for the lab extension's status bar."""
-        from .version import __version__
-
-        status = self.backend.status() if self.backend is not None else None
-        return lab_state(status, self.runs, __version__, self.verdict.verdict)
+    def status(self) -> BackendStatus | None:
+        """The backend's status (what the lab extension's status bar shows); None without a
+        strategy."""
+        return self.backend.status() if self.backend is not None else None
 
     # -- cells -----------------------------------------------------------------------------
     def run_step_cell(self, cell: str, spec: RunSpec, observers: list[RunObserver],

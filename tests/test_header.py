@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from nbdist.backends.base import lab_state
 from nbdist.fitrecord import planned_length
-from nbdist.lab.state import validate_state
+from nbdist.lab.state import LabState
 from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.header import epoch_text, format_bandwidth, format_duration, header_html
 from nbdist.widgets.series import RunSeries
@@ -97,14 +96,14 @@ def test_the_summary_counts_steps_and_epochs_from_one_like_the_header() -> None:
 def test_lab_state_has_the_runs_epoch_from_one_and_its_stragglers_while_it_runs() -> None:
     run, _ = _run(13, slow=1)
     run.stragglers = ["worker 1"]      # what the dashboard's redraw writes
-    state = validate_state(lab_state(None, [run], "0"))
+    state = LabState.of(None, [run], "0").to_json()
     assert state["run"] == {"id": 7, "status": "running", "step": 13, "epoch": 2,
                             "total_steps": 30}
     assert state["stragglers"] == ["worker 1"]
     RunWriter(run).finish("done")
-    assert validate_state(lab_state(None, [run], "0"))["stragglers"] == []
+    assert LabState.of(None, [run], "0").stragglers == []
     empty = Run(id=8, mode="fit", strategy="mirrored", replicas=2)
-    assert validate_state(lab_state(None, [empty], "0"))["run"]["epoch"] == 0
+    assert LabState.of(None, [empty], "0").to_json()["run"]["epoch"] == 0
 
 
 def test_a_fits_length_comes_from_keras_callback_params() -> None:

@@ -13,13 +13,13 @@ import comm
 import pytest
 from comm.base_comm import BaseComm, CommManager
 
-from nbdist.lab.comm import RUN_STATUSES, TARGET_NAME, LabChannel, empty_state, validate_state
+from nbdist.lab.comm import RUN_STATUSES, TARGET_NAME, LabChannel, LabState
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = json.loads((ROOT / "labextension" / "test" / "fixtures" / "states.json").read_text())
 
 MIRRORED = {
-    **empty_state("0.1.0"),
+    **LabState.empty("0.1.0").to_json(),
     "strategy": "mirrored",
     "magic_line": "%distribute mirrored --devices 2",
     "replicas": 2,
@@ -27,39 +27,72 @@ MIRRORED = {
 }
 
 
-# -- validate_state: the same fixtures as the TypeScript side ---------------------------------
+# -- LabState: the same fixtures as the TypeScript side --------------------------------------
 
 
 @pytest.mark.parametrize("state", FIXTURES["valid"])
-def test_validate_accepts_the_shared_valid_states(state: dict[str, Any]) -> None:
-    assert validate_state(state) is state
+def test_the_shared_valid_states_serialize_back_to_themselves(state: dict[str, Any]) -> None:
+    out = LabState.from_json(state).to_json()
+    assert out == state and json.dumps(out) == json.dumps(state)   # the same keys, in order
 
 
 @pytest.mark.parametrize("case", FIXTURES["invalid"], ids=[c["why"] for c in FIXTURES["invalid"]])
-def test_validate_rejects_the_shared_invalid_states(case: dict[str, Any]) -> None:
+def test_the_shared_invalid_states_are_refused(case: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="nbdist state"):
-        validate_state(case["state"])
+        LabState.from_json(case["state"])
 
 
-def test_run_statuses_agree_with_the_run_store_and_the_frontend() -> None:
+def test_run_statuses_bottlenecks_and_strategies_agree_with_the_frontend() -> None:
+    from nbdist.spec import STRATEGY_NAMES
+    from nbdist.telemetry.explain import BOTTLENECKS
     from nbdist.telemetry.run import STATUSES
 
     assert list(RUN_STATUSES) == list(STATUSES) == FIXTURES["run_statuses"]
+    assert list(BOTTLENECKS) == FIXTURES["bottlenecks"]
+    assert list(STRATEGY_NAMES) == FIXTURES["strategies"]
 
 
-def test_validate_is_strict_about_keys_and_strategy_names() -> None:
+def _shape(value: Any) -> Any:
+    """The keys and value types of a JSON value (lists: the shape of their items)."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return sorted({json.dumps(_shape(v)) for v in value})
+    return type(value).__name__
+
+
+def test_the_state_of_a_training_kernel_has_the_fixtures_keys_and_types() -> None:
+    from nbdist.backends.base import BackendStatus
+    from nbdist.lab.state import Verdict
+    from nbdist.spec import StrategySpec
+    from nbdist.telemetry.run import Run, RunWriter
+
+    spec = StrategySpec(name="mirrored", devices=2)
+    status = BackendStatus(spec=spec, headline="mirrored", replicas=2,
+                           devices=("/job:localhost/replica:0/task:0/device:CPU:0",
+                                    "/job:localhost/replica:0/task:0/device:CPU:1"))
+    run = Run(id=3, mode="step", strategy="mirrored", replicas=2, total_steps=100)
+    for step in range(37):
+        RunWriter(run).record_step(step, 0, loss=[1.0, 1.0], step_ms=10.0)
+    verdict = Verdict(run=3, step=30, bottleneck="input", advice="Read ahead")
+    built = LabState.of(status, [run], "0.1.0", verdict).to_json()
+    assert _shape(built) == _shape(FIXTURES["valid"][1])
+    assert LabState.of(None, [], "0.1.0").to_json() == FIXTURES["valid"][0]
+
+
+def test_the_state_is_strict_about_keys_and_strategy_names() -> None:
     with pytest.raises(ValueError, match=r"unknown keys \['extra'\]"):
-        validate_state({**MIRRORED, "extra": 1})
-    with pytest.raises(ValueError, match="strategy must be None or one of"):
-        validate_state({**MIRRORED, "strategy": "mirorred"})
+        LabState.from_json({**MIRRORED, "extra": 1})
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        LabState.from_json({**MIRRORED, "strategy": "mirorred"})
 
 
 def test_empty_state_is_valid_and_has_no_strategy() -> None:
-    state = validate_state(empty_state())
-    assert state["strategy"] is None and state["run"] is None
+    state = LabState.empty()
+    assert state.strategy is None and state.run is None
     import nbdist
 
-    assert state["version"] == nbdist.__version__
+    assert state.version == nbdist.__version__
 
 
 # -- LabChannel with a recording comm --------------------------------------------------------
@@ -123,7 +156,7 @@ class Session:
 
     def channel(self, clock: Clock, **kwargs: Any) -> LabChannel:
         return LabChannel(
-            lambda: self.state,
+            lambda: LabState.from_json(self.state),
             lambda: self.status,
             clock=clock,
             auto_flush=kwargs.pop("auto_flush", False),
@@ -203,7 +236,8 @@ def test_a_reverted_change_is_dropped_not_resent(manager: CommManager) -> None:
 
 def test_the_timer_delivers_a_held_back_state(manager: CommManager) -> None:
     session = Session()
-    channel = LabChannel(lambda: session.state, lambda: session.status, min_interval=0.05)
+    channel = LabChannel(lambda: LabState.from_json(session.state), lambda: session.status,
+                          min_interval=0.05)
     channel.open()
     [c] = manager.created  # type: ignore[attr-defined]
     step(session, 7)
@@ -232,7 +266,7 @@ def test_status_request_gets_the_status_text(manager: CommManager) -> None:
 def test_errors_in_the_providers_do_not_propagate(
     manager: CommManager, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken_state() -> dict[str, Any]:
+    def broken_state() -> LabState:
         raise RuntimeError("session is half-built")
 
     def broken_status() -> str:
@@ -244,7 +278,7 @@ def test_errors_in_the_providers_do_not_propagate(
         channel.publish()
         channel.flush()
     [c] = manager.created  # type: ignore[attr-defined]
-    assert c.published == [("comm_open", {"type": "state", "state": empty_state()})]
+    assert c.published == [("comm_open", {"type": "state", "state": LabState.empty().to_json()})]
     c.frontend_sends({"type": "request", "what": "status"})
     [reply] = c.sent()
     assert reply["type"] == "status_text" and "KeyError" in reply["text"]
@@ -267,7 +301,7 @@ def test_comm_failures_do_not_propagate(manager: CommManager) -> None:
     def create_comm(**kwargs: Any) -> Any:
         raise OSError("iopub is gone")
 
-    channel = LabChannel(lambda: MIRRORED, lambda: "", comm_factory=create_comm)
+    channel = LabChannel(lambda: LabState.from_json(MIRRORED), lambda: "", comm_factory=create_comm)
     channel.open()
     channel.publish()
     channel.flush()
@@ -413,7 +447,7 @@ def test_without_a_kernel_the_dummy_comm_makes_it_a_no_op(
                 if c.target_name == TARGET_NAME and k not in others]
 
     assert ours() == []
-    channel = LabChannel(lambda: session.state, lambda: session.status)
+    channel = LabChannel(lambda: LabState.from_json(session.state), lambda: session.status)
     with caplog.at_level(logging.DEBUG, logger="nbdist.lab.comm"):
         channel.open()
         [c] = ours()

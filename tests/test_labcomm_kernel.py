@@ -12,15 +12,16 @@ from typing import Any
 import pytest
 from comm.base_comm import CommManager
 
-from nbdist.lab.comm import TARGET_NAME, validate_state
+from nbdist.lab.comm import TARGET_NAME, LabState
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL_CODE = textwrap.dedent(
     """
-    from nbdist.lab.comm import LabChannel, empty_state
-    _state = {**empty_state("0.1.0"), "strategy": "mirrored",
+    from nbdist.lab.comm import LabChannel, LabState
+    _state = {**LabState.empty("0.1.0").to_json(), "strategy": "mirrored",
               "magic_line": "%distribute mirrored --devices 2", "replicas": 2}
-    _chan = LabChannel(lambda: _state, lambda: "STATUS TEXT", min_interval=0.0)
+    _chan = LabChannel(lambda: LabState.from_json(_state), lambda: "STATUS TEXT",
+                       min_interval=0.0)
     _chan.open()
     """
 )
@@ -73,7 +74,7 @@ def test_through_a_real_kernel() -> None:
         assert opened["msg_type"] == "comm_open"
         assert opened["content"]["target_name"] == TARGET_NAME
         state = opened["content"]["data"]["state"]
-        assert validate_state(state)["magic_line"] == "%distribute mirrored --devices 2"
+        assert LabState.from_json(state).magic_line == "%distribute mirrored --devices 2"
         comm_id = opened["content"]["comm_id"]
 
         # The frontend asks for the status; the idle kernel answers on the same comm.

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from nbdist.backends.base import lab_state
 from nbdist.errors import ConfigError
 from nbdist.lab import verdict as verdict_module
-from nbdist.lab.state import validate_state
+from nbdist.lab.state import LabState, Verdict
 from nbdist.lab.verdict import LiveVerdict
 from nbdist.telemetry.run import Run
 
@@ -26,8 +25,8 @@ class Clock:
         return self.now
 
 
-def verdict(run: Run, bottleneck: str = "input") -> dict:
-    return {"run": run.id, "step": 10, "bottleneck": bottleneck, "advice": "Read ahead"}
+def verdict(run: Run, bottleneck: str = "input") -> Verdict:
+    return Verdict(run=run.id, step=10, bottleneck=bottleneck, advice="Read ahead")
 
 
 @pytest.fixture
@@ -116,10 +115,9 @@ def test_the_real_verdict_of_a_run_too_short_is_none() -> None:
 
 def test_the_state_carries_the_verdict_of_the_last_run_only() -> None:
     first, last = (Run(id=i, mode="step", strategy="mirrored", replicas=4) for i in (1, 2))
-    assert validate_state(lab_state(None, [first, last], "0", verdict(last)))["verdict"] == (
-        verdict(last))
-    assert lab_state(None, [first, last], "0", verdict(first))["verdict"] is None
+    assert LabState.of(None, [first, last], "0", verdict(last)).verdict == verdict(last)
+    assert LabState.of(None, [first, last], "0", verdict(first)).verdict is None
     with pytest.raises(ValueError, match="verdict.bottleneck must be one of"):
-        validate_state(lab_state(None, [last], "0", verdict(last, "slow")))
+        verdict(last, "slow")
 
 

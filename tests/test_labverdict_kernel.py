@@ -7,7 +7,7 @@ from explain_cells import DATA, MLP_STEP, MODELS
 from helpers import run_ok
 
 import nbdist
-from nbdist.lab.state import validate_state
+from nbdist.lab.state import kernel_state
 
 
 def test_the_state_names_the_bottleneck_while_and_after_a_run_trains(ip, monkeypatch) -> None:
@@ -24,12 +24,15 @@ def test_the_state_names_the_bottleneck_while_and_after_a_run_trains(ip, monkeyp
     monkeypatch.setattr(live, "first_cost", 0.001)
     monkeypatch.setattr(live, "_cost", None)
     states: list[dict] = []
-    monkeypatch.setattr(session, "listeners", [*session.listeners,
-                                               lambda: states.append(session.state())])
+
+    def record() -> None:
+        states.append(kernel_state(session).to_json())
+
+    monkeypatch.setattr(session, "listeners", [*session.listeners, record])
     run_ok(ip, DATA)
     run_ok(ip, MODELS)
     run_ok(ip, MLP_STEP.format(data="ex_fast", steps=600, flags="", model="ex_mlp"))
-    final = validate_state(session.state())
+    final = kernel_state(session).to_json()
     assert final["verdict"] is not None, final
     assert final["verdict"]["run"] == final["run"]["id"] and final["run"]["status"] == "done"
     # the run's own explanation, whichever bottleneck the machine's load gives it (the tiny

@@ -2,8 +2,13 @@
  * The kernel's nbdist state as it arrives over the "nbdist" comm: types, validation of
  * incoming messages and the text of the status bar item. No DOM, no JupyterLab imports.
  *
- * The Python side of this contract is `nbdist/lab/state.py` (`validate_state`).
+ * The Python side of this contract is `nbdist/lab/state.py` (`LabState`, which builds and
+ * serializes the state); `test/fixtures/states.json` holds the states both sides accept and
+ * refuse. The check is as strict as the kernel's: the extension ships in the same package as
+ * the kernel's nbdist, so a key or a name this page does not know is a bug, not a newer kernel.
  */
+
+import { STRATEGY_NAMES } from './magicline';
 
 /** Statuses of `state.run.status` (`nbdist.telemetry.run.STATUSES`). */
 export const RUN_STATUSES = [
@@ -15,6 +20,18 @@ export const RUN_STATUSES = [
 ] as const;
 
 export type RunStatus = (typeof RUN_STATUSES)[number];
+
+/** The bottlenecks a verdict names (`nbdist.telemetry.explain.BOTTLENECKS`). */
+export const BOTTLENECKS = [
+  'input',
+  'dispatch',
+  'communication',
+  'straggler',
+  'tiny model',
+  'balanced'
+] as const;
+
+export type Bottleneck = (typeof BOTTLENECKS)[number];
 
 /** The current (or last) run of the kernel. */
 export interface IRunState {
@@ -35,14 +52,13 @@ export interface IVerdict {
   run: number;
   /** the step it had reached */
   step: number;
-  /** one of `nbdist.telemetry.explain.BOTTLENECKS` ("input", "balanced"...) */
-  bottleneck: string;
+  bottleneck: Bottleneck;
   /** the first advice, without the numbers behind it; null when there is nothing to fix */
   advice: string | null;
 }
 
-/** How the status bar names a bottleneck; one it does not know shows as the kernel names it. */
-export const BOTTLENECK_LABELS: { [bottleneck: string]: string } = {
+/** How the status bar names a bottleneck. */
+export const BOTTLENECK_LABELS: { [bottleneck in Bottleneck]: string } = {
   input: 'input-bound',
   dispatch: 'dispatch-bound',
   communication: 'communication-bound',
@@ -102,6 +118,45 @@ function fail(where: string, expected: string, value: unknown): never {
   );
 }
 
+/** `value` as an object with exactly the keys `keys`; a missing or unknown one fails. */
+function exactKeys(where: string, value: unknown, keys: readonly string[]): Dict {
+  if (!isDict(value)) {
+    fail(where, 'an object', value);
+  }
+  const missing = keys.filter(k => !(k in value));
+  const unknown = Object.keys(value).filter(k => !keys.includes(k));
+  if (missing.length > 0 || unknown.length > 0) {
+    throw new StateError(
+      `nbdist state: ${where} has missing keys [${missing.join(', ')}] and unknown keys ` +
+        `[${unknown.join(', ')}]; expected exactly [${keys.join(', ')}]`
+    );
+  }
+  return value;
+}
+
+function oneOf<T extends string>(where: string, names: readonly T[], value: unknown): T {
+  if (!names.includes(value as T)) {
+    fail(where, `one of ${names.join(', ')}`, value);
+  }
+  return value as T;
+}
+
+const STATE_KEYS = [
+  'version',
+  'strategy',
+  'magic_line',
+  'replicas',
+  'devices',
+  'workers_total',
+  'workers_alive',
+  'dead_workers',
+  'stragglers',
+  'run',
+  'verdict'
+] as const;
+const RUN_KEYS = ['id', 'status', 'step', 'epoch', 'total_steps'] as const;
+const VERDICT_KEYS = ['run', 'step', 'bottleneck', 'advice'] as const;
+
 function count(where: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
     fail(where, 'an integer >= 0', value);
@@ -130,13 +185,10 @@ function validateRun(value: unknown): IRunState | null {
   if (!isDict(value)) {
     fail('run', 'an object or null', value);
   }
-  const status = value.status;
-  if (!RUN_STATUSES.includes(status as RunStatus)) {
-    fail('run.status', `one of ${RUN_STATUSES.join(', ')}`, status);
-  }
+  exactKeys('run', value, RUN_KEYS);
   return {
     id: count('run.id', value.id),
-    status: status as RunStatus,
+    status: oneOf('run.status', RUN_STATUSES, value.status),
     step: count('run.step', value.step),
     epoch: count('run.epoch', value.epoch),
     total_steps:
@@ -147,41 +199,33 @@ function validateRun(value: unknown): IRunState | null {
 }
 
 function validateVerdict(value: unknown): IVerdict | null {
-  // undefined: a kernel whose nbdist has no verdicts yet; its status bar shows none
-  if (value === null || value === undefined) {
+  if (value === null) {
     return null;
   }
   if (!isDict(value)) {
     fail('verdict', 'an object or null', value);
   }
-  // any name: a newer kernel may know bottlenecks this page does not
-  if (typeof value.bottleneck !== 'string' || value.bottleneck === '') {
-    fail('verdict.bottleneck', 'a bottleneck name', value.bottleneck);
-  }
+  exactKeys('verdict', value, VERDICT_KEYS);
   return {
     run: count('verdict.run', value.run),
     step: count('verdict.step', value.step),
-    bottleneck: value.bottleneck,
+    bottleneck: oneOf('verdict.bottleneck', BOTTLENECKS, value.bottleneck),
     advice: stringOrNull('verdict.advice', value.advice)
   };
 }
 
 /**
- * Check an incoming state and return a clean copy of it. Unknown keys are ignored (a newer
- * kernel may send more); missing keys and wrong types raise a `StateError`.
+ * Check an incoming state and return a clean copy of it. Missing or unknown keys, wrong types
+ * and names this page does not know raise a `StateError`.
  */
 export function validateState(value: unknown): INbdistState {
-  if (!isDict(value)) {
-    fail('state', 'an object', value);
+  const d = exactKeys('state', value, STATE_KEYS);
+  if (typeof d.version !== 'string') {
+    fail('version', 'a string', d.version);
   }
-  if (typeof value.version !== 'string') {
-    fail('version', 'a string', value.version);
-  }
-  const strategy = stringOrNull('strategy', value.strategy);
-  const magicLine = stringOrNull('magic_line', value.magic_line);
-  if (strategy === '') {
-    fail('strategy', 'a strategy name or null', strategy);
-  }
+  const strategy =
+    d.strategy === null ? null : oneOf('strategy', STRATEGY_NAMES, d.strategy);
+  const magicLine = stringOrNull('magic_line', d.magic_line);
   if ((strategy === null) !== (magicLine === null)) {
     throw new StateError(
       'nbdist state: strategy and magic_line must both be null or both be set'
@@ -190,12 +234,12 @@ export function validateState(value: unknown): INbdistState {
   if (magicLine !== null && !/^%distribute\s+\S/.test(magicLine)) {
     fail('magic_line', 'a "%distribute ..." line', magicLine);
   }
-  const workersTotal = count('workers_total', value.workers_total);
-  const workersAlive = count('workers_alive', value.workers_alive);
+  const workersTotal = count('workers_total', d.workers_total);
+  const workersAlive = count('workers_alive', d.workers_alive);
   if (workersAlive > workersTotal) {
     fail('workers_alive', `at most workers_total (${workersTotal})`, workersAlive);
   }
-  const dead = value.dead_workers;
+  const dead = d.dead_workers;
   if (
     !Array.isArray(dead) ||
     !dead.every(w => typeof w === 'number' && Number.isInteger(w) && w >= 0)
@@ -203,17 +247,17 @@ export function validateState(value: unknown): INbdistState {
     fail('dead_workers', 'a list of integers >= 0', dead);
   }
   return {
-    version: value.version,
+    version: d.version,
     strategy,
     magic_line: magicLine,
-    replicas: count('replicas', value.replicas),
-    devices: stringList('devices', value.devices),
+    replicas: count('replicas', d.replicas),
+    devices: stringList('devices', d.devices),
     workers_total: workersTotal,
     workers_alive: workersAlive,
     dead_workers: [...(dead as number[])],
-    stragglers: stringList('stragglers', value.stragglers),
-    run: validateRun(value.run),
-    verdict: validateVerdict(value.verdict)
+    stragglers: stringList('stragglers', d.stragglers),
+    run: validateRun(d.run),
+    verdict: validateVerdict(d.verdict)
   };
 }
 
@@ -270,8 +314,7 @@ function formatRun(run: IRunState | null): string | null {
 
 /** How the status bar names a verdict's bottleneck, e.g. `input-bound`. */
 export function verdictLabel(verdict: IVerdict): string {
-  const known = Object.prototype.hasOwnProperty.call(BOTTLENECK_LABELS, verdict.bottleneck);
-  return known ? BOTTLENECK_LABELS[verdict.bottleneck] : verdict.bottleneck;
+  return BOTTLENECK_LABELS[verdict.bottleneck];
 }
 
 /**

@@ -4,6 +4,8 @@ import { join } from 'path';
 import { describe, expect, it } from 'vitest';
 
 import {
+  BOTTLENECKS,
+  BOTTLENECK_LABELS,
   INbdistState,
   RUN_STATUSES,
   StateError,
@@ -15,11 +17,14 @@ import {
   validateState,
   verdictLabel
 } from '../src/state';
+import { STRATEGY_NAMES } from '../src/magicline';
 
 const fixtures = JSON.parse(
   readFileSync(join(__dirname, 'fixtures', 'states.json'), 'utf8')
 ) as {
   run_statuses: string[];
+  bottlenecks: string[];
+  strategies: string[];
   valid: unknown[];
   invalid: Array<{ why: string; state: unknown }>;
 };
@@ -47,6 +52,12 @@ describe('validateState', () => {
     expect([...RUN_STATUSES]).toEqual(fixtures.run_statuses);
   });
 
+  it('knows the same bottlenecks and strategies as the kernel, and a label for each', () => {
+    expect([...BOTTLENECKS]).toEqual(fixtures.bottlenecks);
+    expect([...STRATEGY_NAMES]).toEqual(fixtures.strategies);
+    expect(Object.keys(BOTTLENECK_LABELS)).toEqual(fixtures.bottlenecks);
+  });
+
   it.each(fixtures.valid.map((s, i) => [i, s]))('accepts valid fixture %i', (_, s) => {
     expect(validateState(s)).toEqual(s);
   });
@@ -55,16 +66,26 @@ describe('validateState', () => {
     expect(() => validateState(s)).toThrow(StateError);
   });
 
-  it('ignores keys a newer kernel may add, and returns a copy', () => {
-    const input = { ...base, gpu_memory: [1, 2] };
-    const out = validateState(input);
+  it('returns a copy', () => {
+    const out = validateState(base);
     expect(out).toEqual(base);
-    expect(out.devices).not.toBe(input.devices);
+    expect(out.devices).not.toBe(base.devices);
   });
 
-  it('takes a state without a verdict (an older kernel) as one with none', () => {
+  it('refuses keys and names it does not know, as the kernel does', () => {
+    expect(() => validateState({ ...base, gpu_memory: [1, 2] })).toThrow(
+      /state has missing keys \[\] and unknown keys \[gpu_memory\]/
+    );
     const { verdict: _, ...older } = base;
-    expect(validateState(older)).toEqual(base);
+    expect(() => validateState(older)).toThrow(/missing keys \[verdict\]/);
+    const run = { id: 3, status: 'running', step: 1, epoch: 1, total_steps: null };
+    const verdict = { run: 3, step: 1, bottleneck: 'memory', advice: null };
+    expect(() => validateState({ ...base, run, verdict })).toThrow(
+      /verdict.bottleneck must be one of input, dispatch/
+    );
+    expect(() => validateState({ ...base, strategy: 'mirorred' })).toThrow(
+      /strategy must be one of one_device, mirrored/
+    );
   });
 
   it('names the offending key', () => {
@@ -150,7 +171,7 @@ describe('the verdict', () => {
   const verdict = {
     run: 3,
     step: 100,
-    bottleneck: 'input',
+    bottleneck: 'input' as const,
     advice: 'The step waits for its input: read it ahead (expected +80% steps/s)'
   };
 
@@ -167,9 +188,9 @@ describe('the verdict', () => {
     ).toBe('nbdist: mirrored ×2 · step 120/1000 · model too small');
   });
 
-  it('shows a bottleneck it has no label for as the kernel names it', () => {
-    for (const bottleneck of ['memory', 'constructor']) {
-      expect(verdictLabel({ ...verdict, bottleneck })).toBe(bottleneck);
+  it('labels every bottleneck the kernel names', () => {
+    for (const bottleneck of BOTTLENECKS) {
+      expect(verdictLabel({ ...verdict, bottleneck })).toBe(BOTTLENECK_LABELS[bottleneck]);
     }
   });
 
@@ -181,7 +202,7 @@ describe('the verdict', () => {
       '%distribute explain shows where the time goes',
       'Click for %distribute status'
     ]);
-    const balanced = { ...verdict, bottleneck: 'balanced', advice: null };
+    const balanced = { ...verdict, bottleneck: 'balanced' as const, advice: null };
     expect(formatTooltip(state({ run, verdict: balanced }))).toContain(
       'balanced\nNothing to fix.'
     );

@@ -8,7 +8,8 @@ class and ``nbdist.factory.make_backend`` makes it; a new family whose training 
 here runs adds one module implementing ``Backend``. Nothing branches on strategy names.
 
 ``BackendStatus`` is the one structured status: ``status_text`` renders it for
-``%distribute status``, ``lab_state`` for the JupyterLab extension's status bar.
+``%distribute status``, ``nbdist.lab.state.LabState`` for the JupyterLab extension's status
+bar.
 """
 
 from __future__ import annotations
@@ -165,31 +166,3 @@ def status_text(status: BackendStatus, runs: Sequence[Run]) -> str:
     if status.code:
         lines += ["", status.code_title, *("    " + line for line in status.code.splitlines())]
     return "\n".join(lines)
-
-
-def lab_state(status: BackendStatus | None, runs: Sequence[Run], version: str,
-              verdict: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON state of the JupyterLab extension's status bar (``nbdist.lab.state``);
-    ``verdict``: the latest run's bottleneck (``nbdist.lab.verdict``), shown while it is the
-    last run's."""
-    last = runs[-1] if runs else None
-    return {
-        "version": version,
-        "strategy": status.spec.name if status else None,
-        "magic_line": status.spec.magic_line() if status else None,
-        "replicas": status.replicas if status else 0,
-        "devices": list(status.devices) if status else [],
-        "workers_total": status.workers_total if status else 0,
-        "workers_alive": status.workers_alive if status else 0,
-        "dead_workers": list(status.dead_workers) if status else [],
-        # the dashboard's flags, else (no dashboard) the workers the others waited for
-        "stragglers": list(last.stragglers or last.waited_for)
-        if last and last.status == "running" else [],
-        "run": None if last is None else {
-            "id": last.id, "status": last.status, "step": last.steps_done,
-            # counted from 1, as the dashboard's header shows it (0: no step yet)
-            "epoch": int(last.last.get("epoch", -1)) + 1, "total_steps": last.total_steps,
-        },
-        "verdict": verdict if last is not None and verdict is not None
-        and verdict["run"] == last.id else None,
-    }

@@ -5,7 +5,7 @@ ipykernel wires to its own comm manager) and sends::
 
     {"type": "state", "state": STATE}          # on open, then whenever STATE changes
 
-where STATE is the dict :func:`validate_state` checks. The frontend may send requests (for
+where STATE is a ``LabState`` as JSON (``LabState.to_json``). The frontend may send requests (for
 the state, or the text of ``%distribute status``: ``requests``). A frontend that reloads (and
 so lost the kernel's comm) opens its own comm to the same target with the ``"state"`` request
 as its open data; the kernel keeps every open comm and sends to each. The kernel handles
@@ -46,15 +46,14 @@ import zmq
 
 from ..hooks.ipykernel import can_watch_comm, watch_comm
 from .requests import answer_request
-from .state import RUN_STATUSES, empty_state, sendable_state, validate_state
+from .state import RUN_STATUSES, LabState
 
 __all__ = [
     "COMM_ERRORS",
     "RUN_STATUSES",
     "TARGET_NAME",
     "LabChannel",
-    "empty_state",
-    "validate_state",
+    "LabState",
 ]
 
 #: The comm target the JupyterLab extension registers on every kernel.
@@ -111,7 +110,7 @@ def _default_comm_manager() -> Any:
 class LabChannel:
     """Sends nbdist's state to the JupyterLab extension and answers its requests.
 
-    ``state_provider()`` returns the current STATE dict; ``status_text()`` returns the text
+    ``state_provider()`` returns the current ``LabState``; ``status_text()`` returns the text
     of ``%distribute status``. Call :meth:`open` when the extension loads, :meth:`publish`
     whenever the state may have changed (cheap when it has not), :meth:`flush` at the end of
     a run, and :meth:`close` on unload. Safe to call from any thread.
@@ -119,7 +118,7 @@ class LabChannel:
 
     def __init__(
         self,
-        state_provider: Callable[[], dict[str, Any]],
+        state_provider: Callable[[], LabState],
         status_text: Callable[[], str],
         *,
         min_interval: float = 0.2,
@@ -164,7 +163,7 @@ class LabChannel:
             self._reopens = 0
             self._comm_manager().register_target(TARGET_NAME, self._on_frontend_open)
             if not self._comms:
-                self._open_comm(self._read_state() or empty_state())
+                self._open_comm(self._read_state() or LabState.empty().to_json())
                 return
         self.publish()
 
@@ -235,12 +234,12 @@ class LabChannel:
     # -- sending -----------------------------------------------------------------------------
 
     def _read_state(self) -> dict[str, Any] | None:
-        """The provider's state, validated and deep-copied; None (and a warning) on error.
+        """The provider's state as JSON; None (and a warning) on error.
 
         The provider is the session's code: whatever it raises is a bug there, reported, and
         the frontend keeps the last state it had (or gets the empty state on open)."""
         try:
-            return sendable_state(self._state_provider())
+            return self._state_provider().to_json()
         except Exception as exc:
             self._bug("state provider", exc)
             return None

@@ -1,156 +1,211 @@
-"""The shape of the state the kernel sends to the JupyterLab extension (see ``lab.comm``)."""
+"""The state the kernel sends to the JupyterLab extension (see ``lab.comm``): one dataclass,
+``LabState``, built from the backend's status and the runs, checked by its own field types
+when it is made, and serialized once (``to_json``). Its TypeScript twin is
+``labextension/src/state.ts``; ``labextension/test/fixtures/states.json`` holds the states both
+sides must accept and reject.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Union
 
+from ..spec import STRATEGY_NAMES
+from ..telemetry.explain import BOTTLENECKS
 from ..telemetry.run import STATUSES as RUN_STATUSES
+from ..telemetry.run import Run
 
-__all__ = ["RUN_STATUSES", "empty_state", "sendable_state", "validate_state"]
+if TYPE_CHECKING:
+    from ..backends.base import BackendStatus
 
-_STATE_KEYS = (
-    "version",
-    "strategy",
-    "magic_line",
-    "replicas",
-    "devices",
-    "workers_total",
-    "workers_alive",
-    "dead_workers",
-    "stragglers",
-    "run",
-    "verdict",
-)
-_RUN_KEYS = ("id", "status", "step", "epoch", "total_steps")
-_VERDICT_KEYS = ("run", "step", "bottleneck", "advice")
+__all__ = ["RUN_STATUSES", "LabState", "RunState", "Verdict", "kernel_state"]
+
+# The names a field may take; ``Literal`` so that the check below reads them off the type.
+RunStatus = Literal[RUN_STATUSES]            # type: ignore[valid-type]
+Bottleneck = Literal[BOTTLENECKS]            # type: ignore[valid-type]
+StrategyName = Literal[tuple(STRATEGY_NAMES)]  # type: ignore[valid-type]
 
 
-# -- the state shape -------------------------------------------------------------------------
+class _Checked:
+    """A dataclass whose fields are checked against their annotations when it is made: ints
+    are counts (>= 0, not bools), a ``Literal`` is one of its values, a list holds its item
+    type, ``X | None`` is X or None, a nested dataclass is one of its kind."""
+
+    def __post_init__(self) -> None:
+        for name, hint in _hints(type(self)).items():
+            _check(f"{_where(self)}{name}", hint, getattr(self, name))
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Rules between fields (none by default)."""
+
+    @classmethod
+    def from_json(cls, d: Any, where: str = "") -> Any:
+        """The state ``d`` (as JSON carries it) describes; ``ValueError`` names the first key
+        that is missing, unknown or of the wrong type."""
+        hints = _hints(cls)
+        names = list(hints)
+        label = where or "state"
+        if not isinstance(d, dict):
+            raise ValueError(f"nbdist state: {label} must be a dict, got {type(d).__name__}")
+        missing = [k for k in names if k not in d]
+        unknown = sorted(str(k) for k in d if k not in names)
+        if missing or unknown:
+            raise ValueError(f"nbdist state: {label} has missing keys {missing} and unknown "
+                             f"keys {unknown}; expected exactly {names}")
+        values = {}
+        for name in names:
+            nested = _dataclass_of(hints[name])
+            value = d[name]
+            if nested is not None and value is not None:
+                value = nested.from_json(value, f"{where}{name}")
+            values[name] = value
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as JSON carries it (fresh dicts and lists: later changes to this object's
+        sources cannot alter what was sent)."""
+        return dataclasses.asdict(self)   # type: ignore[call-overload, no-any-return]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """``cls``'s fields and their types, in order."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}   # type: ignore[arg-type]
 
 
-def _check_count(where: str, value: Any) -> None:
-    if not _is_int(value) or value < 0:
-        raise ValueError(f"nbdist state: {where} must be an int >= 0, got {value!r}")
+def _where(obj: Any) -> str:
+    return getattr(obj, "_prefix", "")
 
 
-def _check_keys(where: str, d: Any, keys: tuple[str, ...]) -> None:
-    if not isinstance(d, dict):
-        raise ValueError(f"nbdist state: {where} must be a dict, got {type(d).__name__}")
-    missing = [k for k in keys if k not in d]
-    unknown = sorted(str(k) for k in d if k not in keys)
-    if missing or unknown:
-        raise ValueError(
-            f"nbdist state: {where} has missing keys {missing} and unknown keys {unknown}; "
-            f"expected exactly {list(keys)}"
+def _dataclass_of(hint: Any) -> Any:
+    for arg in (hint, *typing.get_args(hint)):
+        if isinstance(arg, type) and dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+def _check(where: str, hint: Any, value: Any) -> None:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        (hint,) = [a for a in args if a is not type(None)]
+        if value is None:
+            raise ValueError(f"nbdist state: {where} must not be None")
+        _check(where, hint, value)
+    elif origin is Literal:
+        if value not in args:
+            raise ValueError(f"nbdist state: {where} must be one of {list(args)}, got {value!r}")
+    elif origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"nbdist state: {where} must be a list, got {value!r}")
+        for item in value:
+            _check(f"{where} item", args[0], item)
+    elif hint is int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"nbdist state: {where} must be an int >= 0, got {value!r}")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"nbdist state: {where} must be a str, got {value!r}")
+    elif not isinstance(value, hint):
+        raise ValueError(f"nbdist state: {where} must be a {hint.__name__}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunState(_Checked):
+    """The current (or last) run of the kernel."""
+
+    _prefix = "run."
+
+    id: int
+    status: RunStatus
+    step: int
+    #: counted from 1, as the dashboard's header shows it (0: no step yet)
+    epoch: int
+    total_steps: int | None
+
+
+@dataclass(frozen=True)
+class Verdict(_Checked):
+    """Why the current (or last) run is as fast as it is (``nbdist.lab.verdict``)."""
+
+    _prefix = "verdict."
+
+    run: int                    # the run explained: its id
+    step: int                   # the step it had reached
+    bottleneck: Bottleneck
+    advice: str | None          # the first advice, without the numbers; None: nothing to fix
+
+
+@dataclass(frozen=True)
+class LabState(_Checked):
+    """What the JupyterLab extension's status bar shows of the kernel."""
+
+    version: str
+    strategy: StrategyName | None
+    magic_line: str | None
+    replicas: int
+    devices: list[str]
+    workers_total: int
+    workers_alive: int
+    dead_workers: list[int]
+    stragglers: list[str]
+    run: RunState | None
+    verdict: Verdict | None
+
+    def _check_together(self) -> None:
+        if (self.strategy is None) != (self.magic_line is None):
+            raise ValueError(
+                "nbdist state: strategy and magic_line must both be None or both be set, got "
+                f"strategy={self.strategy!r}, magic_line={self.magic_line!r}")
+        if self.magic_line is not None and not self.magic_line.startswith("%distribute "):
+            raise ValueError("nbdist state: magic_line must be a line magic such as "
+                             f"'%distribute mirrored --devices 2', got {self.magic_line!r}")
+        if self.workers_alive > self.workers_total:
+            raise ValueError(f"nbdist state: workers_alive ({self.workers_alive}) exceeds "
+                             f"workers_total ({self.workers_total})")
+
+    @classmethod
+    def empty(cls, version: str | None = None) -> LabState:
+        """A kernel with nbdist loaded and no strategy chosen yet."""
+        return cls.of(None, [], version)
+
+    @classmethod
+    def of(cls, status: BackendStatus | None, runs: Sequence[Run], version: str | None = None,
+           verdict: Verdict | None = None) -> LabState:
+        """The state of a kernel whose backend reports ``status`` (None: no strategy yet), with
+        ``runs``; ``verdict``: the latest explained run's, shown while it is the last run's."""
+        if version is None:
+            from ..version import __version__ as version
+        last = runs[-1] if runs else None
+        return cls(
+            version=version,
+            strategy=status.spec.name if status else None,
+            magic_line=status.spec.magic_line() if status else None,
+            replicas=status.replicas if status else 0,
+            devices=list(status.devices) if status else [],
+            workers_total=status.workers_total if status else 0,
+            workers_alive=status.workers_alive if status else 0,
+            dead_workers=list(status.dead_workers) if status else [],
+            # the dashboard's flags, else (no dashboard) the workers the others waited for
+            stragglers=list(last.stragglers or last.waited_for)
+            if last and last.status == "running" else [],
+            run=None if last is None else RunState(
+                id=last.id, status=last.status, step=last.steps_done,
+                epoch=int(last.last.get("epoch", -1)) + 1, total_steps=last.total_steps),
+            verdict=verdict if last is not None and verdict is not None
+            and verdict.run == last.id else None,
         )
 
 
-def _check_str_list(where: str, value: Any) -> None:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"nbdist state: {where} must be a list of str, got {value!r}")
-
-
-def _check_run(run: Any) -> None:
-    _check_keys("run", run, _RUN_KEYS)
-    _check_count("run.id", run["id"])
-    if run["status"] not in RUN_STATUSES:
-        raise ValueError(
-            f"nbdist state: run.status must be one of {list(RUN_STATUSES)}, got {run['status']!r}"
-        )
-    _check_count("run.step", run["step"])
-    _check_count("run.epoch", run["epoch"])
-    if run["total_steps"] is not None:
-        _check_count("run.total_steps", run["total_steps"])
-
-
-def _check_verdict(verdict: Any) -> None:
-    from ..telemetry.explain import BOTTLENECKS
-
-    _check_keys("verdict", verdict, _VERDICT_KEYS)
-    _check_count("verdict.run", verdict["run"])
-    _check_count("verdict.step", verdict["step"])
-    if verdict["bottleneck"] not in BOTTLENECKS:
-        raise ValueError(f"nbdist state: verdict.bottleneck must be one of {list(BOTTLENECKS)}, "
-                         f"got {verdict['bottleneck']!r}")
-    if verdict["advice"] is not None and not isinstance(verdict["advice"], str):
-        raise ValueError(
-            f"nbdist state: verdict.advice must be a str or None, got {verdict['advice']!r}")
-
-
-def validate_state(d: Any) -> dict[str, Any]:
-    """Check that ``d`` is a STATE dict as the JupyterLab extension expects; return it.
-
-    Raises ``ValueError`` naming the first offending key. The check is strict (exact keys,
-    ints that are not bools, known strategy names) because the frontend rejects anything else.
-    """
-    from ..spec import STRATEGY_NAMES
-
-    _check_keys("state", d, _STATE_KEYS)
-    if not isinstance(d["version"], str):
-        raise ValueError(f"nbdist state: version must be a str, got {d['version']!r}")
-    strategy, magic_line = d["strategy"], d["magic_line"]
-    if strategy is not None and strategy not in STRATEGY_NAMES:
-        raise ValueError(
-            f"nbdist state: strategy must be None or one of {list(STRATEGY_NAMES)}, "
-            f"got {strategy!r}"
-        )
-    if (strategy is None) != (magic_line is None):
-        raise ValueError(
-            "nbdist state: strategy and magic_line must both be None or both be set, got "
-            f"strategy={strategy!r}, magic_line={magic_line!r}"
-        )
-    if magic_line is not None and (
-        not isinstance(magic_line, str) or not magic_line.startswith("%distribute ")
-    ):
-        raise ValueError(
-            "nbdist state: magic_line must be a line magic such as "
-            f"'%distribute mirrored --devices 2', got {magic_line!r}"
-        )
-    for key in ("replicas", "workers_total", "workers_alive"):
-        _check_count(key, d[key])
-    if d["workers_alive"] > d["workers_total"]:
-        raise ValueError(
-            f"nbdist state: workers_alive ({d['workers_alive']}) exceeds "
-            f"workers_total ({d['workers_total']})"
-        )
-    _check_str_list("devices", d["devices"])
-    _check_str_list("stragglers", d["stragglers"])
-    dead = d["dead_workers"]
-    if not isinstance(dead, list) or not all(_is_int(w) and w >= 0 for w in dead):
-        raise ValueError(f"nbdist state: dead_workers must be a list of int >= 0, got {dead!r}")
-    if d["run"] is not None:
-        _check_run(d["run"])
-    if d["verdict"] is not None:
-        _check_verdict(d["verdict"])
-    return d
-
-
-def empty_state(version: str | None = None) -> dict[str, Any]:
-    """The state of a kernel with nbdist loaded and no strategy chosen yet."""
-    if version is None:
-        from ..version import __version__ as version
-    return {
-        "version": version,
-        "strategy": None,
-        "magic_line": None,
-        "replicas": 0,
-        "devices": [],
-        "workers_total": 0,
-        "workers_alive": 0,
-        "dead_workers": [],
-        "stragglers": [],
-        "run": None,
-        "verdict": None,
-    }
-
-
-def sendable_state(d: Any) -> dict[str, Any]:
-    """``d`` checked by ``validate_state`` and deep-copied (as JSON: what the comm sends), so
-    later changes to ``d`` cannot alter a state already compared or sent."""
-    copied: dict[str, Any] = json.loads(json.dumps(validate_state(d)))
-    return copied
+def kernel_state(session: Any) -> LabState:
+    """The state of the kernel's ``nbdist.session.Session`` (untyped here: the session imports
+    the lab's verdict): its backend's status, its runs and the verdict on the latest."""
+    return LabState.of(session.status(), session.runs, verdict=session.verdict.verdict)

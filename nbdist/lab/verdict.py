@@ -24,31 +24,31 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..errors import ConfigError
 from ..telemetry.run import Run, RunObserver
+from .state import Verdict
 
 __all__ = ["LiveVerdict", "verdict_of"]
 
 _log = logging.getLogger(__name__)
 
 
-def verdict_of(run: Run) -> dict[str, Any] | None:
-    """The verdict the status bar shows for ``run`` (``nbdist.lab.state``): its bottleneck and
-    its first advice without the numbers behind it; None if it cannot be explained yet."""
+def verdict_of(run: Run) -> Verdict | None:
+    """The verdict the status bar shows for ``run``: its bottleneck and its first advice
+    without the numbers behind it; None if it cannot be explained yet."""
     try:
         explained = run.explain()
     except ConfigError:
         return None
     advice = explained.advice[0] if explained.advice else None
-    return {
-        "run": run.id,
-        "step": run.steps_done,
-        "bottleneck": explained.bottleneck,
-        "advice": None if advice is None
+    return Verdict(
+        run=run.id,
+        step=run.steps_done,
+        bottleneck=explained.bottleneck,
+        advice=None if advice is None
         else f"{advice.text} (expected +{advice.gain:.0%} {advice.unit})",
-    }
+    )
 
 
 class LiveVerdict(RunObserver):
@@ -62,7 +62,7 @@ class LiveVerdict(RunObserver):
 
     def __init__(self, changed: Callable[[], None], *, enabled: bool = True,
                  clock: Callable[[], float] = time.monotonic):
-        self.verdict: dict[str, Any] | None = None
+        self.verdict: Verdict | None = None
         self.enabled = enabled
         self.explanations = 0       # how many were made (live and final)
         self.seconds = 0.0          # ... and the time they took, in total
@@ -121,7 +121,7 @@ class LiveVerdict(RunObserver):
         self.seconds += self._cost
         self._set(verdict)
 
-    def _set(self, verdict: dict[str, Any] | None) -> None:
+    def _set(self, verdict: Verdict | None) -> None:
         if verdict != self.verdict:
             self.verdict = verdict
             self._changed()
