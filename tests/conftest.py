@@ -48,6 +48,7 @@ FILE_TIERS = {
     "test_checkpoint.py": "kernel",
     "test_checkpoint_multiworker.py": "cluster",
     "test_run_labels.py": "kernel",
+    "test_stragglers.py": "unit",
     "test_cluster.py": "cluster",
     "test_cluster_coldstart.py": "cluster",
     "test_cluster_compat.py": "cluster",

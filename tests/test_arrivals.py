@@ -7,6 +7,7 @@ import pytest
 from nbdist.cluster.multiworker import arrivals
 from nbdist.cluster.multiworker.arrivals import StepAligner
 from nbdist.telemetry.rows import COLUMNS, POSITION
+from nbdist.telemetry.run import Run, RunWriter
 
 
 def rows(worker, steps, *, data_ms, step_ms=5.0, start=1000.0, late_s=0.0, cycle_s=0.4,
@@ -30,6 +31,14 @@ def column(released, name):
     return block[order, getattr(POSITION, name)].reshape(-1, 2)
 
 
+def stragglers(released):
+    """What the kernel's Run of two workers finds in the released rows."""
+    run = Run(id=1, mode="step", strategy="multiworker", replicas=1, workers=2)
+    for block, extras in released:
+        RunWriter(run).append_block(block, extras or None)
+    return run.stragglers()
+
+
 def test_a_workers_wait_for_a_later_one_moves_from_data_to_wait_and_names_it():
     """Worker 1 reaches each step 300 ms after worker 0, which waits in the iterator's
     collective: worker 0's fetch takes 302 ms, worker 1's 2 ms."""
@@ -39,9 +48,9 @@ def test_a_workers_wait_for_a_later_one_moves_from_data_to_wait_and_names_it():
     released = aligner.add(1, rows(1, steps, data_ms=2.0, late_s=0.3), {})
     assert column(released, "data_ms") == pytest.approx(np.full((8, 2), 2.0))
     assert column(released, "wait_ms") == pytest.approx(np.tile([300.0, 0.0], (8, 1)))
-    worker, waited = aligner.straggler()
-    assert worker == 1 and waited == pytest.approx(300.0)
-    assert "straggler: worker 1" in arrivals.straggler_note(worker, waited)
+    [straggler] = stragglers(released)
+    assert straggler.label == "worker 1" and straggler.waited_ms == pytest.approx(300.0)
+    assert straggler.note().startswith("straggler: worker 1; the other workers waited a median")
 
 
 def test_a_slower_input_or_a_clock_offset_is_not_taken_for_waiting():
@@ -51,12 +60,12 @@ def test_a_slower_input_or_a_clock_offset_is_not_taken_for_waiting():
     aligner.add(0, rows(0, steps, data_ms=40.0), {})
     released = aligner.add(1, rows(1, steps, data_ms=2.0), {})
     assert column(released, "data_ms") == pytest.approx(np.tile([40.0, 2.0], (8, 1)))
-    assert np.isnan(column(released, "wait_ms")).all() and aligner.straggler() is None
+    assert np.isnan(column(released, "wait_ms")).all() and stragglers(released) == []
     # worker 1's clock is 5 s behind and their fetches take the same time: nothing moves
     aligner = StepAligner(2)
     aligner.add(0, rows(0, steps, data_ms=3.0), {})
     released = aligner.add(1, rows(1, steps, data_ms=3.0, clock=-5.0), {})
-    assert np.isnan(column(released, "wait_ms")).all() and aligner.straggler() is None
+    assert np.isnan(column(released, "wait_ms")).all() and stragglers(released) == []
 
 
 def test_rows_wait_for_the_other_worker_at_most_hold_s_and_all_are_flushed(monkeypatch):

@@ -708,7 +708,7 @@ def test_inject_slow_delays_every_step_of_one_worker(mw, capsys):
     by_worker = late.groupby("worker")[["data_ms", "wait_ms"]].median()
     assert by_worker.loc[1, "data_ms"] < 100 and by_worker.loc[1, "wait_ms"] > 250, by_worker
     assert by_worker.loc[0, "wait_ms"] < 50, by_worker
-    assert run.waited_for.keys() == {"worker 0"}, run.waited_for
+    assert [s.label for s in run.stragglers()] == ["worker 0"], run.stragglers()
     assert any(n.startswith("straggler: worker 0; the other workers waited a median")
                for n in run.notes), run.notes
     capsys.readouterr()

@@ -10,7 +10,7 @@ from dashboard_helpers import make_run
 
 from nbdist.telemetry.run import Run, RunWriter
 from nbdist.widgets.decimator import Decimator
-from nbdist.widgets.series import RunSeries, bus_bandwidth
+from nbdist.widgets.series import bus_bandwidth
 
 NAN = math.nan
 
@@ -33,19 +33,6 @@ def test_bus_bandwidth_follows_nccl_tests() -> None:
     assert math.isnan(bus_bandwidth(0, 4, 0.002))
     assert math.isnan(bus_bandwidth(1e6, 4, NAN))
 
-
-def test_straggler_needs_factor_and_margin() -> None:
-    run = make_run(100, slow=3)
-    series = RunSeries(replicas=4)
-    series.ingest(run.rows_since(0))
-    [s] = series.stragglers()
-    assert s.key == (0, 3) and s.ratio == pytest.approx(3.0)
-    lenient = RunSeries(replicas=4, straggler_factor=4.0)
-    lenient.ingest(run.rows_since(0))
-    assert lenient.stragglers() == []
-    two = RunSeries(replicas=2)                          # leave-one-out median works for N=2
-    two.ingest(make_run(30, replicas=2, slow=1).rows_since(0))
-    assert [s.key for s in two.stragglers()] == [(0, 1)]
 
 
 def test_the_loss_scale_is_a_panel_of_its_own_with_one_point_per_step() -> None:

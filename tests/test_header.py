@@ -49,7 +49,9 @@ def _run(steps: int, *, epochs: int = 3, per_epoch: int = 10, status: str = "run
         for w in range(2):
             RunWriter(run).record_step(
                 s, s // per_epoch, loss=[1.0], step_ms=10.0, worker=w, allreduce_ms=[100.0],
-                compute_ms=[30.0 if w == slow else 10.0])
+                compute_ms=[30.0 if w == slow else 10.0],
+                # the other worker waits for the slow one before the all-reduce
+                wait_ms=None if slow is None else [0.0 if w == slow else 20.0])
     series.ingest(run.rows_since(0))
     if status != "running":
         RunWriter(run).finish(status)
@@ -95,7 +97,6 @@ def test_the_summary_counts_steps_and_epochs_from_one_like_the_header() -> None:
 
 def test_lab_state_has_the_runs_epoch_from_one_and_its_stragglers_while_it_runs() -> None:
     run, _ = _run(13, slow=1)
-    run.stragglers = ["worker 1"]      # what the dashboard's redraw writes
     state = LabState.of(None, [run], "0").to_json()
     assert state["run"] == {"id": 7, "status": "running", "step": 13, "epoch": 2,
                             "total_steps": 30}

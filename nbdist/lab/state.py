@@ -194,8 +194,7 @@ class LabState(_Checked):
             workers_total=status.workers_total if status else 0,
             workers_alive=status.workers_alive if status else 0,
             dead_workers=list(status.dead_workers) if status else [],
-            # the dashboard's flags, else (no dashboard) the workers the others waited for
-            stragglers=list(last.stragglers or last.waited_for)
+            stragglers=[s.label for s in last.stragglers()]
             if last and last.status == "running" else [],
             run=None if last is None else RunState(
                 id=last.id, status=last.status, step=last.steps_done,

@@ -75,6 +75,8 @@ from ..errors import ConfigError
 from ..words import count
 from .ring import ring_bandwidth, ring_model_ms
 from .run import Run, register_view
+from .stragglers import MIN_STEPS, enough_ms, last_to_arrive
+from .stragglers import SHARE as STRAGGLER_SHARE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,9 +101,6 @@ BOTTLENECKS = ("input", "dispatch", "communication", "straggler", "tiny model", 
 STEADY_FROM = 3          # steps before this one compile the step variants: left out
 WORTH = 0.2              # a part at least this share of the step is worth acting on
 MIN_GAIN = 0.1           # advice predicting less than +10% is left out
-STRAGGLER_SHARE = 0.6    # arrived last at this share of the timed steps...
-STRAGGLER_WAIT = 0.25    # ...while the others waited this share of their step...
-STRAGGLER_MIN_MS = 2.0   # ...and at least this long (less is scheduling noise)
 STRAGGLER_TIMED = 3      # timed steps of each waiter, where too few were timed by all of them
 LONG_STEP = 5.0          # a step this many times the median (a compile) fills input buffers
 #: replicas take turns when their computes add up to about the step's in-graph time (this
@@ -672,25 +671,28 @@ class _Straggler:
 def _straggler(run: Run, timed: pd.DataFrame, derived: pd.DataFrame,
                breakdown: pd.DataFrame) -> _Straggler | None:
     """The worker (several workers) or replica the others wait for at most steps, if they wait
-    long enough to matter, and which of its parts makes it late. A step counts for it where
-    the others waited long enough at that step: on a congested link one all-reduce ends later
-    on one side now and then, which is no straggler."""
+    long enough to matter (``telemetry.stragglers``, on the waits derived here), and which of
+    its parts makes it late. A step counts for it where the others waited long enough at that
+    step: on a congested link one all-reduce ends later on one side now and then, which is no
+    straggler."""
     by = "worker" if run.workers > 1 else "replica"
     cycle = float(breakdown.step_ms.mean())
-    enough = max(STRAGGLER_WAIT * cycle, STRAGGLER_MIN_MS)
+    enough = enough_ms(cycle)
     waits = breakdown.groupby(by)[["peers", "input", "fetch", "compute", "between"]].mean()
     if len(waits) < 2 or (by == "replica" and bool(derived.turns.any())):
         return None   # replicas taking turns: the last is last by turn, not by being slow
     # the steps every one of them timed: who arrived last at each
     at_step = derived.peers + timed.moved   # in the step, and at the iterator
     per_step = at_step.groupby([timed.step, timed[by]]).min().unstack().dropna()
-    if len(per_step) >= 5:
-        ordered = np.sort(per_step.to_numpy(), axis=1)
-        last = per_step.idxmin(axis=1)[ordered[:, 1] - ordered[:, 0] >= enough]
-        if last.empty:
-            return None
-        index = int(last.value_counts().index[0])
-        share = float((last == index).sum() / len(per_step))
+    # the run's own finding, on every step's waits (multiworker: the timed steps or not)
+    named = {s.index: s.share for s in run.stragglers()}
+    found = last_to_arrive(per_step.to_numpy(), enough) if len(per_step) >= MIN_STEPS else None
+    if found is not None:
+        index, share = int(per_step.columns[found[0]]), found[1]
+    elif named:
+        index, share = next(iter(named.items()))
+    elif len(per_step) >= MIN_STEPS:
+        return None
     else:   # too few steps timed by all: the one that typically waits least, and at how
         # many of their timed steps the others waited for it (a stall or two is no straggler)
         waiting = at_step.groupby(timed[by])
@@ -704,10 +706,7 @@ def _straggler(run: Run, timed: pd.DataFrame, derived: pd.DataFrame,
         share = float((others >= typical[index] + enough).mean())
     others = waits.drop(index)
     waited = float(others.peers.mean())
-    if by == "worker" and run.waited_for:   # the kernel's own finding across workers
-        named = int(next(iter(run.waited_for)).split()[-1])
-        if named == index:
-            share = max(share, STRAGGLER_SHARE)
+    share = max(share, named.get(index, 0.0))
     if share < STRAGGLER_SHARE or waited < enough:
         return None
     mine = waits.loc[index]

@@ -29,6 +29,7 @@ import numpy as np
 from ..words import count
 from .jsonl import read_files
 from .rows import COLUMNS, INTEGERS, MEASURED, POSITION, Row, as_row
+from .stragglers import Straggler, StragglerWatch
 from .table import ColumnTable
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ _NAN = float("nan")
 #: The fields of a Run its runners set as they learn them (``RunWriter.update``); its rows,
 #: epochs, resume link and end have their own ``RunWriter`` methods.
 LEARNED = frozenset({"total_steps", "epochs", "loss_scale", "loss_label", "allreduce_bytes",
-                     "checkpoint", "waited_for", "stragglers", "input_rate", "restarts", "params"})
+                     "checkpoint", "input_rate", "restarts", "params"})
 
 
 @dataclass
@@ -125,12 +126,6 @@ class Run:
     #: divided by the global batch, a sum), else 1; read from the traced step
     #: (``telemetry.lossform``), its note says which
     loss_scale: int = 1
-    #: labels of the replicas/workers the live dashboard flags as stragglers at its latest
-    #: redraw (empty without a dashboard); the lab extension's status bar shows them
-    stragglers: list[str] = field(default_factory=list)
-    #: workers the other workers waited for at most recent steps (label -> median ms they
-    #: waited), found from every worker's rows under multiworker; the dashboard flags them
-    waited_for: dict[str, float] = field(default_factory=dict)
     #: per worker, the machine it runs on (its Linux boot id, else its host name): workers on
     #: one machine share its cores (empty where not known)
     machines: tuple[str, ...] = ()
@@ -157,6 +152,7 @@ class Run:
     _epochs: list[dict[str, float]] = field(default_factory=list, repr=False)
     _table: ColumnTable = field(default_factory=lambda: ColumnTable(len(COLUMNS)), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _straggler_watch: StragglerWatch = field(default_factory=StragglerWatch, repr=False)
 
     def note(self, text: str) -> None:
         """Attach a caveat about this run's numbers (shown in the summary)."""
@@ -252,6 +248,12 @@ class Run:
         out["global_loss"] = out["loss"] * self.loss_scale
         return out
 
+    def stragglers(self) -> list[Straggler]:
+        """The replica (worker, with several) the others waited for at most of the recent
+        timed steps, long enough to matter (``telemetry.stragglers``); empty if none."""
+        by, ranks = ("worker", self.workers) if self.workers > 1 else ("replica", self.replicas)
+        return self._straggler_watch.stragglers(self.block_since, by, ranks)
+
     @property
     def metrics(self) -> pd.DataFrame:
         """Every row recorded so far as a pandas DataFrame: one row per (step, replica or
@@ -346,9 +348,9 @@ class Run:
 
     def plot(self, **options: Any) -> Any:
         """A static plotly Figure of this run: per-replica loss, gradient norm, allreduce and
-        compute times, the global lines and flagged stragglers (see ``nbdist.widgets.figure``;
-        options: ``max_points``, ``straggler_factor``, ``per_replica=True`` to draw every
-        replica's line above 16 series, where the panels show median and bands...)."""
+        compute times, the global lines and its stragglers marked (see ``nbdist.widgets.figure``;
+        options: ``max_points``, ``per_replica=True`` to draw every replica's line above 16
+        series, where the panels show median and bands...)."""
         return _view("plot")(self, **options)
 
     def to_tensorboard(self, logdir: str, name: str | None = None) -> Any:
@@ -467,8 +469,8 @@ class RunWriter:
     def update(self, **facts: Any) -> None:
         """Set what the run's runners learn about it as it goes (the names of ``LEARNED``):
         its length, how its losses add up, what its dashboard labels, its all-reduce size, its
-        ``--checkpoint`` directory, its stragglers, its input pipeline's measured rate, its
-        ``--elastic`` restarts."""
+        ``--checkpoint`` directory, its input pipeline's measured rate, its ``--elastic``
+        restarts, what it was set up with (``params``)."""
         unknown = sorted(set(facts) - LEARNED)
         if unknown:
             raise TypeError(f"RunWriter.update sets only {sorted(LEARNED)}, not {unknown}")

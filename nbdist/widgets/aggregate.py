@@ -192,17 +192,3 @@ def row_quantiles(grid: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
     out = below + (pos - lo) * (above - below)
     out[count == 0] = np.nan
     return out
-
-
-def others_medians(values: np.ndarray) -> np.ndarray:
-    """For each value, the median of all the others (leave-one-out), vectorised."""
-    n = len(values)
-    order = np.argsort(values, kind="stable")
-    ranked = values[order]
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n)
-
-    def other(j: int) -> np.ndarray:   # the j-th smallest of the others, for each value
-        return np.where(j < pos, ranked[j], ranked[min(j + 1, n - 1)])
-
-    return (other((n - 2) // 2) + other((n - 1) // 2)) / 2

@@ -44,8 +44,6 @@ class Dashboard(RunObserver):
     """Draws every Run of one cell. Settings are class attributes (change them to configure
     all dashboards) or keyword arguments."""
 
-    straggler_factor: float = 1.5   # flag a replica/worker slower than this x the others' median
-    straggler_min_ms: float = 0.5   # ... and slower by at least this (ignore sub-ms jitter)
     max_points: int = 2000          # per trace
     max_total_points: int = 40_000  # all traces together (many replicas: fewer points each)
     min_interval: float = 0.1       # seconds between redraws (at most ~10/s)
@@ -221,9 +219,9 @@ class Dashboard(RunObserver):
 
     @property
     def stragglers(self) -> list[str]:
-        """Labels of the replicas/workers flagged as stragglers in the current run."""
+        """Labels of the current run's stragglers (``Run.stragglers``)."""
         view = self._current()
-        return [view.series.label(s.key) for s in view.series.stragglers()] if view else []
+        return [s.label for s in view.run.stragglers()] if view else []
 
 
 def observer_for(shell: Any, **settings: Any) -> Any:

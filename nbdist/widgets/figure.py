@@ -35,15 +35,15 @@ from .panels import (
     straggler_marks,
 )
 from .panels import layout as panel_layout
-from .series import RunSeries
+from .series import Key, RunSeries
 
 COL_STEP = POSITION.step
 
 if TYPE_CHECKING:
     from ..telemetry.run import Run
+    from ..telemetry.stragglers import Straggler
 
 STRAGGLER_TRACE = "stragglers"
-TOP_STRAGGLERS = 8      # marked and named; an aggregated run may flag many more
 _CHUNK = 1 << 15        # rows a finished Run is read in
 
 
@@ -52,8 +52,9 @@ class FigureModel:
     chosen once, at the first ``layout()`` (``panels.choose_panels``)."""
 
     def __init__(self, series: RunSeries, title: str = "", strategy: str = "",
-                 final: bool = False):
+                 final: bool = False, run: Run | None = None):
         self.series = series
+        self.run = run                          # whose stragglers are marked (None: none)
         self.title = title
         self.loss_label: str | None = None      # ``Run.loss_label``: what the loss line is
         self.strategy, self.final = strategy, final
@@ -184,16 +185,29 @@ class FigureModel:
         return {"x": [x], "z": [z]}, [self.index[("heatmap", None)]]
 
     def straggler_marks(self) -> tuple[tuple[float, float, str], ...]:
+        """A mark at the latest time of each of the run's stragglers (``Run.stragglers``)."""
         marks = []
-        for s in self.series.stragglers()[:TOP_STRAGGLERS]:
-            dec = self.series.series.get(("time", s.key))
-            last = dec.last if dec is not None else None
-            if dec is None and self.series.aggregated:     # no line per key: at the last step
-                last = (float(self.series.last_step), s.value_ms)
+        for s in self.run.stragglers() if self.run is not None else ():
+            last = self._latest_time(s)
             if last is not None:
                 marks.append((last[0], last[1],
-                              f"{self.series.label(s.key)}: {s.ratio:.1f}x the median"))
+                               f"{s.label}: the others waited {s.waited_ms:.3g} ms"))
         return tuple(marks)
+
+    def _latest_time(self, s: Straggler) -> tuple[float, float] | None:
+        """Where ``s``'s time line ends (a worker's: its slowest replica's); without a line per
+        replica, its recent time at the last step."""
+        def mine(key: Key) -> bool:
+            return key[0] == s.index if s.label.startswith("worker") else key[1] == s.index
+
+        ends = [dec.last for (metric, key), dec in self.series.series.items()
+                if metric == "time" and isinstance(key, tuple) and mine(key)
+                and dec.last is not None]
+        if ends:
+            return max(ends, key=lambda point: point[1])
+        agg = self.series.aggregates
+        recent = [ms for key, ms in (agg.recent_times() if agg else {}).items() if mine(key)]
+        return (float(self.series.last_step), max(recent)) if recent else None
 
 
 def figure_dict(model: FigureModel) -> dict[str, Any]:
@@ -294,7 +308,8 @@ def run_figure(run: Run, smoothing: float = 0.0, per_replica: bool = False,
         raise ValueError(f"smoothing must be in [0, 1) (0: off, 0.6: TensorBoard's default), "
                          f"got {smoothing!r}")
     series = series_of(run, aggregate=False if per_replica else None, **options)
-    model = FigureModel(series, run_title(run, series), strategy=run.strategy, final=True)
+    model = FigureModel(series, run_title(run, series), strategy=run.strategy, final=True,
+                        run=run)
     model.loss_label = run.loss_label
     fig = figure_dict(model)
     note_sampling(fig, series)

@@ -35,9 +35,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..telemetry.run import Run, RunWriter
+from ..telemetry.run import Run
 from .aggregate import AGGREGATE_ABOVE
-from .figure import TOP_STRAGGLERS, FigureModel, feed, figure_dict, run_title
+from .figure import FigureModel, feed, figure_dict, run_title
 from .header import header_html
 from .series import RunSeries
 from .stall import StallWatch, stall_note
@@ -66,8 +66,6 @@ class ViewSettings(Protocol):
 
     max_points: int
     max_total_points: int
-    straggler_factor: float
-    straggler_min_ms: float
     stop_mode: str
     stall_after: float
     picture_every: float
@@ -84,10 +82,9 @@ class RunView:
         per_trace = min(owner.max_points, max(250, owner.max_total_points // traces))
         self.series = RunSeries(
             replicas=run.replicas, workers=run.workers, max_points=per_trace,
-            straggler_factor=owner.straggler_factor, straggler_min_ms=owner.straggler_min_ms,
             loss_scale=run.loss_scale,
         )
-        self.model = FigureModel(self.series, strategy=run.strategy)
+        self.model = FigureModel(self.series, strategy=run.strategy, run=run)
         self.model.loss_label = run.loss_label
         self.n_epochs = 0                 # rows of ``run.epoch_metrics`` read
         self.n_rows = 0
@@ -239,18 +236,7 @@ class RunView:
             self.progress.max = total
             self.progress.layout.visibility = "visible"
         self.progress.value = min(s.last_step + 1, self.progress.max)
-        flagged = s.stragglers()
-        waited_for = dict(run.waited_for)
-        # for the lab's status bar
-        RunWriter(run).update(stragglers=[*waited_for, *(s.label(x.key) for x in flagged
-                                                         if s.label(x.key) not in waited_for)])
-        notes = [f"⚠ straggler: {html.escape(label)} (the other workers waited {ms:.3g} ms a "
-                 "step for it)" for label, ms in waited_for.items()]
-        notes += [f"⚠ straggler: {html.escape(s.label(x.key))} ({x.value_ms:.3g} ms, "
-                  f"{x.ratio:.1f}× the others' median)" for x in flagged[:TOP_STRAGGLERS]
-                  if s.label(x.key) not in waited_for]
-        if len(flagged) > TOP_STRAGGLERS:
-            notes.append(f"{len(flagged) - TOP_STRAGGLERS} more")
+        notes = [f"⚠ {html.escape(x.note())}" for x in run.stragglers()]
         note_html = ("<span style='color:#b00'>" + "; ".join(notes) + "</span>") if notes else ""
         if note_html != self.notes.value:
             self.notes.value = note_html

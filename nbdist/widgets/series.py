@@ -3,7 +3,7 @@
 ``RunSeries`` ingests ``Run.rows_since`` batches and keeps, per (worker, replica) and per
 metric, a bounded ``Decimator`` (at most ``max_points`` bucket means, whatever the run
 length: the full-resolution data stays in the Run). It also keeps the per-step global lines,
-the recent per-replica times used to flag stragglers, the bus bandwidth and the step rate.
+the bus bandwidth and the step rate (stragglers are the Run's own: ``Run.stragglers``).
 ``allreduce_ms`` is the gradient all-reduce; the step's other collectives (SyncBatchNormalization's
 batch statistics...) have their own global line, ``other_collective_ms``, once a row has some.
 """
@@ -11,16 +11,14 @@ batch statistics...) have their own global line, ``other_collective_ms``, once a
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..telemetry.rows import POSITION as COL
 from ..telemetry.rows import Row
-from .aggregate import AGGREGATE_ABOVE, StepAggregates, others_medians
+from .aggregate import AGGREGATE_ABOVE, StepAggregates
 from .decimator import Decimator
 
 #: Per-key metrics. ``time`` is ``compute_ms`` for per-replica rows, ``step_ms`` for rows
@@ -76,34 +74,17 @@ def bus_bandwidth(nbytes: float, ranks: int, seconds: float) -> float:
     return nbytes * 2 * (ranks - 1) / ranks / seconds
 
 
-@dataclass
-class Straggler:
-    key: Key
-    value_ms: float       # its recent time
-    reference_ms: float   # median recent time of the others
-
-    @property
-    def ratio(self) -> float:
-        return self.value_ms / self.reference_ms if self.reference_ms > 0 else math.inf
-
-
 class RunSeries:
     """Everything the dashboard draws about one Run, updated incrementally."""
 
     def __init__(self, *, replicas: int, workers: int = 1, max_points: int = 2000,
-                 straggler_factor: float = 1.5, straggler_min_ms: float = 0.5,
-                 straggler_window: int = 8, bandwidth_window: int = 20, loss_scale: int = 1,
+                 bandwidth_window: int = 20, loss_scale: int = 1,
                  aggregate: bool | None = None):
-        if straggler_factor <= 1:
-            raise ValueError(f"straggler_factor must be > 1, got {straggler_factor}")
         self.replicas, self.workers, self.max_points = replicas, workers, max_points
         self.loss_scale = loss_scale    # global loss = mean of the rows x this (Run.loss_scale)
-        self.straggler_factor, self.straggler_min_ms = straggler_factor, straggler_min_ms
         self.keys: list[Key] = []
         self.series: dict[tuple[str, Key | None], Decimator] = {}
-        self._recent: dict[Key, deque[float]] = {}
-        self._stragglers: list[Straggler] | None = None
-        self._window = straggler_window
+        self._known: set[Key] = set()
         self._pending = np.empty((0, len(_PENDING)))   # steps not complete, see _accumulate
         self._expected = 0                             # rows per complete step
         self._allreduce = deque(maxlen=bandwidth_window)
@@ -136,7 +117,7 @@ class RunSeries:
         time_col = self._time_col
         codes, keys = _key_codes(data)
         for key in keys:
-            if key not in self._recent:
+            if key not in self._known:
                 self._add_key(key)
         self._expected = max(self._expected, len(self.keys))
         if self.aggregates is not None:     # no line per key: rows wait for their step's end
@@ -149,11 +130,6 @@ class RunSeries:
             for metric, col in (("loss", COL.loss), ("grad_norm", COL.grad_norm),
                                 ("allreduce_ms", COL.allreduce_ms), ("time", time_col)):
                 self.series[(metric, key)].extend(x, sub[:, col])
-            times = sub[:, time_col]
-            times = times[np.isfinite(times)]
-            if len(times):
-                self._recent[key].extend(times[-self._window:].tolist())
-                self._stragglers = None
         self._accumulate(data)
 
     def _first_rows(self, data: np.ndarray) -> None:
@@ -164,7 +140,7 @@ class RunSeries:
         if self._aggregate if self._aggregate is not None else n_keys > AGGREGATE_ABOVE:
             self.aggregates = StepAggregates(
                 workers=self.workers, replicas=self.replicas if self.per_replica else 1,
-                cap=self.max_points, window=self._window)
+                cap=self.max_points)
             self.series.update(self.aggregates.lines())
             self._expected = n_keys      # a step is complete with every key, not the first seen
 
@@ -175,7 +151,7 @@ class RunSeries:
     def _add_key(self, key: Key) -> None:
         self.keys.append(key)
         self.keys.sort()
-        self._recent[key] = deque(maxlen=self._window)
+        self._known.add(key)
         for metric in KEY_METRICS if self.aggregates is None else ():
             self.series[(metric, key)] = Decimator(self.max_points)
         if len(self.keys) == 1:
@@ -220,7 +196,6 @@ class RunSeries:
         x = acc[:, 0]
         if self.aggregates is not None:
             self.aggregates.finish_steps(x, self._time_col)
-            self._stragglers = None
         with np.errstate(invalid="ignore", divide="ignore"):
             loss = np.where(acc[:, 2] > 0, acc[:, 1] / acc[:, 2], math.nan)
             step_ms = np.where(acc[:, 4] > 0, acc[:, 3] / acc[:, 4], math.nan)
@@ -282,27 +257,6 @@ class RunSeries:
         self._flush(lag=None)
 
     # -- derived numbers -------------------------------------------------------------------
-    def stragglers(self) -> list[Straggler]:
-        """Keys whose recent time exceeds ``straggler_factor`` x the median of the others."""
-        if self._stragglers is None:
-            self._stragglers = self._find_stragglers()
-        return list(self._stragglers)
-
-    def _find_stragglers(self) -> list[Straggler]:
-        if self.aggregates is not None:
-            recent = self.aggregates.recent_times()
-        else:
-            recent = {k: statistics.median(v) for k, v in self._recent.items() if v}
-        if len(recent) < 2:
-            return []
-        values = np.array(list(recent.values()))
-        refs = others_medians(values)
-        slow = (values > self.straggler_factor * refs) & (values - refs >= self.straggler_min_ms)
-        keys = list(recent)
-        found = [Straggler(keys[i], float(values[i]), float(refs[i]))
-                 for i in np.flatnonzero(slow).tolist()]
-        return sorted(found, key=lambda s: -s.ratio)     # the slowest first
-
     def allreduce_seconds(self) -> float:
         """Median over recent timed steps of the slowest replica's gradient all-reduce, in
         seconds."""

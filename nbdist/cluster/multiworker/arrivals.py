@@ -14,17 +14,15 @@ same steps are in, then, per step and worker:
   last to arrive fetched for the shortest time). Taking the smaller of the two keeps a clock
   offset between hosts, or an input slower on one worker, from being counted as waiting.
 
-That time moves from the waiter's ``data_ms`` to its ``wait_ms``. The worker the others waited
-for at most of the recent steps, for long enough to matter, is the run's straggler
-(``straggler``): its delay happened outside its measured step and fetch (its own code between
-steps, a slow or overloaded host, an injected delay).
+That time moves from the waiter's ``data_ms`` to its ``wait_ms``, where ``Run.stragglers()``
+finds the worker the others waited for (``telemetry.stragglers``), though its delay happened
+outside its measured step and fetch (its own code between steps, a slow or overloaded host, an
+injected delay).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections import Counter, deque
 from typing import Any
 
 import numpy as np
@@ -33,10 +31,6 @@ from ...telemetry.rows import POSITION
 
 #: Rows held longer than this (a worker's rows are late or will never come) go on unaligned.
 HOLD_S = 2.0
-#: Steps a straggler is judged over, the share of them it must be waited for, and how long.
-RECENT_STEPS = 20
-BLAMED_SHARE = 0.6
-MIN_WAIT_MS = 20.0
 
 
 class StepAligner:
@@ -48,7 +42,6 @@ class StepAligner:
         self._held: dict[int, list[tuple[float, np.ndarray, dict[str, np.ndarray]]]] = {
             w: [] for w in range(workers)}
         self._last_step = dict.fromkeys(range(workers), -1)
-        self._blamed: deque[tuple[int, float]] = deque(maxlen=RECENT_STEPS)
 
     def add(self, worker: int, block: np.ndarray, extras: dict[str, np.ndarray]
             ) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
@@ -108,28 +101,6 @@ class StepAligner:
         block[rows, POSITION.data_ms] = data - waited
         wait = block[rows, POSITION.wait_ms]
         block[rows, POSITION.wait_ms] = np.where(np.isnan(wait), 0.0, wait) + waited
-        last = int(workers[int(np.argmin(data))])
-        self._blamed.append((last, float(waited.max())))
-
-    def straggler(self) -> tuple[int, float] | None:
-        """(worker, the median ms the others waited for it) if the others waited for the same
-        worker at most of the recent steps, at least ``MIN_WAIT_MS`` each time."""
-        if len(self._blamed) < min(5, RECENT_STEPS):
-            return None
-        counts = Counter(w for w, ms in self._blamed if ms >= MIN_WAIT_MS)
-        if not counts:
-            return None
-        worker, times = counts.most_common(1)[0]
-        if times < BLAMED_SHARE * len(self._blamed):
-            return None
-        return worker, statistics.median(ms for w, ms in self._blamed if w == worker)
-
-
-def straggler_note(worker: int, waited_ms: float) -> str:
-    return (f"straggler: worker {worker}; the other workers waited a median {waited_ms:.0f} ms "
-            f"for it at each step, outside its measured step and input fetch (its own code "
-            f"between steps, a slow or busy host, or `%distribute inject slow`). That wait is "
-            f"in their wait_ms, not their data_ms")
 
 
 def _split(held: dict[int, list[tuple[float, np.ndarray, dict[str, np.ndarray]]]],

@@ -26,7 +26,7 @@ from ...data.fingerprint import same_input_groups, same_input_note
 from ...telemetry.rows import POSITION, unpack
 from ...telemetry.run import Run, RunWriter
 from .. import protocol
-from .arrivals import StepAligner, straggler_note
+from .arrivals import StepAligner
 from .stall import StallWatch
 
 #: A worker that sent nothing for this long while the cluster is busy is reported as hung.
@@ -61,8 +61,6 @@ class _RunEntry:
     rows_seen: int = 0
     ended: dict[int, str] = field(default_factory=dict)   # worker -> its run status
     aligner: StepAligner | None = None     # step runs of several workers (``arrivals``)
-    straggler: tuple[int, float] | None = None
-    noted: str | None = None               # the straggler note this entry added
     digests: dict[int, str] = field(default_factory=dict)   # worker -> first batch's
     same_input: str | None = None          # the note when workers read the same data
     lock: threading.Lock = field(default_factory=threading.Lock)   # one reader per worker
@@ -89,25 +87,16 @@ class _RunEntry:
     def _align(self, worker: int, block: Any, extras: dict[str, Any]) -> None:
         for ready, ready_extras in self.aligner.add(worker, block, extras):
             RunWriter(self.run).append_block(ready, ready_extras or None)
-        found = self.aligner.straggler()
-        if found is not None:
-            self.straggler = found
-            RunWriter(self.run).update(waited_for={f"worker {found[0]}": found[1]})
-        elif self.run.waited_for:
-            RunWriter(self.run).update(waited_for={})
 
     def flush(self) -> None:
-        """Rows still held by the aligner go to the Run; a straggler seen is noted."""
+        """Rows still held by the aligner go to the Run; its straggler, if any, is noted."""
         if self.aligner is None:
             return
         with self.lock:
             for ready, ready_extras in self.aligner.flush():
                 RunWriter(self.run).append_block(ready, ready_extras or None)
-            if self.straggler is not None:   # one note, with the latest median
-                if self.noted in self.run.notes:
-                    self.run.notes.remove(self.noted)
-                self.noted = straggler_note(*self.straggler)
-                self.run.note(self.noted)
+            for straggler in self.run.stragglers():
+                self.run.note(straggler.note())
 
     def end(self, worker: int, status: str, workers: int) -> None:
         self.ended[worker] = status if status in _SEVERITY else "failed"
