@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 import shlex
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from IPython.core.magic_arguments import (
 from IPython.utils.process import arg_split
 
 from .cluster.protocol import FAULT_KINDS
+from .displayguard import DisplayGuard
 from .errors import ConfigError, NbdistError
 from .families import family
 from .spec import (
@@ -39,6 +41,8 @@ _ACTIONS = ("status", "stop", "restart", "push", "pull", "inject", "explain")
 _WIDTH = 96   # the help is rendered once, at this width, whatever the terminal
 _FAULTS = "|".join(FAULT_KINDS)
 _DELAYED = [k for k in FAULT_KINDS.values() if k.delay is not None]
+#: What a display (a message, not the action) raised: reported once, then logged.
+_DISPLAY = DisplayGuard(logging.getLogger(__name__))
 
 
 def _formatter(prog: str) -> MagicHelpFormatter:
@@ -406,10 +410,10 @@ class DistributeMagics(Magics):
             backend = session.backend
             workers = 0
             if backend is not None and not family(backend.spec.name).in_kernel:
-                try:   # said after the stop, which must happen whatever the status does
+                # said after the stop, which must happen whatever the status does
+                with _DISPLAY.guard("stop", "nbdist: counting the workers to stop failed "
+                                    "({error}), a bug in nbdist; they are stopped all the same."):
                     workers = backend.status().workers_total
-                except Exception:
-                    workers = 0
             killed = session.stop()
             said = "nbdist: strategy cleared"
             if workers:

@@ -8,6 +8,7 @@ and the lab extension act through the same code path. The Session holds one ``Ba
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from .backends.base import (
 from .backends.cells import RanCell, prepare_scope_cell, prepare_step_cell
 from .backends.kernelstate import strategy_mismatch
 from .data.iterate import release_free_memory_when_idle
+from .displayguard import DisplayGuard
 from .errors import ConfigError, NbdistError
 from .factory import make_backend
 from .families import family
@@ -88,6 +90,7 @@ class Session:
         self.backend: Backend | None = None
         self.runs = runs
         self.listeners: list[Callable[[], None]] = []   # called when the state changes
+        self._display = DisplayGuard(logging.getLogger(__name__))   # for the listeners
         self.lab_channel: Any = None                     # nbdist.lab.comm.LabChannel, if open
         self._cells = 0
         self._in_cell = False                            # a %%distribute cell is running
@@ -402,11 +405,10 @@ class Session:
             self.lab_channel.flush()
 
     def _changed(self) -> None:
-        for listener in list(self.listeners):
-            try:
+        for listener in list(self.listeners):   # a broken status display must not stop training
+            with self._display.guard("listener", "nbdist: a status display failed ({error}), "
+                                     "a bug in nbdist; training goes on."):
                 listener()
-            except Exception:  # a broken status display must never stop training
-                pass
 
 
 def _measure_input(run: Run) -> Any:

@@ -49,6 +49,7 @@ FILE_TIERS = {
     "test_checkpoint_multiworker.py": "cluster",
     "test_run_labels.py": "kernel",
     "test_stragglers.py": "unit",
+    "test_displayguard.py": "unit",
     "test_cluster.py": "cluster",
     "test_cluster_coldstart.py": "cluster",
     "test_cluster_compat.py": "cluster",

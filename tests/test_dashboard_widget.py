@@ -3,9 +3,9 @@ failures, Stop, and the static figure it leaves."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-import warnings
 from typing import Any
 
 import dashboard_helpers
@@ -267,7 +267,7 @@ def test_costly_redraws_are_spaced_to_the_cpu_budget(recorder: Recorder, clock: 
 
 
 def test_drawing_failure_warns_once_and_training_continues(
-        recorder: Recorder, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+        recorder: Recorder, monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
     run = make_run(3)
     dash = live_dashboard(run, min_interval=0.0)
 
@@ -275,15 +275,16 @@ def test_drawing_failure_warns_once_and_training_continues(
         raise RuntimeError("plotly exploded")
 
     monkeypatch.setattr(FigureModel, "changes", boom)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with caplog.at_level(logging.DEBUG, logger="nbdist.widgets.dashboard"):
         feed(run, 3, 40, on_step=dash.on_step)
         assert dash.should_stop() is False
         RunWriter(run).finish("done")
         dash.close()
-    dashboard_warnings = [w for w in caught if "dashboard" in str(w.message)]
-    assert len(dashboard_warnings) == 1
-    assert "plotly exploded" in str(dashboard_warnings[0].message)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    assert warned[0].getMessage().startswith(
+        "nbdist: the dashboard stopped drawing (RuntimeError: plotly exploded). Training goes on")
+    assert warned[0].exc_info[0] is RuntimeError             # with its traceback: a bug
     assert run.steps_done == 40
     summary = recorder.displayed[-1]                     # the summary still reaches the user
     assert summary["text/plain"].startswith("Run 1")

@@ -11,6 +11,7 @@ stand-in objects.
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import pathlib
 from typing import Any
@@ -238,7 +239,7 @@ def test_library_hooks_degrade_on_objects_without_the_api() -> None:
     assert ipyparallel_hooks.client_config(object()) == {}
 
 
-def test_watch_comm_sees_each_message_and_unwatch_restores_the_method() -> None:
+def test_watch_comm_sees_each_message_and_unwatch_restores_the_method(caplog) -> None:
     class Comm:
         def _reply_subshell_for(self, data: Any, default: Any) -> Any:
             return default
@@ -248,8 +249,13 @@ def test_watch_comm_sees_each_message_and_unwatch_restores_the_method() -> None:
     unwatch = ipykernel_hooks.watch_comm(comm, seen.append)
     assert comm._reply_subshell_for({"a": 1}, "sub") == "sub" and seen == [{"a": 1}]
     other = Comm()
-    ipykernel_hooks.watch_comm(other, lambda data: _raise(ValueError()))
-    assert other._reply_subshell_for({}, "sub") == "sub"   # on_data's error drops nothing
+    ipykernel_hooks.watch_comm(other, lambda data: _raise(ValueError("no view")))
+    with caplog.at_level(logging.DEBUG, logger="nbdist.hooks.ipykernel"):
+        assert other._reply_subshell_for({}, "sub") == "sub"   # on_data's error drops nothing
+        assert other._reply_subshell_for({}, "sub") == "sub"
+    warned, again = caplog.records     # reported once, then logged at debug level
+    assert warned.levelno == logging.WARNING and "ValueError: no view" in warned.getMessage()
+    assert again.levelno == logging.DEBUG
     unwatch()
     assert "_reply_subshell_for" not in vars(comm)
 

@@ -6,12 +6,15 @@ hook works on the comm object a widget already has.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from ..displayguard import DisplayGuard
 from .api import PrivateAPI, first_problem, lacks, used_in
 
 CHECKED = "7.4"
+_DISPLAY = DisplayGuard(logging.getLogger(__name__))
 
 
 def can_watch_comm(comm: Any) -> bool:
@@ -24,7 +27,8 @@ def watch_comm(comm: Any, on_data: Callable[[Any], None]) -> Callable[[], None]:
     kernel's shell-channel thread, by wrapping ``Comm._reply_subshell_for`` (which ipykernel
     calls there to route widget replies to subshells). The message is still handled as usual.
     Returns the function that removes the wrapper. ``on_data`` must be quick; its exceptions
-    are swallowed (the kernel's message must never be dropped).
+    are reported (``DisplayGuard``) and go no further (the kernel's message must never be
+    dropped).
 
     Features: the dashboard's Stop button while a cell runs (stop mode ``route``), a reloaded
     page's request for the live dashboard (``lab.comm``). Checked with
@@ -34,10 +38,10 @@ def watch_comm(comm: Any, on_data: Callable[[Any], None]) -> Callable[[], None]:
     original = comm._reply_subshell_for
 
     def route(data: Any, default: Any) -> Any:   # runs on the shell-channel thread
-        try:
+        with _DISPLAY.guard("route", "nbdist: seeing a page's message on the kernel's shell "
+                            "channel failed ({error}), a bug in nbdist; the message was "
+                            "delivered as usual."):
             on_data(data)
-        except Exception:  # noqa: S110 - must never drop the kernel's message
-            pass
         return original(data, default)
 
     comm._reply_subshell_for = route

@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 import zmq
 
+from ..displayguard import DisplayGuard
 from ..hooks.ipykernel import can_watch_comm, watch_comm
 from .requests import answer_request
 from .state import RUN_STATUSES, LabState
@@ -143,7 +144,7 @@ class LabChannel:
         self._timer: threading.Timer | None = None
         self._reopens = 0
         self._last_close_time = -float("inf")
-        self._reported: set[str] = set()   # kinds of failure logged once already
+        self._display = DisplayGuard(_log)   # each kind of failure: warned once, then debug
         self._views: ViewSource | None = None
         self._watched: dict[int, Callable[[], None]] = {}   # id(comm) -> remove its hook
         self._replies: dict[int, Reply] = {}                # id(comm) -> its reply function
@@ -386,21 +387,12 @@ class LabChannel:
     def _lost(self, what: str, exc: BaseException) -> None:
         """The connection to the frontend failed (no kernel, iopub closed): expected as a
         kernel shuts down, so one line without a traceback."""
-        self._report_once("lost", what, exc, traceback=False, text=(
-            "nbdist: the JupyterLab status channel lost its connection (%s: %s: %s); the "
-            "extension may show stale state. Further failures are logged at debug level."))
+        self._display.report("lost", exc, traceback=False, text=(
+            f"nbdist: the JupyterLab status channel lost its connection ({what}: {{error}}); "
+            "the extension may show stale state."))
 
     def _bug(self, what: str, exc: BaseException) -> None:
         """A bug in nbdist's code behind the status bar: the traceback, to be reported."""
-        self._report_once("bug", what, exc, traceback=True, text=(
-            "nbdist: the JupyterLab status bar failed in %s (%s: %s), a bug in nbdist; the "
-            "extension may show stale state, training is not affected. Further failures are "
-            "logged at debug level."))
-
-    def _report_once(self, kind: str, what: str, exc: BaseException, *, traceback: bool,
-                     text: str) -> None:
-        if kind in self._reported:
-            _log.debug("nbdist: lab channel %s failed", what, exc_info=exc)
-            return
-        self._reported.add(kind)
-        _log.warning(text, what, type(exc).__name__, exc, exc_info=exc if traceback else None)
+        self._display.report("bug", exc, (
+            f"nbdist: the JupyterLab status bar failed in {what} ({{error}}), a bug in nbdist; "
+            "the extension may show stale state, training is not affected."))

@@ -14,9 +14,9 @@ changes (the verdict was about the old one), so a user who looks once the cell i
 still sees why it was slow.
 
 A run that cannot be explained yet (``ConfigError``: too few steps, none timed) shows no
-verdict. Nor does one that explaining fails on: that is logged (debug level) and not tried
-again for that run; training and the dashboard go on, and ``%distribute explain`` shows the
-error to whoever asks.
+verdict. Nor does one that explaining fails on: that is reported (``DisplayGuard``: a warning
+the first time) and not tried again for that run; training and the dashboard go on, and
+``%distribute explain`` shows the error to whoever asks.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..displayguard import DisplayGuard
 from ..errors import ConfigError
 from ..telemetry.run import Run, RunObserver
 from .state import Verdict
@@ -74,6 +75,7 @@ class LiveVerdict(RunObserver):
         self._cost: float | None = None  # of the last explanation (s), whichever run
         self._next = 0.0
         self._broken = False
+        self._display = DisplayGuard(_log)
 
     def on_step(self, run: Run) -> None:
         if not self.enabled or run.mode != "step":
@@ -109,9 +111,11 @@ class LiveVerdict(RunObserver):
         start = self._clock()
         try:
             verdict = verdict_of(run)
-        except Exception:   # a bug in explaining: the status bar shows no verdict
-            _log.debug("nbdist: could not explain Run %s for the status bar", run.id,
-                       exc_info=True)
+        except Exception as exc:   # a bug in explaining: the status bar shows no verdict
+            self._display.report("explain", exc, (
+                f"nbdist: explaining Run {run.id} for the status bar failed ({{error}}), a bug "
+                "in nbdist; the status bar shows no verdict for it, training goes on and "
+                f"`%distribute explain {run.id}` shows the error."))
             verdict, self._broken = None, True
         end = self._clock()
         self._cost = end - start

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import html
+import logging
 import re
 import threading
 import time
@@ -33,6 +34,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ..displayguard import DisplayGuard
 from ..telemetry.run import Run, RunObserver
 from .progress import draws_figures, has_frontend
 from .run_view import RunView
@@ -68,6 +70,7 @@ class Dashboard(RunObserver):
         self.redraw_seconds = 0.0     # total, including building the widgets
         self.build_seconds = 0.0
         self.failed: str | None = None
+        self._display = DisplayGuard(logging.getLogger(__name__))
         self._next = 0.0
         self._cost: float | None = None     # moving average of a redraw's cost (s)
         # (token, reply) of the views pages asked for, appended on the shell-channel thread
@@ -211,11 +214,9 @@ class Dashboard(RunObserver):
         if self.failed:
             return
         self.failed = f"{type(err).__name__}: {err}"
-        warnings.warn(
-            f"nbdist: the dashboard stopped drawing ({self.failed}). Training goes on; every "
-            "number is still recorded in nbdist.runs[-1].",
-            RuntimeWarning, stacklevel=3,
-        )
+        self._display.report("drawing", err, (
+            "nbdist: the dashboard stopped drawing ({error}). Training goes on; every number is "
+            "still recorded in nbdist.runs[-1]."))
 
     @property
     def stragglers(self) -> list[str]:
