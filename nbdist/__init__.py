@@ -56,7 +56,7 @@ def compare(runs: Any = None, x: str = "step", metric: str = "loss", **options: 
 
 
 def strategy() -> Any:
-    """The session's ``tf.distribute`` strategy (the one ``%distribute ...`` built), for
+    """The notebook's ``tf.distribute`` strategy (the one ``%distribute ...`` built), for
     hand-written code: ``strategy.run``, ``strategy.experimental_distribute_dataset``,
     ``strategy.scope()``. ``%distribute`` also names it ``strategy`` in the notebook unless
     that name is already yours. In a worker process: that worker's strategy."""

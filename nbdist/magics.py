@@ -102,7 +102,7 @@ def _line_args(line: str) -> None:
           help="the cell is the per-replica step (default: scope mode)")
 @argument("--data", metavar="NAME",
           help="step mode (required): a tf.data.Dataset, a dataset function "
-               "fn(input_context) or a DistributedDataset of the session's strategy")
+               "fn(input_context) or a DistributedDataset of the notebook's strategy")
 @argument("--epochs", type=int, default=1, metavar="N", help="step mode (default: 1)")
 @argument("--steps", type=int, metavar="N",
           help="step mode: steps per epoch at most (default: all)")

@@ -172,7 +172,7 @@ class Session:
                     "in each worker process, not in the kernel: use `strategy` inside a "
                     "`%%distribute` cell, where every worker has its own.")
             raise ConfigError(f"No strategy is set: run {self._suggest()} first; `strategy` "
-                              "is then the session's.")
+                              "is then the notebook's.")
         strategy = self.backend.kernel_strategy()
         if strategy is None:
             raise ConfigError(
@@ -191,7 +191,7 @@ class Session:
             if strategy is not None and ns["strategy"] is not strategy:
                 self._tell_once("strategy", (
                     "nbdist: `strategy` already names something of yours, so nbdist left it "
-                    "alone; the session's strategy is `nbdist.strategy()`."))
+                    "alone; the notebook's strategy is `nbdist.strategy()`."))
             return
         if strategy is None:
             ns.pop("strategy", None)
@@ -388,7 +388,7 @@ class Session:
     def _recorded_plain_fit(self, run: Run) -> None:
         self._tell_once("plain fit", (
             f"nbdist: this model.fit is recorded as run {run.id} (nbdist.runs[-1]): the model "
-            "was built under the session's strategy, so it trains on every replica here too. "
+            "was built under the notebook's strategy, so it trains on every replica here too. "
             "Fit it in a `%%distribute` cell to see the live dashboard."))
         self._changed()
 

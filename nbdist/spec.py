@@ -84,7 +84,7 @@ class StrategySpec:
                     f"--{flag} was given an empty value: {_NAMED[flag]}, e.g. `%distribute "
                     f"{self.name if flag in fam.flags else taking(flag)[0]} --{flag} "
                     f"{_EXAMPLES[flag]}`, or drop --{flag}. "
-                    "The session is unchanged.")
+                    "The notebook's strategy is unchanged.")
         for flag in ("devices", "workers", "ps"):
             value = getattr(self, flag)
             if value is not None and value < 1:

@@ -165,7 +165,7 @@ def test_used_engines_are_restarted_and_stop_leaves_them_fresh_and_reusable(
     _a_session_then_a_kernel_exit(ip, profile_dir)
     spent = _engine_pids(client)
     ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir}")
-    assert "already served an nbdist session; restarting" in capsys.readouterr().err
+    assert "already hosted nbdist's workers; restarting" in capsys.readouterr().err
     in_session = {info["pid"] for info in current_session().backend.info}
     assert in_session.isdisjoint(spent.values())
     client[:].push({"users_value": 42}, block=True)
@@ -279,11 +279,11 @@ def test_a_hand_started_cluster_is_released_on_stop_and_refused_until_restarted(
         ip.run_line_magic("distribute", "stop")
         said = capsys.readouterr().err
         assert "nbdist cannot restart them (no cluster file)" in said, said
-        assert "Restart them before the next nbdist session on this profile" in said
+        assert "Restart them before nbdist uses this profile again" in said
         assert _engine_pids(client) == pids                    # the same processes, still up
         with pytest.raises(ipp.error.CompositeError, match="NameError"):
             client[:].pull("kept", block=True)                 # their namespaces were reset
-        with pytest.raises(ClusterStartError, match=r"already served an nbdist session.*no "
+        with pytest.raises(ClusterStartError, match=r"already hosted nbdist's workers.*no "
                            r"cluster file.*Restart those engines yourself"):
             ip.run_line_magic("distribute", f"multiworker --cluster {profile_dir}")
         assert session_cluster() is None and live_clusters() == []

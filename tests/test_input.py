@@ -107,7 +107,7 @@ def test_a_dataset_distributed_by_another_strategy_is_refused(shell):
     err = run_err(shell, "%%distribute --step --data foreign\n" + MEAN_OF_BATCH)
     assert isinstance(err, DataError), repr(err)
     text = str(err)
-    assert "another strategy (a OneDeviceStrategy) than this session's MirroredStrategy" in text
+    assert "another strategy (a OneDeviceStrategy) than this notebook's MirroredStrategy" in text
     assert "tf.distribute.get_strategy()" in text and "\n" not in text
     assert len(nbdist.runs) == before
 

@@ -351,7 +351,7 @@ def test_after_stop_every_suggestion_is_the_last_strategy_line(shell, capsys):
         with pytest.raises(ConfigError) as raised:
             nbdist.strategy()
         assert str(raised.value) == (f"No strategy is set: run {again} first; `strategy` is "
-                                     "then the session's.")
+                                     "then the notebook's.")
         capsys.readouterr()
         shell.run_line_magic("distribute", "status")
         assert capsys.readouterr().out == f"nbdist: no strategy set. Try {again}.\n"

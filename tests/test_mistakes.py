@@ -70,7 +70,7 @@ def refused(shell, code: str, error=ConfigError) -> str:
     ("%distribute multiworker --cluster ''",
      "--cluster was given an empty value: it names an ipyparallel profile whose engines run "
      "the workers (without --cluster they run on this machine), e.g. `%distribute multiworker "
-     "--cluster ssh`, or drop --cluster. The session is unchanged."),
+     "--cluster ssh`, or drop --cluster. The notebook's strategy is unchanged."),
     ("%distribute parameter_server --partitioner ' '",
      "--partitioner was given an empty value"),
     ("%%distribute --tensorboard /proc/nbdist-logs\nx_tb = 1",
@@ -263,12 +263,12 @@ class _ParameterServers:
      "--ps 2` starts the workers on this machine (the 3 workers and 2 ps its TF_CONFIG lists), "
      "`%distribute parameter_server --cluster PROFILE` on the engines of an ipyparallel cluster "
      "(SSH, MPI, Slurm...) such as the hosts it names; then run the cell without the TF_CONFIG "
-     "lines: its strategy line then uses the session's strategy."),
+     "lines: its strategy line then uses the notebook's strategy."),
     (PS_TF_CONFIG + "strategy = tf.distribute.ParameterServerStrategy(resolver)\n",
      "`%distribute parameter_server --workers 3 --ps 2` starts the workers on this machine"),
     # built from what the cell cannot read: it lists ps tasks all the same, as the session's
     (PS_TF_CONFIG.replace('["10.0.0.4:2222", "10.0.0.5:2222"]', "[f'h{i}:1' for i in range(2)]"),
-     "This session's `%distribute parameter_server --workers 2 --ps 1` already runs those "
+     "This notebook's `%distribute parameter_server --workers 2 --ps 1` already runs those "
      "workers with TF_CONFIG set: remove the TF_CONFIG lines and run the cell again"),
 ])
 def test_pasted_tf_config_listing_ps_tasks_gets_the_parameter_server_line(ip, code, said):

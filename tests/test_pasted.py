@@ -53,8 +53,8 @@ def test_tf_keras_tutorial_with_its_own_mirrored_strategy_trains_on_the_sessions
     capsys.readouterr()
     run_ok(shell, TF_KERAS_TUTORIAL)
     out = capsys.readouterr().out
-    assert ("nbdist: `tf.distribute.MirroredStrategy()` on cell line 2 uses the session's mirrored "
-            "strategy (4 replicas); nothing else was built.\n") in out
+    assert ("nbdist: `tf.distribute.MirroredStrategy()` on cell line 2 uses the notebook's "
+            "mirrored strategy (4 replicas); nothing else was built.\n") in out
     assert "Number of devices: 4\n" in out
     ns = shell.user_ns
     assert ns["strategy"] is session_strategy is nbdist.strategy()   # never a second one
@@ -143,7 +143,7 @@ def test_keras_io_make_or_restore_model_uses_the_sessions_strategy(shell, capsys
     capsys.readouterr()
     run_ok(shell, KERAS_IO_RESTORE)
     out = capsys.readouterr().out
-    assert ("nbdist: `tf.distribute.MirroredStrategy()` on cell line 24 uses the session's "
+    assert ("nbdist: `tf.distribute.MirroredStrategy()` on cell line 24 uses the notebook's "
             "mirrored strategy (4 replicas); nothing else was built.\n") in out
     assert "Creating a new model" in out
     assert f"Restoring from {tmp_path}/ckpt/ckpt-1.keras" in out
@@ -178,10 +178,11 @@ with strategy_x.scope():
 """)
     assert message == (
         "cell line 3 `MultiWorkerMirroredStrategy()` builds a MultiWorkerMirroredStrategy "
-        "(nbdist's `multiworker`), but this session is `%distribute mirrored --devices 4`, and "
+        "(nbdist's `multiworker`), but this notebook's strategy is `%distribute mirrored "
+        "--devices 4`, and "
         "TensorFlow cannot mix two strategies. Run `%distribute multiworker --workers 2` first "
         "(nbdist then starts the workers, sets their TF_CONFIG and builds the strategy on "
-        "each), then this cell: the line then uses the session's strategy.")
+        "each), then this cell: the line then uses the notebook's strategy.")
 
 
 def test_devices_the_session_does_not_have_are_refused_with_the_devices_flag(shell, capsys):
@@ -190,7 +191,7 @@ strategy_x = tf.distribute.MirroredStrategy(devices=["/gpu:0", "/gpu:1"])
 """)
     assert message == (
         'cell line 2 `tf.distribute.MirroredStrategy(devices=["/gpu:0", "/gpu:1"])` asks for '
-        "/gpu:0, /gpu:1, but this session's strategy runs on CPU:0, CPU:1, CPU:2, CPU:3: run "
+        "/gpu:0, /gpu:1, but this notebook's strategy runs on CPU:0, CPU:1, CPU:2, CPU:3: run "
         "`%distribute mirrored --devices 2` (GPUs when the machine has them, else the CPU split "
         "into 2 devices), then this cell without the devices argument.")
 
@@ -216,7 +217,7 @@ def test_tf_config_in_a_cell_is_refused_with_the_multiworker_line(shell, capsys,
         "workers on this machine (the 3 workers its TF_CONFIG lists), `%distribute multiworker "
         "--cluster PROFILE` on the engines of an ipyparallel cluster (SSH, MPI, Slurm...) such "
         "as the hosts it names; then run the cell without the TF_CONFIG lines: its strategy "
-        "line then uses the session's strategy.")
+        "line then uses the notebook's strategy.")
     assert "TF_CONFIG" not in os.environ
 
 
@@ -230,7 +231,7 @@ def test_a_plain_cell_pasted_under_mirrored_trains_on_the_sessions_strategy(shel
     run_ok(shell, plain)
     out = capsys.readouterr().out
     assert out.startswith(
-        "nbdist: `tf.distribute.MirroredStrategy()` on cell line 1 uses the session's mirrored "
+        "nbdist: `tf.distribute.MirroredStrategy()` on cell line 1 uses the notebook's mirrored "
         "strategy (4 replicas); nothing else was built.\nNumber of devices: 4\n")
     assert out.count("nbdist: `tf.distribute") == 1
     ns = shell.user_ns
@@ -254,11 +255,12 @@ with strategy_x.scope():
 """.lstrip())
     assert message == (
         "cell line 1 `tf.distribute.MultiWorkerMirroredStrategy()` builds a "
-        "MultiWorkerMirroredStrategy (nbdist's `multiworker`), but this session is `%distribute "
+        "MultiWorkerMirroredStrategy (nbdist's `multiworker`), but this notebook's strategy is "
+        "`%distribute "
         "mirrored --devices 4`, and TensorFlow cannot mix two strategies. Run `%distribute "
         "multiworker --workers 2` first (nbdist then starts the workers, sets their TF_CONFIG "
         "and builds the strategy on each), then this cell with `%%distribute` as its first "
-        "line: the line then uses the session's strategy.")
+        "line: the line then uses the notebook's strategy.")
 
 
 def test_a_plain_cell_building_a_one_device_baseline_keeps_it_and_says_so(shell, capsys):
@@ -267,7 +269,7 @@ def test_a_plain_cell_building_a_one_device_baseline_keeps_it_and_says_so(shell,
     assert type(shell.user_ns["baseline_x"]).__name__ == "OneDeviceStrategy"
     assert capsys.readouterr().out == (
         "nbdist: cell line 1 `tf.distribute.OneDeviceStrategy('/cpu:0')` builds a "
-        "OneDeviceStrategy in this kernel beside the session's mirrored strategy: models built "
+        "OneDeviceStrategy in this kernel beside the notebook's mirrored strategy: models built "
         "in its scope train on its devices, and `%%distribute` cells cannot use them.\n")
 
 
@@ -572,7 +574,7 @@ def test_multiworker_cells_are_checked_in_the_kernel_before_anything_is_sent(ip,
     session.run_scope_cell("strategy = tf.distribute.MultiWorkerMirroredStrategy()\n", spec, [])
     assert capsys.readouterr().out == (
         "nbdist: `tf.distribute.MultiWorkerMirroredStrategy()` on cell line 2 uses the "
-        "session's multiworker strategy (2 replicas); nothing else was built.\n")
+        "notebook's multiworker strategy (2 replicas); nothing else was built.\n")
     sent, = backend.sent
     assert sent.splitlines()[0] == 'strategy = __import__("nbdist").strategy()'
     # on a worker, that expression is the worker's own strategy
@@ -591,8 +593,8 @@ def test_multiworker_cells_are_checked_in_the_kernel_before_anything_is_sent(ip,
                                       "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"])
     assert str(refused.value) == (
         "cell line 2 `tf.distribute.MultiWorkerMirroredStrategy()` would build a "
-        "MultiWorkerMirroredStrategy in this kernel alone, but the strategy of this session's "
+        "MultiWorkerMirroredStrategy in this kernel alone, but the strategy of this notebook's "
         "`%distribute multiworker --workers 2` lives in each worker process. Make `%%distribute` "
         "the cell's first line: the cell then runs on every worker, where this line uses the "
-        "session's strategy.")
+        "notebook's strategy.")
     assert session.pasted_in_plain_cell(["x = 1\n"]) == ["x = 1\n"]

@@ -106,10 +106,10 @@ def check_strategy(dist: Any, name: str, strategy: Any) -> None:
         return
     raise DataError(
         f"--data {name} was distributed with another strategy (a "
-        f"{type(made_with).__name__}) than this session's {type(strategy).__name__}: its "
+        f"{type(made_with).__name__}) than this notebook's {type(strategy).__name__}: its "
         "batches are laid out for that strategy's replicas and devices. Pass the "
         "tf.data.Dataset or the dataset function itself (nbdist distributes it), or "
-        f"distribute it with the session's strategy ({GET_STRATEGY})."
+        f"distribute it with the notebook's strategy ({GET_STRATEGY})."
     )
 
 

@@ -18,10 +18,10 @@ ACCEPTED = (
     "--data takes a tf.data.Dataset of global batches, a dataset function "
     "`fn(input_context)` returning per-replica batches (as "
     "`strategy.distribute_datasets_from_function` takes), or a tf.distribute.DistributedDataset "
-    "made with this session's strategy"
+    "made with this notebook's strategy"
 )
 
-GET_STRATEGY = ("in a `%%distribute` cell, `tf.distribute.get_strategy()` is the session's "
+GET_STRATEGY = ("in a `%%distribute` cell, `tf.distribute.get_strategy()` is the notebook's "
                 "strategy")
 
 
@@ -63,7 +63,7 @@ def classify(value: Any, name: str, per_worker: bool = False) -> StepData:
         if not per_worker:
             raise DataError(
                 f"--data {name} is a per-worker dataset (`coordinator.create_per_worker_dataset"
-                "`), which only a parameter_server session's ClusterCoordinator can run. "
+                "`), which only the ClusterCoordinator of a parameter_server strategy can run. "
                 f"{ACCEPTED}."
             )
         return StepData(name, PER_WORKER, value)

@@ -136,8 +136,8 @@ def per_worker_input(data: StepData, strategy: Any, coordinator: Any,
     else:
         if per_worker_dataset_coordinator(data.value) is not coordinator:
             raise DataError(
-                f"--data {name} was made by another ClusterCoordinator than this session's. "
-                "Make it with the session's: in a `%%distribute` cell, `coordinator = "
+                f"--data {name} was made by another ClusterCoordinator than this notebook's. "
+                "Make it with the notebook's: in a `%%distribute` cell, `coordinator = "
                 "tf.distribute.coordinator.ClusterCoordinator(tf.distribute.get_strategy())` "
                 f"is it; or pass the dataset function itself. {ACCEPTED}."
             )

@@ -25,7 +25,7 @@ from ..writable import unwritable_reason
 @argument("export", help=argparse.SUPPRESS)   # the word itself; the usage line shows it
 @argument("file", metavar="FILE.py", help="the script to write")
 @argument("--strategy", metavar="NAME",
-          help="the script's default --strategy (default: the session's)")
+          help="the script's default --strategy (default: the notebook's)")
 @argument("--cell", type=int, metavar="N",
           help="the step cell In[N] to export (default: the last that ran)")
 @argument("--force", action="store_true", help="overwrite FILE.py (default: refuse)")

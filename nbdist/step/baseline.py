@@ -106,7 +106,7 @@ def _checked_cell(run: Run, user_ns: dict[str, Any], backend: Any) -> Any:
                else f"{current[0]} on {count(len(current[1]), 'device')}")
         raise ConfigError(
             f"{name} trained under {run.strategy} on {count(len(run.devices), 'device')}, "
-            f"and the session now has {now}: one replica reads the run's data as the run's "
+            f"and the notebook now has {now}: one replica reads the run's data as the run's "
             "strategy split it. "
             f"Set that strategy again (`%distribute {run.strategy} --devices "
             f"{len(run.devices)}`), then `%distribute explain {run.id} --baseline`.")

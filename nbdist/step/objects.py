@@ -62,7 +62,7 @@ def check_strategy(cell: str, objects: dict[str, Any], strategy: Any) -> None:
         line, text = _first_use(cell, name)
         raise StepCodeError(
             f"`{name}` ({type(value).__name__}) was created {where}: its variable "
-            f"`{_variable_name(variable)}` does not belong to the session's strategy "
+            f"`{_variable_name(variable)}` does not belong to the notebook's strategy "
             f"({type(strategy).__name__}), so TensorFlow cannot place or update it on the "
             f"replicas. Create `{name}` (and what holds it: model, optimizer, checkpoint) "
             "again in a `%%distribute` cell (scope mode, no `--step`), then re-run this "

@@ -321,19 +321,19 @@ def use_session_strategy(cell: str, spec: StrategySpec,
                     and not wanted.in_kernel else "this cell")
             raise ConfigError(
                 f"cell line {call.line} `{call.text}` builds a {call.class_name} (nbdist's "
-                f"`{wanted.name}`), but this session is `{spec.magic_line()}`, and TensorFlow "
-                f"cannot mix two strategies. Run `{_line_for(wanted, call)}` first (nbdist "
-                f"then {_builds(wanted)}), then {then}: the line then uses the session's "
+                f"`{wanted.name}`), but this notebook's strategy is `{spec.magic_line()}`, and "
+                f"TensorFlow cannot mix two strategies. Run `{_line_for(wanted, call)}` first "
+                f"(nbdist then {_builds(wanted)}), then {then}: the line then uses the notebook's "
                 "strategy.")
         if plain and not kernel_has_it:
             raise ConfigError(
                 f"cell line {call.line} `{call.text}` would build a {call.class_name} in this "
-                f"kernel alone, but the strategy of this session's `{spec.magic_line()}` lives "
+                f"kernel alone, but the strategy of this notebook's `{spec.magic_line()}` lives "
                 "in each worker process. Make `%%distribute` the cell's first line: the cell "
-                "then runs on every worker, where this line uses the session's strategy.")
+                "then runs on every worker, where this line uses the notebook's strategy.")
         _check_devices(call, spec, devices)
     said = [f"nbdist: cell line {c.line} `{c.text}` builds a {c.class_name} in this kernel "
-            f"beside the session's {spec.name} strategy: models built in its scope train on "
+            f"beside the notebook's {spec.name} strategy: models built in its scope train on "
             "its devices, and `%%distribute` cells cannot use them." for c in beside]
     own = [c for c in found.strategies if c not in beside]
     if not own:
@@ -341,10 +341,10 @@ def use_session_strategy(cell: str, spec: StrategySpec,
     where = ", ".join(str(c.line) for c in own)
     texts = ", ".join(f"`{c.text}`" for c in own)
     ignored = [a for c in own for a in c.unchecked]
-    note = (f" (its {', '.join(f'`{a}`' for a in ignored)} not applied: the session's "
+    note = (f" (its {', '.join(f'`{a}`' for a in ignored)} not applied: the notebook's "
             "strategy is used as it was built)") if ignored else ""
     lines = "cell line" if len(own) == 1 else "cell lines"
-    message = (f"nbdist: {texts} on {lines} {where} uses the session's {spec.name} strategy "
+    message = (f"nbdist: {texts} on {lines} {where} uses the notebook's {spec.name} strategy "
                f"({count(replicas, 'replica')}){note}; nothing else was "
                "built.")
     return replaced(cell, own), "\n".join([message, *said])
@@ -366,7 +366,7 @@ def _check_devices(call: StrategyCall, spec: StrategySpec, devices: Sequence[str
         return
     n = len(call.devices)
     have_text = ", ".join(f"{k}:{i}" for k, i in sorted(k for k in have if k)) or "none"
-    fix = (f"name those devices, or drop the argument: the session's `{spec.magic_line()}` "
+    fix = (f"name those devices, or drop the argument: the notebook's `{spec.magic_line()}` "
            f"already gives {count(n, 'replica')}" if n == len(devices)
            else
            f"run `%distribute {spec.name} --devices {n}` (GPUs when the machine has "
@@ -374,7 +374,7 @@ def _check_devices(call: StrategyCall, spec: StrategySpec, devices: Sequence[str
            "devices argument")
     raise ConfigError(
         f"cell line {call.line} `{call.text}` asks for {', '.join(call.devices)}, but this "
-        f"session's strategy runs on {have_text}: {fix}.")
+        f"notebook's strategy runs on {have_text}: {fix}.")
 
 
 def _device_key(name: str) -> tuple[str, int] | None:
@@ -413,7 +413,7 @@ def _tf_config_message(config: TfConfigSet, found: PastedCode, spec: StrategySpe
     other_count = bool(config.workers and spec.workers and config.workers != spec.workers) \
         or bool(config.ps and spec.ps and config.ps != spec.ps)
     if wants is session and not other_count:
-        what = (f"This session's `{spec.magic_line()}` already runs those workers with "
+        what = (f"This notebook's `{spec.magic_line()}` already runs those workers with "
                 "TF_CONFIG set: remove the TF_CONFIG lines and run the cell again"
                 + (" with `%%distribute` as its first line" if plain else ""))
     else:
@@ -426,4 +426,4 @@ def _tf_config_message(config: TfConfigSet, found: PastedCode, spec: StrategySpe
     return (f"cell line {config.line} `{config.text}`: nbdist sets TF_CONFIG for its workers "
             "itself (each worker gets its own, with free ports) and builds the strategy on "
             f"each, so a cell must not set it. {what}: its strategy line then uses the "
-            "session's strategy.")
+            "notebook's strategy.")

@@ -175,14 +175,14 @@ class ProfileEngines:
         if not self.restartable:
             raise ClusterStartError(
                 f"{_engines(spent).capitalize()} of profile {self.name!r} already "
-                "served an nbdist session; TensorFlow's cluster state (a "
+                "hosted nbdist's workers; TensorFlow's cluster state (a "
                 "MultiWorkerMirroredStrategy, a parameter-server gRPC server) lasts as long as "
                 "the process, and this cluster has no cluster file through which nbdist could "
                 "restart its engines. Restart those engines yourself (stop and start their "
                 "`ipengine` processes), then run this line again."
             )
         print(f"nbdist: {_engines(spent)} of profile {self.name!r} "
-              "already served an nbdist session; restarting the cluster's engines "
+              "already hosted nbdist's workers; restarting the cluster's engines "
               "(TensorFlow's cluster state lasts as long as the process).", file=sys.stderr)
         from ..inengine.worker import exit_soon
 
@@ -313,8 +313,8 @@ class ProfileEngines:
         print(f"nbdist: engines {self.ids} of profile {self.name!r} are released (namespaces "
               "reset) but still hold TensorFlow state that lasts as long as the process (a "
               "MultiWorkerMirroredStrategy or a parameter-server gRPC server); nbdist cannot "
-              "restart them (no cluster file). Restart them before the next "
-              "nbdist session on this profile.", file=sys.stderr)
+              "restart them (no cluster file). Restart them before nbdist uses this "
+              "profile again.", file=sys.stderr)
 
 
 def _engines(ids: list[int]) -> str:
