@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from comm.base_comm import CommManager
+from test_labcomm import manager  # noqa: F401  (the fixture: recording comms)
 
 from nbdist.lab.comm import TARGET_NAME, LabState
 
@@ -135,7 +136,8 @@ def test_through_a_real_kernel() -> None:
 
 
 def test_loading_the_extension_again_opens_the_channel_and_hooks_once(
-        ip: Any, manager: CommManager, monkeypatch: pytest.MonkeyPatch) -> None:
+        ip: Any, manager: CommManager,  # noqa: F811 (the fixture imported above)
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """`%load_ext`, `%unload_ext`, `%load_ext`, `%reload_ext` in one shell, and a load that
     finds the channel still there but the cell hooks gone: each time the lab channel is open
     and every hook is registered once."""
