@@ -307,8 +307,8 @@ for _family in (
         flags=("devices", "workers", "ps", "cluster", "partitioner"),
         picker=("workers", "ps", "cluster"), needs=(NEEDS_IPYPARALLEL,),
         no_allreduce="parameter servers apply each worker's gradients",
-        no_elastic=("restarting its workers and parameter servers after a death is not "
-                    "available under parameter_server yet"),
+        no_elastic=("nbdist does not yet restart its workers and parameter servers after "
+                    "one dies"),
         script=ScriptPieces(_PS_SERVE, coordinated=True, launch="--workers 2 --ps 1"),
     ),
     Family(

@@ -54,6 +54,11 @@ def test_refused_without_checkpoint_and_where_no_worker_restarts(ip, tmp_path):
     err = run_err(ip, STEP.format(flags=f"--checkpoint {tmp_path / 'c'} --elastic"))
     assert isinstance(err, ConfigError), err
     assert "--elastic is not available under mirrored" in str(err), err
+    inline = STEP.replace("%%distribute --step", "%%distribute parameter_server --step")
+    err = run_err(ip, inline.format(flags=f"--checkpoint {tmp_path / 'c'} --elastic"))
+    assert isinstance(err, ConfigError), err   # refused before any process starts
+    assert "--elastic is not available under parameter_server: nbdist does not yet" in str(err)
+    assert current_session().backend.spec.name == "mirrored"
     err = run_err(ip, STEP.format(flags=f"--checkpoint {tmp_path / 'c'} --elastic 0"))
     assert isinstance(err, ConfigError) and "at least 1" in str(err), err
     assert len(nbdist.runs) == runs and not os.path.exists(tmp_path / "c")
