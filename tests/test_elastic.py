@@ -169,12 +169,32 @@ def test_more_deaths_than_restarts_end_the_cell_naming_each(mw, capsys):
 
 
 @pytest.mark.cluster
-def test_what_cannot_be_replayed_is_refused_naming_it(mw):
+def test_the_same_worker_dying_again_at_the_same_step_ends_the_cell(mw):
     ip, tmp = mw
-    ip.run_line_magic("distribute", "restart")   # after a failed cell: a fresh journal
+    _fresh_journal(ip)   # the cell before left the workers broken
+    _weights(ip, seed=7)
+    for _ in range(2):   # the second is sent again to the fresh worker 1
+        ip.run_line_magic("distribute", "inject kill 1 --at-step 3")
+    err = run_err(ip, STEP.format(flags=f"--checkpoint {tmp / 'same'} --elastic"))
+    assert isinstance(err, ElasticGaveUp), err
+    text = str(err)
+    assert "died again at the same step (3)" in text, text
+    assert "1. worker 1 (pid" in text and "2. worker 1 (pid" in text, text
+    assert len(nbdist.runs[-1].restarts) == 1 and nbdist.runs[-1].status == "failed"
+
+
+def _fresh_journal(ip):
+    """Fresh workers (a new journal), with the module's data and pushed learning rate."""
+    ip.run_line_magic("distribute", "restart")
     run_ok(ip, DATA)
     ip.user_ns["learning_rate"] = 0.01
     ip.run_line_magic("distribute", "push learning_rate")
+
+
+@pytest.mark.cluster
+def test_what_cannot_be_replayed_is_refused_naming_it(mw):
+    ip, tmp = mw
+    _fresh_journal(ip)
     _weights(ip, seed=5)
     runs = len(nbdist.runs)
     run_ok(ip, "double = lambda x: 2 * x")   # ipyparallel sends its code; pickle cannot

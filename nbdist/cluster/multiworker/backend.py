@@ -409,6 +409,10 @@ class MultiWorkerCluster(ClusterLifecycle, Backend):
             if run is not None:
                 RunWriter(run).finish("failed", str(gave_up))
             raise gave_up from err
+        except BaseException:   # a kernel interrupt while the workers restart
+            if run is not None:
+                RunWriter(run).finish("interrupted")
+            raise
         restarts.records.append(Restart(what, tuple(sorted(died.workers)), host, died.step,
                                     started - began, time.monotonic() - started, replayed))
 
