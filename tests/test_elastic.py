@@ -192,7 +192,7 @@ def _fresh_journal(ip):
 
 
 @pytest.mark.cluster
-def test_what_cannot_be_replayed_is_refused_naming_it(mw):
+def test_what_cannot_be_replayed_is_refused_naming_it(mw, capsys):
     ip, tmp = mw
     _fresh_journal(ip)
     _weights(ip, seed=5)
@@ -203,6 +203,10 @@ def test_what_cannot_be_replayed_is_refused_naming_it(mw):
     assert isinstance(err, ConfigError) and "`%distribute push double` cannot be pushed " \
         "again" in str(err) and "the cell did not run" in str(err), err
     assert len(nbdist.runs) == runs and not os.path.exists(tmp / "refused")
+    capsys.readouterr()
+    ip.run_line_magic("distribute", "status")   # says so before any elastic cell is tried
+    assert ("journal    5 cells and pushes built the workers' state; --elastic replays them "
+            "on fresh workers (it cannot: `%distribute push double`") in capsys.readouterr().out
 
     ip.run_line_magic("distribute", "restart")
     run_ok(ip, DATA)

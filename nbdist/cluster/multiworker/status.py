@@ -13,6 +13,7 @@ import psutil
 
 from ...backends.base import BackendStatus
 from ...installed import installed_version
+from ...words import count
 from ..injection import status_lines
 from .monitor import HUNG_AFTER_S
 
@@ -49,6 +50,7 @@ def backend_status(cluster: Any) -> BackendStatus:
                           "none on collectives; nbdist ends a cell whose workers fail, die, "
                           "hang or stall"),
         f"cluster    {json.dumps(info0.get('tf_config', {}).get('cluster', {}))}",
+        f"journal    {journal_text(cluster.journal)}",
     ]
     now = time.time()
     alive = [worker_alive(cluster, i) for i in range(len(cluster.info))]
@@ -81,6 +83,15 @@ def backend_status(cluster: Any) -> BackendStatus:
         code_title="Equivalent TensorFlow, in worker i's process:",
         code=equivalent_code(cluster),
     )
+
+
+def journal_text(journal: Any) -> str:
+    """What ``--elastic`` would replay on fresh workers (``journal.Journal``), in one line."""
+    entries = journal.entries
+    text = (f"{count(len(entries), 'cell or push', 'cells and pushes')} built the workers' "
+            "state; --elastic replays them on fresh workers")
+    why = journal.refusal([])
+    return text + (f" (it cannot: {why})" if why else "")
 
 
 def _engines_text(cluster: Any) -> str:
