@@ -45,11 +45,13 @@ def show_graph(fn: Any, *args: Any, **options: Any) -> Any:
 
 def compare(runs: Any = None, x: str = "step", metric: str = "loss", **options: Any) -> Any:
     """Overlay runs' curves, one line per run, as TensorBoard's run selector does: ``metric``
-    (``loss``, ``accuracy``, ``val_loss``, ``step_ms``...) against ``x`` ("step", or "time":
-    seconds since each run started). ``runs``: Runs (``nbdist.runs[-3:]``,
-    ``nbdist.Run.load(PATH)``), default every run of this kernel. A run resumed from a
-    ``--checkpoint`` goes on from the run it resumed. Returns a plotly Figure, shown when it
-    is the cell's value (see ``nbdist.widgets.compare``)."""
+    (``loss``, ``accuracy``, ``val_loss``, ``step_ms``...) against ``x`` ("step"; "time":
+    seconds since each run started; "wall": the clock). ``runs``: Runs (``nbdist.runs[-3:]``,
+    ``nbdist.Run.load(PATH)``), default every run of this kernel; each is named by its
+    ``--name`` or by what differs between them (``Run.label``). ``smoothing=0.6`` smooths the
+    lines as TensorBoard does. A run resumed from a ``--checkpoint`` goes on from the run it
+    resumed. Returns a plotly Figure, shown when it is the cell's value (see
+    ``nbdist.widgets.compare``)."""
     from .widgets.compare import compare as draw
 
     return draw(runs, x=x, metric=metric, **options)

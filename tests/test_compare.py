@@ -247,3 +247,16 @@ def test_the_dashboards_figure_says_when_each_step_ended_for_its_time_axes(tmp_p
     smoothed = run_figure(step_run(3, range(1000)), smoothing=0.6)["layout"]["meta"]["nbdist"]
     assert len(smoothed["clock"]["steps"]) == 400 and smoothed["clock"]["steps"][-1] == 999
     assert smoothed["smoothing"] == 0.6 and [i for i, _ in smoothed["raw"]] == smoothed["lines"]
+
+
+def test_compare_on_wall_time_draws_a_clock_in_its_svg():
+    import re
+
+    from nbdist.widgets.static import figure_bundle
+
+    a = step_run(1, range(30), wall=1_700_000_000.0)
+    svg = figure_bundle(comparison_figure([a], x="wall"), "test")["image/svg+xml"]
+    ticks = re.findall(r'text-anchor="middle" font-family="sans-serif">([^<]*)</text>', svg)
+    assert ticks[-1] == "wall time" and len(ticks) > 2, ticks      # the axis title last
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks[:-1]), ticks
+    assert "<polyline" in svg

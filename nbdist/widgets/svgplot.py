@@ -13,6 +13,7 @@ import base64
 import math
 import re
 import struct
+import time
 import zlib
 from html import escape
 from typing import Any
@@ -30,6 +31,11 @@ def _fmt(v: float) -> str:
     if abs(v) >= 1e5 or abs(v) < 1e-3:
         return f"{v:.0e}".replace("e+0", "e").replace("e-0", "e-")
     return f"{v:.4g}"
+
+
+def _clock(ms: float) -> str:
+    """A date axis' value (ms, local time as plotly's zone-less dates hold it) as a clock."""
+    return time.strftime("%H:%M:%S", time.gmtime(ms / 1000.0))
 
 
 def _nice(span: float, count: int, integer: bool = False) -> float:
@@ -102,6 +108,7 @@ class _Axes:
         self.left, self.top = frame.px(0, y1)
         self.right, self.bottom = frame.px(1, y0)
         self.log = ya.get("type") == "log"
+        self.date = xa.get("type") == "date"     # ms since the epoch, read as a clock
         self.reversed = ya.get("autorange") == "reversed"     # the heatmap: row 0 on top
         axis_id = "y" + yname[5:]
         self.is_bottom = xa.get("anchor", "y") == axis_id
@@ -138,7 +145,8 @@ class _Axes:
                        f'y2="{self.bottom:.1f}" stroke="#f2f2f2"/>')
             if self.is_bottom:
                 out.append(f'<text x="{px[0]:.1f}" y="{self.bottom + 12:.1f}" font-size="10" '
-                           f'text-anchor="middle" {_FONT}>{_fmt(v)}</text>')
+                           f'text-anchor="middle" {_FONT}>{_clock(v) if self.date else _fmt(v)}'
+                           "</text>")
         if self.xtitle:
             out.append(f'<text x="{(self.left + self.right) / 2:.1f}" y="{self.bottom + 27:.1f}"'
                        f' font-size="11" text-anchor="middle" {_FONT}>'
@@ -243,8 +251,9 @@ def figure_svg(figure: dict[str, Any]) -> str:
     logs = {y: layout.get("yaxis" + y[1:], {}).get("type") == "log" for y in ynames}
     arrays = [_arrays(t, logs[t.get("yaxis", "y")]) for t in data]
     xs = [x for x, _ in arrays if len(x)]
-    lo = min([0.0, *(float(x.min()) for x in xs)])
-    hi = max([10.0, *(float(x.max()) for x in xs)])  # as the live axis: steps 0-10 at least
+    date = layout.get("xaxis", {}).get("type") == "date"     # ms: the span drawn, no 0
+    lo = min([*([] if date and xs else [0.0]), *(float(x.min()) for x in xs)])
+    hi = max([*([] if date and xs else [10.0]), *(float(x.max()) for x in xs)])  # steps 0-10
     axes = {y: _Axes(layout, "yaxis" + y[1:], frame, (lo, hi)) for y in sorted(ynames)}
     for y, ax in axes.items():
         ax.fit([a[1] for t, a in zip(data, arrays, strict=True) if t.get("yaxis", "y") == y])
