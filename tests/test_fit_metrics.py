@@ -60,5 +60,6 @@ def test_a_fit_records_and_draws_its_metrics_validation_and_batch_losses(ip):
 
     compared = nbdist.compare([run], metric="val_loss")
     [line] = compared.data
-    assert line.name == f"run {run.id} · mirrored · 4 replicas"
+    # alone, a run is named by all it is: the learning rate of the model the cell compiled
+    assert line.name == f"run {run.id} · mirrored · 4 replicas · lr 0.5"
     np.testing.assert_allclose(line.y, history["val_loss"], rtol=1e-6)
