@@ -66,6 +66,7 @@ from __future__ import annotations
 import html
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -258,27 +259,33 @@ class Explanation:
         total = float(mean.sum())
         return {k: float(v) / total if total > 0 else 0.0 for k, v in mean.items()}
 
+    def _parts_shown(self) -> list[tuple[str, float, float]]:
+        """What both renderings list: (label, ms per step, share of the step) of each part
+        above half a percent of the step."""
+        mean = self.breakdown[list(PARTS)].mean()
+        step = float(self.breakdown.step_ms.mean())
+        return [(label, float(mean[key]), float(mean[key]) / step if step > 0 else 0.0)
+                for key, label in PARTS.items() if float(mean[key]) > 0.005 * step]
+
+    def _notes(self) -> list[str]:
+        """The facts behind the numbers, then the scaling if a baseline was measured."""
+        return [*self.facts, *([self._scaling()] if self.baseline is not None else [])]
+
     @property
     def text(self) -> str:
-        mean = self.breakdown[list(PARTS)].mean()
         step = float(self.breakdown.step_ms.mean())
         lines = [f"Run {self.run_id}: {step:.2f} ms per step ({self.steps_per_s:.1f} steps/s); "
                  f"bottleneck: {self.bottleneck}"]
         width = max(len(v) for v in PARTS.values())
-        for key, label in PARTS.items():
-            ms = float(mean[key])
-            if ms > 0.005 * step:
-                share = ms / step if step > 0 else 0.0
-                lines.append(f"  {label:<{width}} {ms:8.2f} ms {share:6.1%}  "
-                             + "█" * round(share * 30))
+        for label, ms, share in self._parts_shown():
+            lines.append(f"  {label:<{width}} {ms:8.2f} ms {share:6.1%}  "
+                         + "█" * round(share * 30))
         if len(self.breakdown) > 1:
             workers = bool(self.breakdown.worker.max() > 0)
             lines.append("  per " + ("worker/replica" if workers else "replica") + " (ms): "
                          + "; ".join(f"{_label(r, workers)} {r.step_ms:.2f} ({_top(r)})"
                                      for r in self.breakdown.itertuples()))
-        lines += [f"  {fact}" for fact in self.facts]
-        if self.baseline is not None:
-            lines.append(f"  {self._scaling()}")
+        lines += [f"  {note}" for note in self._notes()]
         if self.advice:
             lines.append("What to change, most gain first:")
             lines += [f"  {i}. {a.line()}" for i, a in enumerate(self.advice, 1)]
@@ -307,14 +314,9 @@ class Explanation:
         return self.text
 
     def _repr_html_(self) -> str:
-        mean = self.breakdown[list(PARTS)].mean()
         step = float(self.breakdown.step_ms.mean())
         rows = []
-        for key, label in PARTS.items():
-            ms = float(mean[key])
-            if ms <= 0.005 * step:
-                continue
-            share = ms / step if step > 0 else 0.0
+        for label, ms, share in self._parts_shown():
             rows.append(
                 f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>{ms:.2f}</td>"
                 f"<td style='text-align:right'>{share:.0%}</td><td style='width:12em'>"
@@ -322,8 +324,7 @@ class Explanation:
                 "</div></td></tr>")
         advice = "".join(f"<li>{html.escape(a.line())}</li>" for a in self.advice) or (
             f"<li>Nothing to fix: {html.escape(self._balanced())}</li>")
-        scaling = [self._scaling()] if self.baseline is not None else []
-        facts = "".join(f"<div>{html.escape(f)}</div>" for f in [*self.facts, *scaling])
+        facts = "".join(f"<div>{html.escape(f)}</div>" for f in self._notes())
         return (f"<div><b>Run {self.run_id}</b>: {step:.2f} ms per step "
                 f"({self.steps_per_s:.1f} steps/s) · bottleneck: <b>{self.bottleneck}</b>"
                 "<table style='font-size:90%'><tr><th style='text-align:left'>part</th>"
@@ -389,7 +390,8 @@ def explain(run: Run, link: tuple[float, float] | None = None,
     elif isinstance(input_rate, str):
         facts.append(f"input: inferred from the step's timings; the pipeline was not timed "
                      f"alone ({input_rate})")
-    advice = _advice(run, breakdown, grouped, ranks, model, straggler, pace)
+    advice = _advice(_Step(run, breakdown[list(PARTS)].mean(), cycle, grouped, ranks, model,
+                           straggler, pace))
     steps_per_s = 1e3 / cycle if cycle > 0 else math.nan
     if baseline is not None:
         advice = _measured_scaling(advice, ranks, steps_per_s, baseline)
@@ -741,114 +743,184 @@ def _after_straggler(run: Run, breakdown: pd.DataFrame, by: str, index: int,
     return float(on.max()) + collectives, [units for units in sharing if len(units) > 1]
 
 
-def _advice(run: Run, parts: pd.DataFrame, grouped: bool, ranks: int, model: float,
-            straggler: _Straggler | None, pace: _Pace | None = None) -> list[Advice]:
-    mean = parts[list(PARTS)].mean()
-    cycle = float(parts.step_ms.mean())
-    out: list[Advice] = []
-    # a pipeline that sets the pace: no change but the input's makes a step shorter than it
-    floor = pace.pipeline if pace is not None and pace.paced else 0.0
+@dataclass(frozen=True)
+class _Step:
+    """What every rule reads: the mean ms per step of each part (``PARTS``) over the workers
+    and replicas, the step's, and what ``explain`` found beside them."""
 
-    def gain(saved: float) -> float:
-        return cycle / max(cycle - saved, floor, 1e-9) - 1
+    run: Run
+    mean: pd.Series
+    cycle: float
+    grouped: bool
+    ranks: int
+    model: float
+    straggler: _Straggler | None
+    pace: _Pace | None
 
-    if straggler is not None:
-        s = straggler
-        where = {"input": "its input pipeline (reading or preprocessing slower there)",
-                 "compute": "its compute (a slower or busier device)",
-                 "time between its steps": "time outside its steps (a slow or busy host, its "
-                 "own code between steps, `%distribute inject slow`)"}[s.cause]
-        out.append(Advice(
-            "straggler",
-            f"{s.label} is the straggler: the others wait for it; the time goes to {where}. "
-            "Find what slows it there, or give it less to do",
-            f"it arrived last at {s.share:.0%} of the timed steps; the others waited "
-            f"{s.waited_ms:.1f} ms of each {cycle:.1f} ms step; its {s.cause} took "
-            f"{s.excess_ms:.1f} ms longer than theirs; without that a step takes about "
-            f"{s.after_ms:.1f} ms"
-            + "".join(f" (workers {', '.join(map(str, units))} share one machine's cores: their "
-                      "own work adds up)" for units in s.sharing),
-            gain(cycle - max(s.after_ms, 0.05 * cycle))))
-    input_ms = float(mean["input"])
-    host = float(mean["fetch"] + mean["dispatch"])
+    @property
+    def floor(self) -> float:
+        """A pipeline that sets the pace: no change but the input's makes a step shorter."""
+        return self.pace.pipeline if self.pace is not None and self.pace.paced else 0.0
+
+    def gain(self, saved: float) -> float:
+        """The steps/s gained if ``saved`` ms left each step."""
+        return self.cycle / max(self.cycle - saved, self.floor, 1e-9) - 1
+
+    @property
+    def input_ms(self) -> float:
+        return float(self.mean["input"])
+
+    @property
+    def host(self) -> float:
+        """The host's own work per step: fetching a ready batch, dispatching the call."""
+        return float(self.mean["fetch"] + self.mean["dispatch"])
+
+    @property
+    def tiny_batch(self) -> bool:
+        return (self.pace is not None and not self.pace.paced
+                and 0 < self.pace.rate.batch < TINY_BATCH * self.ranks)
+
+
+def _straggler_advice(step: _Step) -> Advice | None:
+    s, cycle = step.straggler, step.cycle
+    if s is None:
+        return None
+    where = {"input": "its input pipeline (reading or preprocessing slower there)",
+             "compute": "its compute (a slower or busier device)",
+             "time between its steps": "time outside its steps (a slow or busy host, its "
+             "own code between steps, `%distribute inject slow`)"}[s.cause]
+    return Advice(
+        "straggler",
+        f"{s.label} is the straggler: the others wait for it; the time goes to {where}. "
+        "Find what slows it there, or give it less to do",
+        f"it arrived last at {s.share:.0%} of the timed steps; the others waited "
+        f"{s.waited_ms:.1f} ms of each {cycle:.1f} ms step; its {s.cause} took "
+        f"{s.excess_ms:.1f} ms longer than theirs; without that a step takes about "
+        f"{s.after_ms:.1f} ms"
+        + "".join(f" (workers {', '.join(map(str, units))} share one machine's cores: their "
+                  "own work adds up)" for units in s.sharing),
+        step.gain(cycle - max(s.after_ms, 0.05 * cycle)))
+
+
+def _input_rule(step: _Step) -> Advice | None:
     # a wait shorter than the host's own work per step (fetching, dispatching) is that host
     # work slowed by tf.data's threads on the same cores, not a slow pipeline
-    if pace is not None:
-        if pace.paced:
-            out.append(_input_advice(pace))
-    elif not grouped and input_ms >= WORTH * cycle and input_ms >= host:
-        out.append(Advice(
-            "input",
-            "The step waits for its input: read it ahead and in parallel "
-            "(`ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)`, `.cache()` after the costly "
-            "part if it fits in memory, `.interleave(..., num_parallel_calls=...)` over files, "
-            "`.prefetch(tf.data.AUTOTUNE)` last)",
-            f"data wait {input_ms:.2f} ms of each {cycle:.2f} ms step (a ready batch takes "
-            f"{float(mean['fetch']):.2f} ms to fetch)", gain(input_ms)))
-    tiny_batch = (pace is not None and not pace.paced
-                  and 0 < pace.rate.batch < TINY_BATCH * ranks)
-    if tiny_batch:   # the advice names several steps per call too, as the lesser fix
-        out.append(_larger_batch(pace.rate.batch, ranks, cycle, float(mean["compute"])))
+    if step.pace is not None:
+        return _input_advice(step.pace) if step.pace.paced else None
+    input_ms, cycle = step.input_ms, step.cycle
+    if not (not step.grouped and input_ms >= WORTH * cycle and input_ms >= step.host):
+        return None
+    return Advice(
+        "input",
+        "The step waits for its input: read it ahead and in parallel "
+        "(`ds.map(f, num_parallel_calls=tf.data.AUTOTUNE)`, `.cache()` after the costly "
+        "part if it fits in memory, `.interleave(..., num_parallel_calls=...)` over files, "
+        "`.prefetch(tf.data.AUTOTUNE)` last)",
+        f"data wait {input_ms:.2f} ms of each {cycle:.2f} ms step (a ready batch takes "
+        f"{float(step.mean['fetch']):.2f} ms to fetch)", step.gain(input_ms))
+
+
+def _batch_rule(step: _Step) -> Advice | None:
+    # the advice names several steps per call too, as the lesser fix
+    if not step.tiny_batch or step.pace is None:
+        return None
+    return _larger_batch(step.pace.rate.batch, step.ranks, step.cycle,
+                         float(step.mean["compute"]))
+
+
+def _dispatch_rule(step: _Step) -> Advice | None:
     # several steps per call save the dispatch of each call; the batch's fetch moves into the
     # call, where it still costs about what it did; a wait too short to be the pipeline's is
     # the host's own work slowed, and goes with it
+    mean, cycle = step.mean, step.cycle
     dispatch = float(mean["dispatch"])
-    saved = dispatch + (input_ms if input_ms < host and pace is None else 0.0)
-    if not grouped and saved >= WORTH * cycle and not tiny_batch:
-        out.append(Advice(
-            "dispatch",
-            "The step is too small for one call per step: run several steps per call with "
-            "`%%distribute --step ... --steps-per-call auto` (the batch is then read inside "
-            "the compiled call too)",
-            f"dispatching each call {dispatch:.2f} ms of each {cycle:.2f} ms step; the "
-            f"replicas' own work {float(mean['compute'] + mean['allreduce']):.2f} ms",
-            gain(saved)))
+    saved = dispatch + (step.input_ms if step.input_ms < step.host and step.pace is None
+                        else 0.0)
+    if not (not step.grouped and saved >= WORTH * cycle and not step.tiny_batch):
+        return None
+    return Advice(
+        "dispatch",
+        "The step is too small for one call per step: run several steps per call with "
+        "`%%distribute --step ... --steps-per-call auto` (the batch is then read inside "
+        "the compiled call too)",
+        f"dispatching each call {dispatch:.2f} ms of each {cycle:.2f} ms step; the "
+        f"replicas' own work {float(mean['compute'] + mean['allreduce']):.2f} ms",
+        step.gain(saved))
+
+
+def _allreduce_rule(step: _Step) -> Advice | None:
+    mean, cycle, ranks = step.mean, step.cycle, step.ranks
     comm = float(mean["allreduce"] + mean["allreduce_extra"] + mean["other_collectives"])
-    nbytes = run.allreduce_bytes or 0
-    if ranks > 1 and comm >= WORTH * cycle and nbytes >= TINY_BYTES:
-        work = float(mean["compute"] + mean["input"])
-        bw = ring_bandwidth(nbytes, ranks, float(mean["allreduce"] + mean["allreduce_extra"]))
-        # twice the batch per replica: the same all-reduce carries twice the examples
-        doubled = 2 * cycle / (cycle + work) - 1
-        out.append(Advice(
-            "communication",
-            "The all-reduce dominates: give each replica a larger batch (the same gradient "
-            "bytes then carry more examples), or send fewer bytes (a smaller model, float16 "
-            "gradients), or use fewer, better-connected ranks",
-            f"{_bytes(nbytes)} of gradients per replica take {comm:.2f} ms of each "
-            f"{cycle:.2f} ms step ({_bandwidth(bw)} bus bandwidth; "
-            + (f"α-β model {model:.2f} ms" if math.isfinite(model) else "no model")
-            + f") against {work:.2f} ms of compute and input; doubling the per-replica batch",
-            doubled, "examples/s"))
+    nbytes = step.run.allreduce_bytes or 0
+    if not (ranks > 1 and comm >= WORTH * cycle and nbytes >= TINY_BYTES):
+        return None
+    work = float(mean["compute"] + mean["input"])
+    bw = ring_bandwidth(nbytes, ranks, float(mean["allreduce"] + mean["allreduce_extra"]))
+    # twice the batch per replica: the same all-reduce carries twice the examples
+    doubled = 2 * cycle / (cycle + work) - 1
+    return Advice(
+        "communication",
+        "The all-reduce dominates: give each replica a larger batch (the same gradient "
+        "bytes then carry more examples), or send fewer bytes (a smaller model, float16 "
+        "gradients), or use fewer, better-connected ranks",
+        f"{_bytes(nbytes)} of gradients per replica take {comm:.2f} ms of each "
+        f"{cycle:.2f} ms step ({_bandwidth(bw)} bus bandwidth; "
+        + (f"α-β model {step.model:.2f} ms" if math.isfinite(step.model) else "no model")
+        + f") against {work:.2f} ms of compute and input; doubling the per-replica batch",
+        doubled, "examples/s")
+
+
+def _other_collectives_rule(step: _Step) -> Advice | None:
+    mean, cycle = step.mean, step.cycle
     others = float(mean["other_collectives"])
-    if ranks > 1 and others >= WORTH * cycle:
-        out.append(Advice(
-            "communication",
-            "Collectives other than the gradient all-reduce take much of each step: a "
-            "`BatchNormalization(synchronized=True)` (SyncBatchNormalization) all-reduces its "
-            "batch statistics in every such layer at every step. Use "
-            "`BatchNormalization()` (each replica's own statistics) where each replica's batch "
-            "is large enough for them, or fewer synchronized layers",
-            f"other collectives {others:.2f} ms of each {cycle:.2f} ms step; the gradient "
-            f"all-reduce {float(mean['allreduce'] + mean['allreduce_extra']):.2f} ms",
-            gain(others)))
+    if not (step.ranks > 1 and others >= WORTH * cycle):
+        return None
+    return Advice(
+        "communication",
+        "Collectives other than the gradient all-reduce take much of each step: a "
+        "`BatchNormalization(synchronized=True)` (SyncBatchNormalization) all-reduces its "
+        "batch statistics in every such layer at every step. Use "
+        "`BatchNormalization()` (each replica's own statistics) where each replica's batch "
+        "is large enough for them, or fewer synchronized layers",
+        f"other collectives {others:.2f} ms of each {cycle:.2f} ms step; the gradient "
+        f"all-reduce {float(mean['allreduce'] + mean['allreduce_extra']):.2f} ms",
+        step.gain(others))
+
+
+def _tiny_model_rule(step: _Step) -> Advice | None:
+    mean, cycle, ranks = step.mean, step.cycle, step.ranks
     together = float(mean["allreduce"] + mean["allreduce_extra"] + mean["peers"]
                      + mean["turns"])
     compute = float(mean["compute"])
-    if (ranks > 1 and (together > compute or together >= WORTH * cycle)
-            and straggler is None and nbytes < TINY_BYTES and together >= others):
-        # one replica: no all-reduce, no waiting, every replica's compute on one device
-        alone = max(cycle - together - float(mean["other_collectives"]) + compute * (ranks - 1),
-                    floor)
-        if cycle / alone - 1 >= MIN_GAIN:
-            out.append(Advice(
-                "tiny model",
-                f"The model is too small for {ranks} replicas: each computes {compute:.2f} ms "
-                f"but they spend {together:.2f} ms per step exchanging and waiting; use fewer "
-                "replicas (`%distribute mirrored --devices 1`) or a larger batch per replica",
-                f"compute {compute:.2f} ms vs all-reduce and waiting {together:.2f} ms",
-                cycle / alone - 1))
+    others = float(mean["other_collectives"])
+    nbytes = step.run.allreduce_bytes or 0
+    if not (ranks > 1 and (together > compute or together >= WORTH * cycle)
+            and step.straggler is None and nbytes < TINY_BYTES and together >= others):
+        return None
+    # one replica: no all-reduce, no waiting, every replica's compute on one device
+    alone = max(cycle - together - others + compute * (ranks - 1), step.floor)
+    if not cycle / alone - 1 >= MIN_GAIN:
+        return None
+    return Advice(
+        "tiny model",
+        f"The model is too small for {ranks} replicas: each computes {compute:.2f} ms "
+        f"but they spend {together:.2f} ms per step exchanging and waiting; use fewer "
+        "replicas (`%distribute mirrored --devices 1`) or a larger batch per replica",
+        f"compute {compute:.2f} ms vs all-reduce and waiting {together:.2f} ms",
+        cycle / alone - 1)
+
+
+#: explain's rules, in order: each reads the step and gives its advice, or None.
+RULES: tuple[Callable[[_Step], Advice | None], ...] = (
+    _straggler_advice, _input_rule, _batch_rule, _dispatch_rule, _allreduce_rule,
+    _other_collectives_rule, _tiny_model_rule)
+
+
+def _advice(step: _Step) -> list[Advice]:
+    """Every rule's advice worth giving, the most gain first."""
+    out = [a for a in (rule(step) for rule in RULES) if a is not None]
     # a pipeline that sets the pace is the bottleneck, whatever its change is predicted to gain
+    floor = step.floor
     out = [a for a in out if a.gain >= MIN_GAIN or (a.kind == "input" and floor)]
     return sorted(out, key=lambda a: (not (a.kind == "input" and floor), -a.gain))
 
