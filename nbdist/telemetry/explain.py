@@ -686,8 +686,8 @@ def _straggler(run: Run, timed: pd.DataFrame, derived: pd.DataFrame,
     # the steps every one of them timed: who arrived last at each
     at_step = derived.peers + timed.moved   # in the step, and at the iterator
     per_step = at_step.groupby([timed.step, timed[by]]).min().unstack().dropna()
-    # the run's own finding, on every step's waits (multiworker: the timed steps or not)
-    named = {s.index: s.share for s in run.stragglers()}
+    # workers: the run's own finding, on every step's waits (the timed steps or not)
+    named = {s.index: s.share for s in run.stragglers()} if by == "worker" else {}
     found = last_to_arrive(per_step.to_numpy(), enough) if len(per_step) >= MIN_STEPS else None
     if found is not None:
         index, share = int(per_step.columns[found[0]]), found[1]
