@@ -6,7 +6,10 @@ they change, so they work wherever plotly.js draws the figure, with no kernel: n
 JupyterLab renderer, the live figure, ``Figure.show()``, ``.write_html()``. A slider step
 restyles the lines' y values with the smoothed values it carries (float32, base64: plotly.js
 decodes typed arrays given to ``restyle``); an x axis button restyles every trace's x and
-relayouts the axis. The static SVG shows the figure as drawn, without controls.
+relayouts the axis. Carrying values costs their size, so ``nbdist.compare`` (a few lines) has
+the slider and x buttons, and a dashboard's many lines get them from nbdist's renderer instead
+(``labextension/src/figurecontrols.ts``); every figure has the linear / log buttons. The
+static SVG shows the figure as drawn, without controls.
 """
 
 from __future__ import annotations
@@ -94,26 +97,22 @@ def wall_ms(seconds: np.ndarray) -> np.ndarray:
     return (seconds + time.localtime(float(seconds[0])).tm_gmtoff) * 1000.0
 
 
-def x_menu(xs: dict[str, list[Any]], active: str, x: float = 0.0, y: float = 1.0,
-           step_axis: dict[str, Any] | None = None) -> dict[str, Any]:
+def x_menu(xs: dict[str, list[Any]], active: str, x: float = 0.0, y: float = 1.0
+           ) -> dict[str, Any]:
     """Buttons that draw every trace against another x: ``xs`` maps each mode of
-    ``X_MODES`` to the x values of every trace, in trace order. ``step_axis``: x axis
-    properties of the step axis only (others have them unset)."""
+    ``X_MODES`` to the x values of every trace, in trace order."""
     modes = [m for m in X_MODES if m in xs]
     buttons = []
     for mode in modes:
         label, kind = X_MODES[mode]
         title = {"step": "step", "time": "seconds since the run started",
                  "wall": "wall time"}[mode]
-        own = {f"xaxis.{k}": v if mode == "step" else None
-               for k, v in (step_axis or {}).items()}
         buttons.append({
             "label": label, "method": "update",
             "args": [{"x": [_typed(np.asarray(v, dtype=np.float64)) for v in xs[mode]]},
                      {"xaxis.type": kind, "xaxis.title.text": title,
                       "xaxis.autorange": True, "xaxis.tickformat": "" if kind == "date"
-                      else ",~g", "xaxis.hoverformat": "" if mode != "step" else ",.0f",
-                      **own}]})
+                      else ",~g", "xaxis.hoverformat": "" if mode != "step" else ",.0f"}]})
     return {"name": "x axis", "type": "buttons", "direction": "right", "showactive": True,
             "active": modes.index(active), "buttons": buttons, "x": x, "xanchor": "left",
             "y": y, "yanchor": "bottom", "pad": {"b": 2}, "font": {"size": 10}}
