@@ -14,13 +14,12 @@ from typing import Any
 
 from ..words import count
 
-#: A run here is a ``telemetry.run.Run`` (not imported: ``Run.label`` imports this module).
-RunLike = Any
+Run = Any   # a telemetry.run.Run, which imports this module (Run.label)
 
 __all__ = ["facts", "run_labels", "shared_facts"]
 
 
-def facts(run: RunLike) -> dict[str, str]:
+def facts(run: Run) -> dict[str, str]:
     """What ``run`` was set up with, each as it reads in a label, in a fixed order."""
     out = {"strategy": run.strategy, "replicas": count(run.replicas, "replica")}
     if run.workers > 1:
@@ -34,14 +33,14 @@ def facts(run: RunLike) -> dict[str, str]:
     return out
 
 
-def _differing(runs: Sequence[RunLike]) -> list[str]:
+def _differing(runs: Sequence[Run]) -> list[str]:
     """The facts not the same for all ``runs`` (one missing counts as different)."""
     every = [facts(run) for run in runs]
     keys = list(dict.fromkeys(k for f in every for k in f))
     return [k for k in keys if len({f.get(k) for f in every}) > 1]
 
 
-def run_labels(runs: Sequence[RunLike]) -> list[str]:
+def run_labels(runs: Sequence[Run]) -> list[str]:
     """Each run's label among ``runs``: its ``--name`` (``Run.title``), else ``run <id>`` and
     the facts that differ between the runs; all of its facts when it is alone."""
     differ = _differing(runs) if len(runs) > 1 else None
@@ -56,7 +55,7 @@ def run_labels(runs: Sequence[RunLike]) -> list[str]:
     return out
 
 
-def shared_facts(runs: Sequence[RunLike]) -> list[str]:
+def shared_facts(runs: Sequence[Run]) -> list[str]:
     """The facts every one of ``runs`` has alike (for a title: said once, not per line)."""
     if not runs:
         return []
