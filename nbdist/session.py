@@ -135,6 +135,9 @@ class Session:
         if message:
             print(message)
         fresh.start()   # if this fails, a backend that was not exclusive stays the kernel's
+        exposed = fresh.exposure()
+        if exposed:
+            print(exposed)
         self._stop_backend()
         self.backend = fresh
         self._remember(spec, keras, line)

@@ -61,6 +61,7 @@ FILE_TIERS = {
     "test_cluster_shutdown.py": "cluster",
     "test_cluster_unit.py": "unit",
     "test_compare.py": "unit",
+    "test_isolation.py": "cluster",
     "test_correctness.py": "kernel",
     "test_dashboard_aggregate.py": "unit",
     "test_dashboard_kernel.py": "kernel",

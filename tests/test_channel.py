@@ -297,3 +297,24 @@ def test_a_worker_still_connects_after_the_abuse(make_server):
     client.close()
     for s in [*idle, *blockers, forged]:
         s.close()
+
+
+def test_a_unix_socket_channel_is_the_users_alone_and_removed_at_close(tmp_path):
+    """Workers in a private network namespace reach the kernel by a Unix socket."""
+    import os
+    import stat
+
+    got = []
+    key = ch.new_key()
+    path = str(tmp_path / "channel")
+    srv = ch.ChannelServer(key, lambda worker, message: got.append((worker, message)), host=path)
+    assert srv.address == (path, 0)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    client = ch.ChannelClient(srv.address, key, 1)
+    client.send({"type": "rows", "rows": [[0, 1.0]]})
+    assert wait_for(lambda: len(got) == 2) and got[1][1]["rows"] == [[0, 1.0]]
+    with pytest.raises(ch.BadFrame):   # the key is still the boundary
+        ch.decode(ch.new_key(), ch.read_frame(ch._connect(srv.address, 5.0)))
+    client.close()
+    srv.close()
+    assert not os.path.exists(path)

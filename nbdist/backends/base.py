@@ -119,6 +119,11 @@ class Backend(abc.ABC):
         """What to tell the user before a slow ``start`` (None: nothing)."""
         return None
 
+    def exposure(self) -> str | None:
+        """Which ports of its processes other hosts can reach, said once at start and in
+        the status (None: none)."""
+        return None
+
     def kernel_strategy(self) -> Any:
         """The tf.distribute strategy object in the kernel (published as ``strategy``), or
         None: not built yet, or it lives in each worker process."""

@@ -9,6 +9,10 @@ import atexit
 import weakref
 from typing import Any, TypeVar
 
+import psutil
+
+from .engines.isolation import exposure_line, listening
+
 _LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
 T = TypeVar("T")
 
@@ -23,6 +27,32 @@ class ClusterLifecycle:
 
     def _starting(self) -> None:
         _LIVE.add(self)
+        # the kernel's own listening sockets (Jupyter's): not the cluster's to report
+        self._kernel_listening = listening([psutil.Process()])
+
+    def exposure(self) -> str | None:
+        """The line saying which ports of this local cluster other hosts can reach, or None
+        (none, or the engines are a user's ``--cluster``, secured as the user set it up)."""
+        engines = self.engines
+        if engines is None or not engines.owned:
+            return None
+        before = getattr(self, "_kernel_listening", set())
+        ports = [port for pid, port in listening([psutil.Process(), *engines.processes()])
+                 if (pid, port) not in before]
+        return exposure_line(ports, engines.unisolated) if ports else None
+
+    def network_lines(self) -> list[str]:
+        """``%distribute status``'s word on who can reach the cluster (none for a user's
+        ``--cluster``, whose network is theirs)."""
+        engines = self.engines
+        if engines is None or not engines.owned:
+            return []
+        exposed = self.exposure()
+        if exposed:
+            return [f"network    {exposed.removeprefix('nbdist: ')}"]
+        where = ("in a private network namespace" if engines.unisolated is None
+                 else "on loopback")
+        return [f"network    no port is open to other hosts: the TensorFlow servers run {where}"]
 
     def _engines_started(self) -> None:
         # registered after ipyparallel's own atexit hook, so this one runs first (quicker)

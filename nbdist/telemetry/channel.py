@@ -12,7 +12,8 @@ every later message of the connection carries. A worker's first message is ``{"t
 Frames that are unsigned, wrongly signed, not JSON objects, replayed or sent before ``hello``
 are dropped and counted in ``ChannelServer.dropped``; an oversized frame (more than
 ``MAX_FRAME`` bytes) also closes its connection, as the stream cannot be resynchronised.
-The server binds 127.0.0.1 unless told otherwise.
+The server binds 127.0.0.1 unless told otherwise; a host that is a path (starting with "/")
+is a Unix socket, which reaches workers in another network namespace of this machine.
 
 Anyone who can reach the port can open connections, key or not, so the server bounds what they
 cost it (each connection has a reader thread). A connection is *pending* until it sends a valid
@@ -37,6 +38,8 @@ boundary, these limits only keep a process without it from exhausting the kernel
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
 import queue
 import secrets
 import socket
@@ -57,6 +60,35 @@ HELLO_DEADLINE_S = 5.0
 MAX_PENDING = 16
 _POLL_S = 0.5   # the accept loop's longest sleep: how soon it notices close()
 _RETRY_S = 0.2  # a client refused before its challenge (pending connections full) retries
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or on the Unix socket ``host`` (a path)."""
+    if not host.startswith("/"):
+        return socket.create_server((host, port))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(host)
+        os.chmod(host, 0o600)   # the user's own processes only
+        sock.listen()
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _connect(address: tuple[str, int], timeout: float) -> socket.socket:
+    host = address[0]
+    if not host.startswith("/"):
+        return socket.create_connection(address, timeout=timeout)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(host)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -88,13 +120,17 @@ class ChannelServer:
         self._pending: dict[socket.socket, float] = {}   # socket -> its hello deadline
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._sock = socket.create_server((host, port))
+        self._sock = _listen(host, port)
         self._threads: list[threading.Thread] = []
         self._start(self._accept_loop, "nbdist-channel-accept")
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self._sock.getsockname()[:2]
+        """(host, port), or (path, 0) for a Unix socket."""
+        name = self._sock.getsockname()
+        if isinstance(name, str):
+            return name, 0
+        host, port = name[:2]
         return host, port
 
     def _start(self, target: Callable[..., None], name: str, *args: Any) -> None:
@@ -219,7 +255,11 @@ class ChannelServer:
             self._closed.set()
             for sock in [*self._pending, *(peer.sock for peer in self._peers.values())]:
                 _shutdown(sock)
+        path = self._sock.getsockname() if self._sock.family == socket.AF_UNIX else None
         self._sock.close()
+        if path:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 def _challenge(address: tuple[str, int], timeout: float) -> tuple[socket.socket, bytes]:
@@ -230,7 +270,7 @@ def _challenge(address: tuple[str, int], timeout: float) -> tuple[socket.socket,
     """
     deadline = time.monotonic() + timeout
     while True:
-        sock = socket.create_connection(address, timeout=max(deadline - time.monotonic(), 0.1))
+        sock = _connect(address, max(deadline - time.monotonic(), 0.1))
         try:
             payload = read_frame(sock)
         except ConnectionResetError:

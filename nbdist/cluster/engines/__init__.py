@@ -8,13 +8,15 @@ from .base import EngineSet
 
 
 def make(profile: str | None, n: int | None, environment: dict[str, str],
-         asked: str | None = None) -> EngineSet:
+         asked: str | None = None, kernel_connects: bool = False) -> EngineSet:
     """The engines for ``--cluster PROFILE`` (``n``: how many of them, None for all), or
-    ``n`` local engines started with ``environment``."""
+    ``n`` local engines started with ``environment``, isolated from other hosts where this
+    machine allows it (``isolation``; ``kernel_connects``: this kernel opens TCP connections
+    to the engines' TensorFlow servers)."""
     if profile:
         from .profile import ProfileEngines
 
         return ProfileEngines(profile, n, asked=asked)
     from .local import LocalEngines
 
-    return LocalEngines(n or 1, environment=environment)
+    return LocalEngines(n or 1, environment=environment, kernel_connects=kernel_connects)

@@ -7,6 +7,7 @@ probe for an attribute."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,6 +32,9 @@ class EngineSet(Protocol):
     remote: list[bool]          # worker i's engine does not share this process's network stack
     channel_host: str           # where the telemetry channel binds so that engines reach it
     exiting: bool               # set at interpreter exit: no engine is started then
+    #: Why these engines share this machine's network (``isolation``), None if they do not
+    #: or are not nbdist's to isolate (a user's cluster).
+    unisolated: str | None
     #: The workers' network links nbdist can cut and heal (``links.LinkControl``, for
     #: ``%distribute inject partition``), or None where none can be cut one by one.
     links: Any
@@ -43,6 +47,9 @@ class EngineSet(Protocol):
     def start(self) -> None: ...
     def mark_used(self) -> None:
         """nbdist code has run on the engines: stop must clean them up."""
+    def kernel_server_network(self) -> contextlib.AbstractContextManager[None]:
+        """Where the kernel starts a TensorFlow server of its own (the coordinator's) so
+        that the engines reach it: in their network namespace when they have one."""
     def task_addresses(self) -> list[str]:
         """``host:port`` for each engine's TensorFlow server (a port free on its host)."""
     def describe(self) -> str: ...

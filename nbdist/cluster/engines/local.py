@@ -25,10 +25,12 @@ from typing import Any
 
 import psutil
 
+from ...hooks import ipyparallel as ipyparallel_hooks
 from .. import tfconfig, withkernel
 from ..inengine import preload
 from .base import START_TIMEOUT_S, ClusterStartError, nbdist_pythonpath
 from .enginelogs import ENGINE_LOG
+from .isolation import IsolationUnavailable, Namespace
 
 log = logging.getLogger("nbdist.cluster")
 
@@ -40,13 +42,14 @@ class LocalEngines:
     """One ipyparallel controller and ``n`` engines, all on this machine (``EngineSet``)."""
 
     owned = True
-    channel_host = "127.0.0.1"
     #: They share this process's network stack: no link of one can be cut alone.
     links = None
 
     def __init__(self, n: int, environment: dict[str, str] | None = None,
-                 engine_args: list[str] | None = None, timeout: float | None = None):
+                 engine_args: list[str] | None = None, timeout: float | None = None,
+                 kernel_connects: bool = False):
         self.n = n
+        self.kernel_connects = kernel_connects
         self.environment = {"PYTHONPATH": nbdist_pythonpath(), **(environment or {})}
         self.engine_args = list(engine_args or [])
         self.timeout = START_TIMEOUT_S if timeout is None else timeout
@@ -58,6 +61,10 @@ class LocalEngines:
         self._known: dict[int, psutil.Process] = {}
         self.controller_pid: int | None = None   # the controller's process, once started
         self.exiting = False
+        self.namespace: Namespace | None = None
+        #: Why the engines share the kernel's network (None: they run in ``namespace``).
+        self.unisolated: str | None = None
+        self.channel_host = "127.0.0.1"
 
     @property
     def local(self) -> list[bool]:
@@ -70,10 +77,19 @@ class LocalEngines:
     def mark_used(self) -> None:
         """Nothing to mark: stop ends these engines anyway."""
 
+    def kernel_server_network(self) -> contextlib.AbstractContextManager[None]:
+        if self.namespace is None or self.namespace.link is None:
+            return contextlib.nullcontext()
+        return self.namespace.entered()
+
     def task_addresses(self) -> list[str]:
-        return [f"127.0.0.1:{port}" for port in tfconfig.free_ports(len(self.ids))]
+        host = "127.0.0.1" if self.namespace is None else self.namespace.address
+        return [f"{host}:{port}" for port in tfconfig.free_ports(len(self.ids))]
 
     def describe(self) -> str:
+        if self.namespace is not None:
+            return (f"{self.n} local ipyparallel engines in a private network namespace "
+                    "(controller on Unix sockets)")
         return f"{self.n} local ipyparallel engines (controller on 127.0.0.1)"
 
     def kill_blocked(self, pids: list[int]) -> None:
@@ -91,17 +107,25 @@ class LocalEngines:
         import ipyparallel as ipp
         from traitlets.config import Config
 
+        self._isolate()
         config = Config()
         config.LocalProcessLauncher.stop_seconds_until_kill = KILL_AFTER_S
         config.LocalEngineSetLauncher.delay = 0.0
         # Engines start as the controller does, and import TensorFlow meanwhile (preload)
-        config.LocalEngineSetLauncher.engine_cmd = [sys.executable, "-m", preload.__name__]
+        engine_cmd = [sys.executable, "-m", preload.__name__]
+        config.LocalEngineSetLauncher.engine_cmd = (
+            engine_cmd if self.namespace is None else self.namespace.command(engine_cmd))
         config.LocalControllerLauncher.controller_cmd = withkernel.command("ipyparallel.controller")
+        # In a namespace the engines reach the controller by its Unix sockets (ZeroMQ ipc)
+        transport = [] if self.namespace is None else ["--transport=ipc"]
+        controller_ip = ("127.0.0.1" if self.namespace is None
+                         else os.path.join(self.profile_dir, "ipc"))
         self.cluster = ipp.Cluster(
-            config=config, profile_dir=self.profile_dir, controller_ip="127.0.0.1",
+            config=config, profile_dir=self.profile_dir, controller_ip=controller_ip,
             delay=0, log=ENGINE_LOG, load_profile=False, engine_timeout=int(self.timeout),
             send_engines_connection_env=False,   # engines read the controller's file instead
             controller_args=[
+                *transport,
                 "--usethreads",                    # schedulers as threads: 1 process, not 9
                 # The hub admits an engine at a heartbeat: 3 s by default, most of the start
                 # time; a dead engine is still declared after 20 missed beats (10 s).
@@ -117,6 +141,8 @@ class LocalEngines:
                 engine_args=[*self.engine_args,
                              f"--IPEngine.wait_for_url_file={self.timeout:.0f}",
                              "--IPEngine.enable_nanny=False"])
+            if self.namespace is not None:
+                self._link_ipc_endpoints(url_file)
             self.client = self.cluster.connect_client_sync()
             self._wait_for_engines()
             self.ids = sorted(self.client.ids)[: self.n]
@@ -128,6 +154,34 @@ class LocalEngines:
             raise
         self.controller_pid = next(iter(self.launcher_pids()["controller"]), None)
         self.remember_processes()
+
+    def _isolate(self) -> None:
+        """Open the engines' network namespace, or say why they share the kernel's."""
+        try:
+            self.namespace = Namespace.open(linked=self.kernel_connects)
+        except IsolationUnavailable as why:
+            self.unisolated = str(why)
+            return
+        self.channel_host = os.path.join(self.profile_dir, "channel")
+
+    def _link_ipc_endpoints(self, engine_file: str) -> None:
+        """Make the controller's ipc endpoints connectable (see ``ipc_aliases``) once it has
+        written its connection files (the engines meanwhile import TensorFlow)."""
+        files = [engine_file, engine_file[: -len("engine.json")] + "client.json"]
+        deadline = time.monotonic() + self.timeout
+        while not all(os.path.exists(f) for f in files):
+            if time.monotonic() > deadline or self.controller_gone_early():
+                raise ClusterStartError(
+                    "The ipyparallel controller wrote no connection file, so the workers "
+                    "cannot start. nbdist stops the engines; run the `%distribute` line "
+                    "again. Its log:\n" + _tail(_glob_logs(self.profile_dir, "ipcontroller")))
+            time.sleep(0.02)
+        time.sleep(0.05)   # the file is written whole right after it is created
+        for f in files:
+            ipyparallel_hooks.ipc_aliases(f)
+
+    def controller_gone_early(self) -> bool:
+        return any(not _running(pid) for pid in self.launcher_pids()["controller"])
 
     def _wait_while_engines_live(self, future: Any) -> None:
         """Wait for ``future`` (at most the start timeout); fail at once if an engine exits."""
@@ -240,6 +294,9 @@ class LocalEngines:
         killed = _reap(list(self._known.values()), timeout)
         self._known.clear()
         self.pids = {}
+        if self.namespace is not None:
+            self.namespace.close()
+            self.namespace = None
         shutil.rmtree(self.profile_dir, ignore_errors=True)
         return killed
 
@@ -301,6 +358,14 @@ def _reap(procs: list[psutil.Process], timeout: float) -> list[int]:
             continue
     _wait_gone(procs, 3.0)
     return killed
+
+
+def _tail(paths: list[str], lines: int = 20) -> str:
+    text = []
+    for path in paths:
+        with contextlib.suppress(OSError), open(path, errors="replace") as f:
+            text += [f"  {line.rstrip()}" for line in f.readlines()[-lines:]]
+    return "\n".join(text) or "  (empty)"
 
 
 def _glob_logs(profile_dir: str, prefix: str) -> list[str]:

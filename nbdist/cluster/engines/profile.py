@@ -34,6 +34,7 @@ them); after an interrupted `ipcluster start` they exit when the controller's he
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -83,6 +84,7 @@ class ProfileEngines:
         self.remote: list[bool] = []     # it does not share this process's network stack
         self.hosts: list[str] = []
         self.channel_host = "127.0.0.1"
+        self.unisolated: str | None = None   # the user's cluster, secured as they set it up
         self.exiting = False              # set at interpreter exit: no restart then
         self.touched = False              # nbdist ran its code there (preflight onwards)
         self.links = LinkControl([])      # %distribute inject partition / heal
@@ -214,6 +216,9 @@ class ProfileEngines:
                  f"on {count(len(places), 'host')} {', '.join(sorted({p[0] for p in places}))}")
         return (f"{len(self.ids)} engines {list(self.ids)} of ipyparallel profile "
                 f"{self.name!r} ({self.profile_dir}), {where}; not started by nbdist")
+
+    def kernel_server_network(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()   # the engines reach the kernel as the user set up
 
     def mark_used(self) -> None:
         self.touched = True   # from here on stop must restart the engines

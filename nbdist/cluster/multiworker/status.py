@@ -51,6 +51,7 @@ def backend_status(cluster: Any) -> BackendStatus:
                           "hang or stall"),
         f"cluster    {json.dumps(info0.get('tf_config', {}).get('cluster', {}))}",
         f"journal    {journal_text(cluster.journal)}",
+        *cluster.network_lines(),
     ]
     now = time.time()
     alive = [worker_alive(cluster, i) for i in range(len(cluster.info))]

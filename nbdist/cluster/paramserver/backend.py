@@ -118,7 +118,8 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
         env = worker_environment()
         n = len(self.tasks)   # with --cluster: worker i on engine i, then the ps tasks
         self.engines = engines = make_engines(
-            self.spec.cluster, n, env, asked=f"--workers {self.n} --ps {self.n_ps} ({n} engines)")
+            self.spec.cluster, n, env, asked=f"--workers {self.n} --ps {self.n_ps} ({n} engines)",
+            kernel_connects=True)   # the coordinator
         self._starting()
         try:
             engines.start()
@@ -129,8 +130,9 @@ class ParameterServerCluster(ClusterLifecycle, TaskProcesses, Backend):
             self._serve()
             self._logs = COORDINATOR_LOGS.diverted()   # until stop: its threads log late
             self._logs.__enter__()
-            self.strategy, self.coordinator = ps_context.connect(self.cluster_spec,
-                                                                 self.spec.partitioner)
+            with engines.kernel_server_network():   # the tasks reach it, no other host
+                self.strategy, self.coordinator = ps_context.connect(self.cluster_spec,
+                                                                     self.spec.partitioner)
             self._atomic = atomic_variable_updates()   # workers update metrics concurrently
             self._atomic.__enter__()
             self.engines.remember_processes()

@@ -28,7 +28,9 @@ def backend_status(cluster: Any) -> BackendStatus:
         + (f"  BROKEN: {cluster.broken} Run `%distribute restart`." if cluster.broken else ""),
         f"cluster    {json.dumps(cluster.cluster_spec)}",
         f"kernel     TensorFlow gRPC server of the coordinator: {_coordinator_address()} "
-        "(all interfaces, no authentication: see docs/guide/security.md)",
+        + ("(in the tasks' private network namespace)" if isolated(cluster) else
+           "(all interfaces, no authentication: see docs/guide/security.md)"),
+        *cluster.network_lines(),
     ]
     code = partitioner_code(spec.partitioner, cluster.n_ps)
     lines.append(f"variables  sharded by {code} (--partitioner)" if code else
@@ -70,6 +72,11 @@ def equivalent_code(cluster: Any) -> str:
         + (f", variable_partitioner={code}" if code else "") + ")",
         "coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)",
     ])
+
+
+def isolated(cluster: Any) -> bool:
+    engines = cluster.engines
+    return engines is not None and engines.owned and engines.unisolated is None
 
 
 def _engines(cluster: Any) -> str:
