@@ -5,6 +5,7 @@ broken by a fault test (a worker killed or stopped) restarts it first. The kerne
 strategy (4 logical CPUs, conftest) is restored at the end for the other test modules.
 """
 
+import os
 import re
 import sys
 import threading
@@ -87,20 +88,25 @@ def test_status_shows_spec_tf_config_health_devices_and_keras(mw, capsys):
     assert "strategy = tf.distribute.MultiWorkerMirroredStrategy()" in out
 
 
-def test_every_socket_we_open_binds_loopback(mw):
-    """Channel, controller, engines and nannies: 127.0.0.1. TensorFlow's gRPC server is
-    the exception (it binds all interfaces whatever TF_CONFIG says; see the security notes),
-    and only on the TF_CONFIG ports."""
+def test_no_socket_we_open_is_open_to_other_hosts(mw, capsys):
+    """In the kernel's network namespace the kernel and its processes listen on loopback at
+    most (the controller and the channel on Unix sockets); the workers, whose TensorFlow
+    servers bind all interfaces whatever TF_CONFIG says, run in a private network namespace
+    (tests/test_isolation.py tries every port from another host)."""
     workers = cluster().info[0]["tf_config"]["cluster"]["worker"]
     tf_ports = {int(a.rsplit(":", 1)[1]) for a in workers}
     listening = []
     for proc in [psutil.Process(), *cluster().processes()]:
         listening += [c.laddr for c in proc.net_connections("inet")
                       if c.status == psutil.CONN_LISTEN]
-    ours = [a for a in listening if a.port not in tf_ports]
-    assert len(ours) >= 5 and {a.ip for a in ours} == {"127.0.0.1"}, listening
-    assert cluster().channel.address[0] == "127.0.0.1"
-    assert {a.port for a in listening if a.port in tf_ports} == tf_ports
+    assert {a.ip for a in listening} <= {"127.0.0.1"}, listening
+    assert not tf_ports & {a.port for a in listening}
+    assert cluster().channel.address[0].startswith("/")   # a Unix socket
+    kernel_net = os.readlink("/proc/self/ns/net")
+    assert {os.readlink(f"/proc/{info['pid']}/ns/net") for info in cluster().info} \
+        - {kernel_net}
+    mw.run_line_magic("distribute", "status")
+    assert "network    no port is open to other hosts" in capsys.readouterr().out
 
 
 class Recorder:

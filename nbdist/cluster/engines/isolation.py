@@ -37,7 +37,7 @@ ENV = "NBDIST_ISOLATION"
 _CLONE_NEWNET = 0x40000000   # sched.h
 
 #: Isolation unless ``ENV`` says otherwise.
-DEFAULT = "0"
+DEFAULT = "1"
 
 #: Seconds the holder may take to create the namespace and bring its loopback up.
 OPEN_TIMEOUT_S = 10.0
@@ -80,6 +80,9 @@ class Namespace:
             raise IsolationUnavailable(
                 "this kernel coordinates the tasks over TCP, and only root can link their "
                 "private network namespace to the kernel's")
+        if linked and shutil.which("ip") is None:
+            raise IsolationUnavailable("ip (iproute2) not found: it links the tasks' network "
+                                       "namespace to the kernel's")
         missing = [tool for tool in ("unshare", "nsenter") if shutil.which(tool) is None]
         if missing:
             raise IsolationUnavailable(f"{' and '.join(missing)} (util-linux) not found")

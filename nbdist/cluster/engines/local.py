@@ -2,7 +2,9 @@
 
 ``LocalEngines`` starts one controller and N engines on this machine through ipyparallel's
 ``Cluster`` API (its ``LocalControllerLauncher`` / ``LocalEngineSetLauncher``), in a private
-profile directory, with every socket on 127.0.0.1. ``stop`` ends them through the same API,
+profile directory: the engines in a private network namespace (``isolation``) and the
+controller on Unix sockets, or, where this machine allows no namespace, every socket on
+127.0.0.1. ``stop`` ends them through the same API,
 then checks with psutil that no process is left and kills any that is.
 
 The engines run without ipyparallel's nanny (a second process per engine, 0.3 s of CPU each in
