@@ -2,7 +2,6 @@
 (and its refusals), the learning rate and global batch read from the cell's optimizer and
 dataset, ``Run.label`` and ``nbdist.compare``'s legend, title and controls."""
 
-import re
 
 import pytest
 from helpers import run_ok
@@ -47,7 +46,9 @@ def test_runs_are_labelled_by_their_learning_rate_or_their_name(ip):
     assert [t.name for t in fig.data if t.showlegend is not False] == \
         [f"run {fast.id} · lr 0.1", "small step"]
     # alone among this kernel's runs of another learning rate, Run.label says its own
-    assert re.fullmatch(rf"run {slow.id}( · \S.*)? · lr 0\.001", slow.label), slow.label
+    # (whatever else differs from the kernel's earlier runs is said too, e.g. their batch)
+    parts = slow.label.split(" · ")
+    assert parts[0] == f"run {slow.id}" and "lr 0.001" in parts, slow.label
 
 
 @pytest.mark.parametrize("flag, says", [
