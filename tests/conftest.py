@@ -264,8 +264,28 @@ def ip():
 
     shell = start_ipython()
     shell.run_line_magic("load_ext", "nbdist")
-    shell.run_line_magic("distribute", "mirrored --devices 4")
+    shell.run_line_magic("distribute", KERNEL_STRATEGY)
     yield shell
+
+
+#: The strategy of the shared shell (`ip`), which every module starts with.
+KERNEL_STRATEGY = "mirrored --devices 4"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_module_starts_with_the_kernel_strategy(request):
+    """Modules run in a random order around the one shared shell: a module that ended with
+    another strategy (stopped, 2 devices, central_storage) would change what the next one
+    tests, so a kernel or cluster module starts with the shell's strategy set back."""
+    if tier_of(request.node.path) in ("kernel", "cluster"):
+        session = getattr(sys.modules.get("nbdist.session"), "_SESSION", None)
+        backend = session.backend if session is not None else None
+        if session is not None and (backend is None or backend.spec.magic_line().removeprefix(
+                "%distribute ") != KERNEL_STRATEGY):
+            from helpers import kernel_strategy
+
+            kernel_strategy(session.shell, KERNEL_STRATEGY)
+    yield
 
 
 @pytest.fixture(scope="session")
