@@ -2,7 +2,7 @@
 them: a Sequential CNN without `Input`, objects made outside `%%distribute`."""
 
 import pytest
-from helpers import TUTORIAL_STEP, run_err, run_ok
+from helpers import TUTORIAL_STEP, kernel_strategy, run_err, run_ok
 
 import nbdist
 from nbdist.errors import StepCodeError
@@ -138,16 +138,19 @@ TF_KERAS_CREATE = "%%distribute\nimport tf_keras\n" + CREATE.split("\n", 1)[1].r
 def test_the_tf_keras_model_without_input_is_built_and_survives_a_failing_cell(ip, tf_keras,
                                                                                 line):
     ip.run_line_magic("distribute", line)
-    for cell in (DATA, TF_KERAS_CREATE):
-        run_ok(ip, cell)
-    model = ip.user_ns["model"]
-    assert isinstance(model, tf_keras.Sequential) and not model.built
-    failing = STEP.replace("optimizer.apply_gradients", "tf.debugging.assert_equal(loss, -1.0)\n"
-                           "optimizer.apply_gradients")
-    run_err(ip, failing)
-    assert nbdist.runs[-1].status == "failed"
-    _assert_model_real(ip)      # built by nbdist under the strategy before the trace, not emptied
-    run_ok(ip, STEP)
+    try:
+        for cell in (DATA, TF_KERAS_CREATE):
+            run_ok(ip, cell)
+        model = ip.user_ns["model"]
+        assert isinstance(model, tf_keras.Sequential) and not model.built
+        failing = STEP.replace("optimizer.apply_gradients",
+                               "tf.debugging.assert_equal(loss, -1.0)\noptimizer.apply_gradients")
+        run_err(ip, failing)
+        assert nbdist.runs[-1].status == "failed"
+        _assert_model_real(ip)  # built by nbdist under the strategy before the trace, not emptied
+        run_ok(ip, STEP)
+    finally:   # the module's other tests, in any order, train on the kernel's 4 replicas
+        kernel_strategy(ip)
     run = nbdist.runs[-1]
     assert run.status == "done" and run.steps_done == 3
     assert run.metrics["loss"].notna().all()
