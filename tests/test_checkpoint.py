@@ -122,7 +122,7 @@ DIE_IN_EPOCH_3 = {   # (how, the run's status, steps it finished)
     STEP: ("train_ds = dying(clean_ds, 3 * 8, fail)", "failed", 23),
     # Kernel > Interrupt (a real SIGINT), from a callback: Keras prefetches a whole epoch, so
     # a signal sent from the input pipeline would land at an unpredictable step
-    FIT: ("hooks = at_batch(2, 3, interrupt)", "interrupted", 19),
+    FIT: ("train_ds = clean_ds\nhooks = at_batch(2, 3, interrupt)", "interrupted", 19),
 }
 
 
