@@ -221,17 +221,21 @@ def _expand_toggle(layout: dict[str, Any], panel: str, axis: str, k: int,
         if name.startswith("yaxis"):
             mine[f"{name}.domain"] = [0, 1] if name == axis else [0, 0]
             mine[f"{name}.visible"] = name == axis
-            back[f"{name}.domain"], back[f"{name}.visible"] = list(value["domain"]), True
+            back[f"{name}.domain"] = list(value["domain"])
+            back[f"{name}.visible"] = True
     for i, note in enumerate(layout["annotations"]):
         if note.get("name", "").startswith("title:"):
             own = note["name"] == f"title:{panel}"
             mine[f"annotations[{i}].visible"] = own
-            mine[f"annotations[{i}].y"] = 1 if own else note["y"]
-            back[f"annotations[{i}].visible"], back[f"annotations[{i}].y"] = True, note["y"]
+            if own:   # the hidden ones keep their place: args2 shows them there again
+                mine[f"annotations[{i}].y"] = 1
+            back[f"annotations[{i}].visible"] = True
+            back[f"annotations[{i}].y"] = note["y"]
     for j, menu in enumerate(scales):
         for index in (2 * j, 2 * j + 1):
             mine[f"updatemenus[{index}].visible"] = j == k
-            mine[f"updatemenus[{index}].y"] = 1 if j == k else menu["y"]
+            if j == k:
+                mine[f"updatemenus[{index}].y"] = 1
             back[f"updatemenus[{index}].visible"] = True
             back[f"updatemenus[{index}].y"] = menu["y"]
     return {"name": f"expand:{axis}", "type": "buttons", "showactive": True, "active": -1,
