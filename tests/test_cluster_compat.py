@@ -127,6 +127,9 @@ def test_a_worker_on_another_tensorflow_version(failing_start, monkeypatch, tmp_
 
 
 def test_a_tf_config_port_already_in_use(failing_start, monkeypatch):
+    # a port taken on this machine: only where the workers share its network (in their own
+    # namespace, the default, no port of theirs can be taken by another process)
+    monkeypatch.setenv("NBDIST_ISOLATION", "0")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -83,8 +83,11 @@ def answering(host_ns: str, ports: set[int]) -> list[list]:
     return json.loads(done.stdout)
 
 
-def start(line: str, isolation: str) -> tuple[subprocess.Popen, dict]:
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), NBDIST_ISOLATION=isolation)
+def start(line: str, isolation: str | None) -> tuple[subprocess.Popen, dict]:
+    """``isolation``: NBDIST_ISOLATION's value (None: unset, the default)."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), NBDIST_ISOLATION=isolation or "")
+    if isolation is None:
+        del env["NBDIST_ISOLATION"]
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "isolation_scenario.py"), line],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                             cwd=HERE)
@@ -147,3 +150,22 @@ def test_with_isolation_off_the_start_and_status_name_the_open_ports(other_host,
     finally:
         stopped = stop(proc)
     assert stopped["left"] == []
+
+
+def test_by_default_multiworker_is_isolated_and_parameter_server_says_how(other_host):
+    """Unset, NBDIST_ISOLATION isolates multiworker; a parameter-server cluster (its tasks'
+    namespace linked to the kernel, isolated on request) says its ports and the setting."""
+    proc, seen = start(FAMILIES[0], None)
+    try:
+        assert "no port is open to other hosts" in seen["status"], seen["status"]
+    finally:
+        assert stop(proc)["left"] == []
+    proc, seen = start(FAMILIES[1], None)
+    try:
+        assert re.search(r"nbdist: ports [\d, ]+ of this machine are open to the network",
+                         seen["started"]), seen["started"]
+        assert "NBDIST_ISOLATION is not 1: under parameter_server" in seen["started"]
+        assert "set NBDIST_ISOLATION=1 in the kernel's environment" in seen["started"]
+    finally:
+        assert stop(proc)["left"] == []
+
