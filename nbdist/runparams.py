@@ -58,16 +58,27 @@ def _is_optimizer(obj: Any) -> bool:
 
 
 def _number(value: Any) -> float | None:
-    if value is None or callable(value):
+    if value is None or callable(value) or _elsewhere(value):
         return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except Exception:   # not a number; or TensorFlow's error from a variable it cannot read
         try:
             number = float(value.numpy())
         except Exception:
             return None
     return float(f"{number:.6g}") if math.isfinite(number) else None
+
+
+def _elsewhere(value: Any) -> bool:
+    """A variable held by another process (a parameter server): not read for a label, since
+    reading it is a remote call that fails when that process died and waits for ever when it
+    is stopped."""
+    for obj in (value, getattr(value, "value", None)):
+        device = getattr(obj, "device", None)
+        if isinstance(device, str) and "/job:" in device and "/job:localhost" not in device:
+            return True
+    return False
 
 
 def cell_params_names(text: str) -> list[str]:

@@ -482,3 +482,16 @@ def test_a_parameter_server_step_traces_both_variants_in_its_first_two_steps():
     assert PSStepLoop._variant(never_timed, 0) is False   # --timing-every 0: one variant
     never_timed._compiled[False] = object()
     assert PSStepLoop._variant(never_timed, 1) is False
+
+
+def test_an_input_error_of_several_steps_at_once_is_read_from_its_first_root_error():
+    from nbdist.cluster.paramserver.inputerror import _cause
+
+    one = ("Graph execution error:\n\nDetected at node StringToNumber\n"
+           "StringToNumberOp could not correctly convert string: bad\n\t [[{{node X}}]]")
+    several = ("2 root error(s) found.\n  (0) INVALID_ARGUMENT:  StringToNumberOp could not "
+               "correctly convert string: bad\n\t [[{{node StringToNumber}}]]\n  (1) "
+               "INVALID_ARGUMENT:  StringToNumberOp could not correctly convert string: bad\n"
+               "0 successful operations.")
+    said = "StringToNumberOp could not correctly convert string: bad"
+    assert _cause(one) == said and _cause(several) == said

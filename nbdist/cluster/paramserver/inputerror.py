@@ -24,6 +24,8 @@ from ..failures import WorkerError
 _INPUT_MARKS = ("MultiDeviceIteratorGetNextFromShard", "IteratorGetNext")
 _TASK = re.compile(r"remote target /job:worker/replica:\d+/task:(\d+)")
 _NODE = re.compile(r"\[\[\{\{node ([^}]+)\}\}\]\]")
+_ROOT_ERRORS = re.compile(r"\d+ root error\(s\) found\.?$")
+_ROOT_ERROR = re.compile(r"^\(\d+\) [A-Z_]+:\s*")
 _NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[",
           "Additional GRPC error", ":UNKNOWN:")
 
@@ -59,10 +61,11 @@ def input_error(err: BaseException, data: str | None, value: Any,
 
 
 def _cause(message: str) -> str:
-    """The line that states the problem, without TensorFlow's and gRPC's framing."""
+    """The line that states the problem, without TensorFlow's and gRPC's framing (also when
+    several steps failed at once: "2 root error(s) found.", then "(0) INVALID_ARGUMENT: ...")."""
     for raw in message.splitlines():
-        line = raw.strip()
-        if line and not line.startswith(_NOISE):
+        line = _ROOT_ERROR.sub("", raw.strip())
+        if line and not line.startswith(_NOISE) and not _ROOT_ERRORS.match(line):
             return line
     return message.strip().splitlines()[0] if message.strip() else ""
 
