@@ -85,9 +85,10 @@ def answering(host_ns: str, ports: set[int]) -> list[list]:
 
 def start(line: str, isolation: str | None) -> tuple[subprocess.Popen, dict]:
     """``isolation``: NBDIST_ISOLATION's value (None: unset, the default)."""
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), NBDIST_ISOLATION=isolation or "")
-    if isolation is None:
-        del env["NBDIST_ISOLATION"]
+    env = {k: v for k, v in os.environ.items() if k != "NBDIST_ISOLATION"}
+    env["PYTHONPATH"] = os.path.dirname(HERE)
+    if isolation is not None:
+        env["NBDIST_ISOLATION"] = isolation
     proc = subprocess.Popen([sys.executable, os.path.join(HERE, "isolation_scenario.py"), line],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                             cwd=HERE)
